@@ -1,0 +1,117 @@
+"""Named defaults for the site spec, each with its unit and where the figure comes from.
+
+Every number a component needs and the site may leave out is here, in one place, so a reviewer
+can check the figures against their sources without reading the components.
+"""
+
+from typing import Final
+
+from components.catalog import GpuClass
+
+# --- power ----------------------------------------------------------------------------------
+
+POWER_HEADROOM_PCT: Final = 20.0
+"""% of a rack's power budget kept free for inrush, fan ramp and growth (a common DC design rule)."""
+
+PSU_EFFICIENCY: Final = 0.94
+"""Wall-to-DC efficiency of a node's power supplies (80 PLUS Titanium: >= 94 % at 20-100 % load on
+230 V internal redundant supplies, per the 80 PLUS programme's Titanium criteria)."""
+
+PLATFORM_W: Final[dict[GpuClass, float]] = {
+    # DGX A100 system power is 6.5 kW max (NVIDIA DGX A100 User Guide, "System Specifications").
+    # 6.5 kW x 0.94 PSU efficiency - 8 x 400 W GPUs = 2.9 kW for CPUs, memory, NVSwitch, NICs, fans.
+    GpuClass.DENSE: 2900.0,
+    # 8-GPU PCIe servers: 2 CPUs x 280 W, 16 DIMMs x 10 W, PCIe switches, NICs, drives, fans.
+    # An estimate, not a datasheet figure: measure with `ipmitool dcmi power reading` and set
+    # node_groups[].platform_w for the real chassis.
+    GpuClass.DATACENTER: 1200.0,
+    GpuClass.CONSUMER: 1200.0,
+}
+"""W drawn by a node apart from its GPUs (CPUs, memory, NICs, fans, switches), per GPU class."""
+
+PDU_CONTINUOUS_DERATING: Final = 0.8
+"""Fraction of a PDU feed's rating usable for continuous load (NEC 210.19/215.2: 80 % rule)."""
+
+PDU_SOCKET_RATINGS_A: Final = (32, 63)
+"""A; the IEC 60309 socket ratings the site's PDUs are built around."""
+
+# --- cooling --------------------------------------------------------------------------------
+
+DENSE_RACK_MIN_KW: Final = 40.0
+"""kW; the smallest rack power budget that may hold dense (SXM/HGX) GPUs. An 8-GPU HGX node draws
+~6.5 kW, so a legacy 10-15 kW room fits two at most and derates them."""
+
+# --- observability --------------------------------------------------------------------------
+
+HOT_RETENTION_DAYS: Final = 30
+"""days Prometheus keeps metrics on local disk (the hot tier)."""
+
+COLD_RETENTION_DAYS: Final = 365
+"""days the remote-write cold tier keeps metrics."""
+
+GPU_UTIL_LOW_PCT: Final = 30.0
+"""% average GPU utilization below which a GPU is a tuning opportunity."""
+
+GPU_UTIL_LOW_WINDOW_H: Final = 24
+"""hours the utilization average runs over before the tuning alert fires."""
+
+GPU_TEMP_INCIDENT_C: Final = 85.0
+"""C; GPU core temperature above which an incident is raised."""
+
+# --- storage --------------------------------------------------------------------------------
+
+HOT_CHECKPOINT_KEEP: Final = 3
+"""checkpoints per run directory kept on the NFS hot tier for fast rollback."""
+
+COLD_ARCHIVE_AFTER_DAYS: Final = 7
+"""days after which a checkpoint moves from the NFS hot tier to the Ceph cold tier."""
+
+# --- scheduling -----------------------------------------------------------------------------
+
+PRIORITY_PRODUCTION: Final = 1_000_000
+PRIORITY_STAGING: Final = 100_000
+PRIORITY_DEV: Final = 1_000
+"""Kubernetes PriorityClass values; user classes must stay below 1e9 (system classes start there)."""
+
+# --- rollout --------------------------------------------------------------------------------
+
+CANARY_SOAK_DAYS: Final = 14
+"""days the canary stage runs before half may be requested (weeks 1-2)."""
+
+HALF_SOAK_DAYS: Final = 28
+"""days the half stage runs before full may be requested (weeks 3-6)."""
+
+CANARY_MAX_TEAMS: Final = 2
+HALF_MAX_TEAMS: Final = 6
+
+GATE_MAX_FIRING_CRITICAL: Final = 0
+"""critical alerts that may be firing when a stage advances."""
+
+GATE_MIN_GPU_UTIL_PCT: Final = 30.0
+"""% fleet GPU utilization the current stage must reach before the next is requested."""
+
+GATE_MAX_TRAIN_QUEUE_MINUTES: Final = 60.0
+"""minutes; the p95 wait of a training job in the queue."""
+
+GATE_MAX_INFERENCE_ERROR_PCT: Final = 1.0
+"""% of inference requests answered with an error."""
+
+APPROVALS_REQUIRED: Final = 2
+"""distinct approvers (never the requester) a stage advance needs."""
+
+APPROVAL_TTL_HOURS: Final = 24
+"""hours an approval stays valid; after that the request must be approved again."""
+
+# --- cooling capacity per rack, by cooling type ---------------------------------------------
+
+COOLING_MAX_KW: Final[dict[str, float]] = {
+    # Upper bounds of heat one rack can shed with each method, as cooling vendors quote them
+    # (Schneider Electric WP 55 and WP 265, Vertiv and Uptime Institute density surveys).
+    # A rack claiming more than its method can remove is a typo or a wish, never a plan.
+    "air": 15.0,
+    "rear_door": 40.0,
+    "in_row_chilled_water": 60.0,
+    "direct_liquid": 120.0,
+    "immersion": 200.0,
+}
+"""kW of heat one rack can remove, per cooling type."""

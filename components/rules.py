@@ -1,0 +1,129 @@
+"""Cross-field rules of the site spec: small named checks, each returning every problem it finds."""
+
+from collections.abc import Callable, Iterable
+
+from components import power
+from components.problems import Problem
+from components.site import Site
+
+Rule = Callable[[Site], list[Problem]]
+
+
+def _unique(items: Iterable[tuple[str, str]], rule: str = "unique-names") -> list[Problem]:
+    """items: (path, name) pairs; a name seen twice is a problem at its second path."""
+    seen: dict[str, str] = {}
+    problems = []
+    for path, name in items:
+        if name in seen:
+            problems.append(Problem(f"{path}.name", f'"{name}" is already used by {seen[name]}', rule))
+        else:
+            seen[name] = path
+    return problems
+
+
+def _dangling(path: str, kind: str, name: str, known: Iterable[str]) -> Problem:
+    names = ", ".join(known) or "none defined"
+    return Problem(path, f'no {kind} named "{name}" ({kind}s: {names})', "references")
+
+
+def check_unique_names(site: Site) -> list[Problem]:
+    nodes = [
+        (f"node_groups[{i}].nodes[{j}]", node.name)
+        for i, group in enumerate(site.node_groups)
+        for j, node in enumerate(group.nodes)
+    ]
+    pdus = [
+        p
+        for i, rack in enumerate(site.racks)
+        for p in _unique((f"racks[{i}].pdus[{j}]", pdu.name) for j, pdu in enumerate(rack.pdus))
+    ]
+    return (
+        _unique((f"rooms[{i}]", r.name) for i, r in enumerate(site.rooms))
+        + _unique((f"racks[{i}]", r.name) for i, r in enumerate(site.racks))
+        + _unique((f"node_groups[{i}]", g.name) for i, g in enumerate(site.node_groups))
+        + _unique(nodes)
+        + pdus
+        + _unique((f"teams[{i}]", t.name) for i, t in enumerate(site.teams))
+        + _unique((f"stages[{i}]", s.name) for i, s in enumerate(site.stages))
+    )
+
+
+def check_references(site: Site) -> list[Problem]:
+    rooms = [r.name for r in site.rooms]
+    racks = [r.name for r in site.racks]
+    stages = [s.name for s in site.stages]
+    problems = [
+        _dangling(f"racks[{i}].room", "room", rack.room, rooms)
+        for i, rack in enumerate(site.racks) if rack.room not in rooms
+    ]
+    for i, group in enumerate(site.node_groups):
+        if group.gpu_model not in site.gpu_catalog:
+            problems.append(_dangling(f"node_groups[{i}].gpu_model", "gpu_catalog entry", group.gpu_model,
+                                      sorted(site.gpu_catalog)))
+        problems += [
+            _dangling(f"node_groups[{i}].nodes[{j}].rack", "rack", node.rack, racks)
+            for j, node in enumerate(group.nodes) if node.rack not in racks
+        ]
+    problems += [
+        _dangling(f"teams[{i}].stage", "stage", team.stage, stages)
+        for i, team in enumerate(site.teams) if team.stage not in stages
+    ]
+    if site.stage not in stages:
+        problems.append(_dangling("stage", "stage", site.stage, stages))
+    return problems
+
+
+def check_stage_sizes(site: Site) -> list[Problem]:
+    """Teams onboarded by a stage and those before it stay within the stage's max_teams."""
+    problems = []
+    onboarded: list[str] = []
+    for i, stage in enumerate(site.stages):
+        onboarded += [t.name for t in site.teams if t.stage == stage.name]
+        if stage.max_teams is not None and len(onboarded) > stage.max_teams:
+            problems.append(Problem(
+                f"stages[{i}].max_teams",
+                f"{len(onboarded)} teams are onboarded by {stage.name} ({', '.join(onboarded)}), "
+                f"more than its limit of {stage.max_teams}",
+                "stage-sizes",
+            ))
+    return problems
+
+
+def check_priority_order(site: Site) -> list[Problem]:
+    p = site.scheduling.priorities
+    if p.production > p.staging > p.dev:
+        return []
+    return [Problem(
+        "scheduling.priorities",
+        f"must order production > staging > dev, got {p.production} / {p.staging} / {p.dev}",
+        "priority-order",
+    )]
+
+
+def check_retention(site: Site) -> list[Problem]:
+    m = site.monitoring
+    if m.cold_retention_days > m.hot_retention_days:
+        return []
+    return [Problem(
+        "monitoring.cold_retention_days",
+        f"the cold tier ({m.cold_retention_days} days) must outlast the hot tier ({m.hot_retention_days} days)",
+        "retention",
+    )]
+
+
+def check_racks(site: Site) -> list[Problem]:
+    return [p for plan in power.plan_racks(site) for p in plan.problems]
+
+
+RULES: tuple[Rule, ...] = (
+    check_unique_names,
+    check_references,
+    check_stage_sizes,
+    check_priority_order,
+    check_retention,
+    check_racks,
+)
+
+
+def check_site(site: Site) -> list[Problem]:
+    return [problem for rule in RULES for problem in rule(site)]

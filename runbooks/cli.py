@@ -1,0 +1,96 @@
+"""gpuctl: the operator's command line.
+
+Exit codes: 0 done; 1 the program itself failed; 2 the input (stack file, site spec) is invalid.
+"""
+
+import sys
+from pathlib import Path
+
+import pulumi
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from components.problems import SiteSpecError
+from runbooks import plan as planning
+from runbooks.offline_engine import StackConfigError
+
+EXIT_INVALID_INPUT = 2
+
+app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
+# Piped output (CI logs, files) gets room for the rack table instead of rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 150)
+err = Console(stderr=True)
+
+
+@app.callback()
+def main() -> None:
+    """Deliver and operate the GPU cluster."""
+
+
+def find_project_dir(start: Path) -> Path:
+    """The nearest directory at or above `start` holding Pulumi.yaml, as the Pulumi CLI finds it."""
+    for directory in (start, *start.parents):
+        if (directory / "Pulumi.yaml").exists():
+            return directory
+    err.print(f"[red]error:[/] no Pulumi.yaml in {start} or any directory above it")
+    raise typer.Exit(EXIT_INVALID_INPUT)
+
+
+@app.command()
+def plan(
+    stack: str = typer.Option("prod", help="Stack whose Pulumi.<stack>.yaml describes the site."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Write the rendered resources here."),
+    project_dir: Path | None = typer.Option(None, "--project-dir", help="Default: found from the working directory."),
+) -> None:
+    """Render the stack offline (no cluster, no Pulumi CLI) and summarize what it would deploy."""
+    project = project_dir or find_project_dir(Path.cwd())
+    try:
+        with err.status("planning") as status:
+            site, graph = planning.plan(project, stack, progress=lambda step: status.update(step))
+    except StackConfigError as error:
+        err.print(f"[red]error:[/] {error}")
+        raise typer.Exit(EXIT_INVALID_INPUT) from None
+    except SiteSpecError as error:
+        err.print(f"[red]invalid site spec[/] in Pulumi.{stack}.yaml ({len(error.problems)} problems):")
+        for problem in error.problems:
+            err.print(f"  - {problem}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_INVALID_INPUT) from None
+    except pulumi.RunError as error:
+        err.print(f"[red]the program failed:[/] {error}", markup=False)
+        raise typer.Exit(1) from None
+    summary = planning.summarize(site, graph)
+    if out_dir is not None:
+        summary.files = planning.write_plan(graph, out_dir)
+    _print_summary(summary, out_dir)
+
+
+def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
+    out.print(
+        f"[bold]stack {summary.stack}[/]: {summary.gpus} GPUs on {summary.nodes} nodes in "
+        f"{len(summary.racks)} racks; stage {summary.stage} onboards "
+        f"{len(summary.teams_onboarded)} of {summary.teams_total} teams ({', '.join(summary.teams_onboarded)})"
+    )
+    groups = Table("node group", "pool", "GPU model", "nodes", "GPUs", title="GPUs by node group")
+    for g in summary.groups:
+        groups.add_row(g.node_group, g.pool, g.gpu_model, str(g.nodes), str(g.gpus))
+    out.print(groups)
+    racks = Table(
+        "rack", "room", "nodes", "GPUs", "IT load / usable kW", "cooling", "headroom kW power / cooling",
+        "feed A / B kW", "checks", title="Racks: power and cooling",
+    )
+    for r in summary.racks:
+        racks.add_row(
+            r.rack, r.room, str(r.nodes), str(r.gpus), f"{r.it_load_kw:.1f} / {r.usable_kw:.1f}",
+            f"{r.cooling_type} {r.cooling_capacity_kw:g} kW",
+            f"{r.power_headroom_kw:.1f} / {r.cooling_headroom_kw:.1f}",
+            " / ".join(f"{kw:.1f}" for kw in r.feed_capacity_kw.values()),
+            "[green]ok[/]" if not r.failed_checks else f"[red]{', '.join(r.failed_checks)}[/]",
+        )
+    out.print(racks)
+    resources = Table("type", "count", title="Resources by type")
+    for type_, count in summary.resources_by_type.items():
+        resources.add_row(type_, str(count))
+    out.print(resources)
+    if out_dir is not None:
+        out.print(f"wrote {len(summary.files)} files to {out_dir}")

@@ -1,0 +1,263 @@
+"""The offline engine: run `__main__.py` for a stack under Pulumi's mocks, the way the engine would.
+
+Config comes from Pulumi.yaml defaults and Pulumi.<stack>.yaml, handed to the program as strings
+(objects JSON-encoded) like the CLI does; `secure:` values stay secret and are never decrypted
+(the program gets a placeholder marked secret). URNs follow the engine's rule (the parent's full
+type chain, without the root Stack's type). Each registration is recorded as the engine sees it:
+parent, dependencies, property dependencies, options, inputs and outputs, secrets kept as
+`Secret` markers so no plaintext can leak into the plan.
+"""
+
+import asyncio
+import json
+import runpy
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pulumi.runtime import mocks, rpc, settings
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.stack import run_in_stack
+
+STACK_TYPE = "pulumi:pulumi:Stack"
+SECRET_PLACEHOLDER = "offline-plan: secret not decrypted"
+
+
+class StackConfigError(Exception):
+    """Pulumi.yaml or the stack file cannot be read."""
+
+
+class Secret:
+    """Stands for a secret value in a recorded graph; the value itself is never kept."""
+
+    def __repr__(self) -> str:
+        return "[secret]"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret)
+
+    def __hash__(self) -> int:
+        return hash(Secret)
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    project: str
+    values: dict[str, str]
+    """Full keys (`gpu-cluster:racks`) to the strings the CLI would hand the program."""
+    secret_keys: frozenset[str]
+
+    def project_values(self) -> tuple[dict[str, str], set[str]]:
+        """The project's own keys without their namespace, and which of them are secret."""
+        prefix = f"{self.project}:"
+        values = {k[len(prefix):]: v for k, v in self.values.items() if k.startswith(prefix)}
+        return values, {k[len(prefix):] for k in self.secret_keys if k.startswith(prefix)}
+
+
+@dataclass
+class Resource:
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str
+    inputs: dict[str, Any]
+    outputs: dict[str, Any] = field(default_factory=dict)
+    dependencies: list[str] = field(default_factory=list)
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    """provider, protect, version, ignore_changes, ... as sent in RegisterResource (set ones only)."""
+
+
+@dataclass
+class ResourceGraph:
+    project: str
+    stack: str
+    resources: dict[str, Resource]
+    """By URN, in registration order."""
+
+    @property
+    def stack_urn(self) -> str:
+        return f"urn:pulumi:{self.stack}::{self.project}::{STACK_TYPE}::{self.project}-{self.stack}"
+
+    @property
+    def stack_outputs(self) -> dict[str, Any]:
+        return self.resources[self.stack_urn].outputs
+
+    def of_type(self, type_: str) -> list[Resource]:
+        return [r for r in self.resources.values() if r.type == type_]
+
+    def children(self, urn: str) -> list[Resource]:
+        return [r for r in self.resources.values() if r.parent == urn]
+
+    def ancestors(self, urn: str) -> Iterator[Resource]:
+        parent = self.resources[urn].parent
+        while parent:
+            yield self.resources[parent]
+            parent = self.resources[parent].parent
+
+
+def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
+    project_file = _read_yaml(project_dir / "Pulumi.yaml")
+    project = project_file.get("name")
+    if not isinstance(project, str):
+        raise StackConfigError(f"{project_dir / 'Pulumi.yaml'}: `name` is missing")
+    values: dict[str, str] = {}
+    for key, decl in (project_file.get("config") or {}).items():
+        full = key if ":" in key else f"{project}:{key}"
+        if isinstance(decl, dict) and ("default" in decl or "value" in decl):
+            values[full] = _as_config_string(decl.get("value", decl.get("default")))
+        elif not isinstance(decl, dict):
+            values[full] = _as_config_string(decl)
+    stack_path = project_dir / f"Pulumi.{stack}.yaml"
+    if not stack_path.exists():
+        raise StackConfigError(f"no stack file {stack_path.name} in {project_dir}")
+    secret_keys = set()
+    for key, value in (_read_yaml(stack_path).get("config") or {}).items():
+        if ":" not in key:
+            raise StackConfigError(f"{stack_path.name}: config key {key!r} needs a namespace, e.g. {project}:{key}")
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            values[key] = SECRET_PLACEHOLDER
+            secret_keys.add(key)
+        else:
+            values[key] = _as_config_string(value)
+    return StackConfig(project, values, frozenset(secret_keys))
+
+
+def run_program(project_dir: Path, stack: str, config: StackConfig | None = None, preview: bool = False) -> ResourceGraph:
+    """Run the project's `__main__.py` for `stack` under mocks and return what it registered.
+
+    Errors the program raises (a RunError for an invalid spec) propagate as they would under the CLI.
+    """
+    config = config or load_stack_config(project_dir, stack)
+    monitor = _RecordingMonitor(_Mocks())
+    set_all_config(dict(config.values), list(config.secret_keys))
+    mocks.set_mocks(monitor.mocks, project=config.project, stack=stack, preview=preview, monitor=monitor)
+    settings.ROOT.set(None)  # set_mocks made a root Stack already; the program gets its own, as under the CLI
+    settings.SETTINGS.rpc_manager.clear()
+    settings.SETTINGS.outputs.clear()
+
+    def program() -> None:
+        runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__")
+
+    sys.path.insert(0, str(project_dir))
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(run_in_stack(program))
+    finally:
+        loop.close()
+        sys.path.remove(str(project_dir))
+    return ResourceGraph(config.project, stack, monitor.recorded())
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise StackConfigError(f"{path} does not exist") from None
+    except yaml.YAMLError as err:
+        raise StackConfigError(f"{path.name}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise StackConfigError(f"{path.name}: expected a mapping at the top level")
+    return data
+
+
+def _as_config_string(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _plain(value: Any) -> Any:
+    """Recorded form of a deserialized property: secrets become `Secret`, resources their URN."""
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+            return Secret()
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "urn") and hasattr(value.urn, "future"):
+        return f"[resource {type(value).__name__}]"
+    return value
+
+
+class _Mocks(mocks.Mocks):
+    def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        if not args.custom:
+            return None, {}
+        state = dict(args.inputs)
+        # The Kubernetes provider names objects itself when metadata.name is absent; mirror it.
+        if args.typ.startswith("kubernetes:") and isinstance(state.get("metadata"), dict):
+            state["metadata"] = {"name": args.name, **state["metadata"]}
+        return f"{args.name}-id", state
+
+    def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], None]:
+        raise NotImplementedError(f"the offline engine answers no invokes; {args.token} was called")
+
+
+class _RecordingMonitor(mocks.MockMonitor):
+    def __init__(self, mocks_: _Mocks) -> None:
+        super().__init__(mocks_)
+        self._lock = threading.Lock()
+        self._records: dict[str, Resource] = {}
+
+    def recorded(self) -> dict[str, Resource]:
+        with self._lock:
+            return dict(self._records)
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        # The engine qualifies a type with its parent's whole type chain, except the root Stack's.
+        if parent:
+            parent_type = parent.split("::")[2]
+            if parent_type != STACK_TYPE:
+                type_ = f"{parent_type}${type_}"
+        return f"urn:pulumi:{settings.get_stack()}::{settings.get_project()}::{type_}::{name}"
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        mocks._ensure_event_loop()
+        inputs = _plain(rpc.deserialize_properties(request.object))
+        outputs = _plain(rpc.deserialize_properties(response.object)) if request.custom else {}
+        record = Resource(
+            urn=response.urn,
+            type=request.type,
+            name=request.name,
+            custom=request.custom,
+            parent=request.parent,
+            inputs=inputs,
+            outputs=outputs,
+            dependencies=list(request.dependencies),
+            property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            options=_options(request),
+        )
+        with self._lock:
+            self._records[record.urn] = record
+        return response
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        mocks._ensure_event_loop()
+        outputs = _plain(rpc.deserialize_properties(request.outputs))
+        with self._lock:
+            self._records[request.urn].outputs = outputs
+        return super().RegisterResourceOutputs(request)
+
+
+def _options(request: Any) -> dict[str, Any]:
+    options = {
+        "provider": request.provider,
+        "protect": request.protect if request.HasField("protect") else None,
+        "version": request.version,
+        "ignore_changes": list(request.ignoreChanges),
+        "replace_on_changes": list(request.replaceOnChanges),
+        "additional_secret_outputs": list(request.additionalSecretOutputs),
+        "delete_before_replace": request.deleteBeforeReplace,
+        "retain_on_delete": request.retainOnDelete if request.HasField("retainOnDelete") else None,
+        "deleted_with": request.deletedWith,
+        "custom_timeouts": {
+            k: getattr(request.customTimeouts, k) for k in ("create", "update", "delete")
+            if getattr(request.customTimeouts, k)
+        },
+    }
+    return {k: v for k, v in options.items() if v not in (None, "", [], {}, False)}
