@@ -195,7 +195,7 @@ def check_pdus(plan: RackPlan) -> list[Problem]:
             problems.append(Problem(
                 base,
                 f"feed {feed.value} alone carries {capacity:.1f} kW at "
-                f"{defaults.PDU_CONTINUOUS_DERATING:.0%} continuous derating, less than the rack's "
+                f"{defaults.PDU_CONTINUOUS_DERATING * 100:g} % continuous derating, less than the rack's "
                 f"{plan.it_load_kw:.1f} kW",
                 "dual-path-pdus",
             ))

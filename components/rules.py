@@ -22,8 +22,8 @@ def _unique(items: Iterable[tuple[str, str]], rule: str = "unique-names") -> lis
 
 
 def _dangling(path: str, kind: str, name: str, known: Iterable[str]) -> Problem:
-    names = ", ".join(known) or "none defined"
-    return Problem(path, f'no {kind} named "{name}" ({kind}s: {names})', "references")
+    names = ", ".join(dict.fromkeys(known)) or "none defined"
+    return Problem(path, f'no {kind} named "{name}" (known: {names})', "references")
 
 
 def check_unique_names(site: Site) -> list[Problem]:

@@ -6,14 +6,14 @@ Exit codes: 0 done; 1 the program itself failed; 2 the input (stack file, site s
 import sys
 from pathlib import Path
 
-import pulumi
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from components.problems import SiteSpecError
 from runbooks import plan as planning
-from runbooks.offline_engine import StackConfigError
+from runbooks.offline_engine import ProgramError, StackConfigError
 
 EXIT_INVALID_INPUT = 2
 
@@ -49,15 +49,15 @@ def plan(
         with err.status("planning") as status:
             site, graph = planning.plan(project, stack, progress=lambda step: status.update(step))
     except StackConfigError as error:
-        err.print(f"[red]error:[/] {error}")
+        err.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(EXIT_INVALID_INPUT) from None
     except SiteSpecError as error:
         err.print(f"[red]invalid site spec[/] in Pulumi.{stack}.yaml ({len(error.problems)} problems):")
         for problem in error.problems:
-            err.print(f"  - {problem}", markup=False, highlight=False)
+            err.print(f"  - {escape(str(problem))}", highlight=False)
         raise typer.Exit(EXIT_INVALID_INPUT) from None
-    except pulumi.RunError as error:
-        err.print(f"[red]the program failed:[/] {error}", markup=False)
+    except ProgramError as error:
+        err.print(f"[red]the program failed:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
     summary = planning.summarize(site, graph)
     if out_dir is not None:

@@ -31,6 +31,14 @@ class StackConfigError(Exception):
     """Pulumi.yaml or the stack file cannot be read."""
 
 
+class ProgramError(Exception):
+    """The program raised; `registered` is what it had registered by then (the engine's view)."""
+
+    def __init__(self, message: str, registered: dict[str, "Resource"]) -> None:
+        super().__init__(message)
+        self.registered = registered
+
+
 class Secret:
     """Stands for a secret value in a recorded graph; the value itself is never kept."""
 
@@ -131,7 +139,8 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
 def run_program(project_dir: Path, stack: str, config: StackConfig | None = None, preview: bool = False) -> ResourceGraph:
     """Run the project's `__main__.py` for `stack` under mocks and return what it registered.
 
-    Errors the program raises (a RunError for an invalid spec) propagate as they would under the CLI.
+    An error the program raises (a RunError for an invalid spec) becomes a ProgramError carrying
+    its message, as the CLI would print it, and what had been registered when it was raised.
     """
     config = config or load_stack_config(project_dir, stack)
     monitor = _RecordingMonitor(_Mocks())
@@ -148,6 +157,8 @@ def run_program(project_dir: Path, stack: str, config: StackConfig | None = None
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(run_in_stack(program))
+    except Exception as error:
+        raise ProgramError(str(error), monitor.recorded()) from error
     finally:
         loop.close()
         sys.path.remove(str(project_dir))

@@ -1,0 +1,149 @@
+"""Benchmark the offline plan against the engine's floor.
+
+Measures what `gpuctl plan` does minus printing (parse_site, then run_program under the offline
+engine) for the prod site (Pulumi.prod.yaml) and for generated sites of 1,024 and 8,192 A800 GPUs,
+and the floor: a trivial program registering as many bare ComponentResources, nested as deep as
+GpuCluster > Facility > Rack > GpuNode, under the same engine. Each run is a child process of its
+own, so its wall time (taken by the child around the run, start-up, imports and config excluded)
+and its peak RSS (ru_maxrss from os.wait4) are that run's alone.
+
+Run from the repo root: `make bench` or `.venv/bin/python benchmarks/plan_bench.py`.
+Targets, printed and not asserted: prod plan under 5 s; cost linear in GPUs; plan/floor at most 1.5.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runbooks.offline_engine import StackConfig
+
+REPO = Path(__file__).resolve().parent.parent
+PROJECT = "gpu-cluster"
+SITES = ("prod", "1024", "8192")
+NODES_PER_RACK = 4
+"""8 x A800 draw ~6.49 kW a node, so 4 fit a 40 kW rack (components/power.py)."""
+PROD_PLAN_TARGET_S = 5.0
+FLOOR_RATIO_TARGET = 1.5
+
+FLOOR_PROGRAM = """\
+import pulumi
+
+
+class Trivial(pulumi.ComponentResource):
+    def __init__(self, name, parent=None):
+        super().__init__("bench:floor:Trivial", name, None, pulumi.ResourceOptions(parent=parent))
+
+
+# As deep as the plan: root > facility > (rack > nodes_per_rack nodes)...; count excludes the Stack.
+config = pulumi.Config()
+count, rack_size = config.require_int("count"), 1 + config.require_int("nodes_per_rack")
+facility = Trivial("facility", Trivial("root"))
+for i in range(count - 2):
+    if i % rack_size == 0:
+        rack = Trivial(f"rack-{i}", facility)
+    else:
+        Trivial(f"node-{i}", rack)
+"""
+
+
+def generated_site(prod: "StackConfig", gpus: int) -> "StackConfig":
+    """The prod config with its racks and node groups replaced by `gpus` A800s, 4 nodes to a prod-like rack."""
+    rack_template = json.loads(prod.values[f"{PROJECT}:racks"])[0]  # a01: 40 kW, in-row 40 kW, PDUs on A and B
+    group_template = json.loads(prod.values[f"{PROJECT}:node_groups"])[0]  # a800-train: 8 x A800, Slurm
+    nodes = gpus // group_template["gpus_per_node"]
+    rack_names = [f"a{r + 1:03d}" for r in range(-(-nodes // NODES_PER_RACK))]
+    racks = [
+        {**rack_template, "name": rack,
+         "pdus": [{**pdu, "name": f"{rack}-pdu-{pdu['feed'].lower()}"} for pdu in rack_template["pdus"]]}
+        for rack in rack_names
+    ]
+    group = {**group_template, "nodes": [
+        {"name": f"gpu-a800-{n + 1:04d}", "rack": rack_names[n // NODES_PER_RACK],
+         "ssh_host": f"10.20.{1 + n // 250}.{1 + n % 250}", "bmc_host": f"10.20.{101 + n // 250}.{1 + n % 250}"}
+        for n in range(nodes)
+    ]}
+    values = {**prod.values, f"{PROJECT}:racks": json.dumps(racks), f"{PROJECT}:node_groups": json.dumps([group])}
+    return replace(prod, values=values)
+
+
+def measure(kind: str, arg: str) -> dict[str, Any]:
+    """In the child: one plan (arg: a site) or one floor (arg: its resource count), timed apart from imports."""
+    started = perf_counter()
+    import components.cluster  # noqa: F401 (what __main__.py imports: loaded before the clock, as for the floor)
+    from components.site_config import parse_site
+    from runbooks.offline_engine import StackConfig, load_stack_config, run_program
+    imports_s = perf_counter() - started
+    if kind == "plan":
+        prod = load_stack_config(REPO, "prod")
+        config = prod if arg == "prod" else generated_site(prod, int(arg))
+        started = perf_counter()
+        parse_site(*config.project_values())
+        graph = run_program(REPO, f"bench-{arg}", config)
+    else:
+        values = {f"{PROJECT}:count": str(int(arg) - 1), f"{PROJECT}:nodes_per_rack": str(NODES_PER_RACK)}
+        with tempfile.TemporaryDirectory(prefix="floor-") as project:
+            (Path(project) / "Pulumi.yaml").write_text(f"name: {PROJECT}\nruntime: python\n")
+            (Path(project) / "__main__.py").write_text(FLOOR_PROGRAM)
+            started = perf_counter()
+            graph = run_program(Path(project), "floor", StackConfig(PROJECT, values, frozenset()))
+    seconds = perf_counter() - started
+    return {"resources": len(graph.resources), "seconds": seconds, "imports_s": imports_s}
+
+
+def run_child(kind: str, arg: str) -> dict[str, Any]:
+    """One run in a fresh interpreter; its peak RSS comes from wait4, its figures from its JSON line."""
+    child = subprocess.Popen([sys.executable, __file__, "--one", kind, arg], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    line = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"{kind} {arg} failed with exit code {child.returncode}")
+    return {**json.loads(line), "mib": usage.ru_maxrss / 1024}
+
+
+def main() -> None:
+    rows = []
+    for site in SITES:
+        print(f"running {site if site == 'prod' else site + '-GPU'} plan...", file=sys.stderr, flush=True)
+        plan = run_child("plan", site)
+        print(f"running floor of {plan['resources']} resources...", file=sys.stderr, flush=True)
+        floor = run_child("floor", str(plan["resources"]))
+        assert floor["resources"] == plan["resources"], (floor["resources"], plan["resources"])
+        rows.append((site, 128 if site == "prod" else int(site), plan, floor))
+
+    print(f"imports (pulumi, engine, components; excluded below): {rows[0][2]['imports_s']:.2f} s\n")
+    header = ("site", "GPUs", "resources", "plan s", "ms/GPU", "plan MiB", "floor s", "floor MiB", "time x", "mem x")
+    table = [header] + [
+        (site, f"{gpus:,}", f"{plan['resources']:,}", f"{plan['seconds']:.3f}", f"{plan['seconds'] * 1000 / gpus:.2f}",
+         f"{plan['mib']:.1f}", f"{floor['seconds']:.3f}", f"{floor['mib']:.1f}",
+         f"{plan['seconds'] / floor['seconds']:.2f}", f"{plan['mib'] / floor['mib']:.2f}")
+        for site, gpus, plan, floor in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+
+    prod_s = rows[0][2]["seconds"]
+    per_gpu = [plan["seconds"] * 1000 / gpus for _, gpus, plan, _ in rows]
+    worst_time = max(plan["seconds"] / floor["seconds"] for *_, plan, floor in rows)
+    worst_mem = max(plan["mib"] / floor["mib"] for *_, plan, floor in rows)
+    print("\ntargets (not asserted):")
+    print(f"  prod plan under {PROD_PLAN_TARGET_S:g} s: {prod_s:.3f} s")
+    print(f"  cost linear in GPUs: ms/GPU {' -> '.join(f'{ms:.2f}' for ms in per_gpu)} "
+          f"(8,192 vs 1,024 GPUs: x{per_gpu[2] / per_gpu[1]:.2f}; 1.00 is linear)")
+    print(f"  plan/floor at most {FLOOR_RATIO_TARGET:g}: worst time x{worst_time:.2f}, worst memory x{worst_mem:.2f}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--one"]:
+        print(json.dumps(measure(*sys.argv[2:4])))
+    else:
+        main()

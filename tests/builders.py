@@ -1,0 +1,65 @@
+"""Fixture builders: the prod site as plain data, changed one path at a time, parsed like the CLI does."""
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from components.problems import SiteSpecError
+from components.site import Site
+from components.site_config import SECRET_KEYS, parse_site
+from runbooks.offline_engine import StackConfig, load_stack_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def prod_config() -> StackConfig:
+    return load_stack_config(REPO, "prod")
+
+
+def prod_values() -> dict[str, Any]:
+    """The prod site's config keys, objects decoded, secrets left out (see `parse`)."""
+    raw, _ = prod_config().project_values()
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in SECRET_KEYS:
+            continue
+        try:
+            values[key] = json.loads(value)
+        except json.JSONDecodeError:
+            values[key] = value
+    return values
+
+
+def with_changes(values: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """A copy with each path set (`racks__0__power_budget_kw=20` sets racks[0].power_budget_kw)."""
+    changed = copy.deepcopy(values)
+    for path, value in changes.items():
+        set_path(changed, path.replace("__", "."), value)
+    return changed
+
+
+def set_path(data: Any, path: str, value: Any) -> None:
+    parts = [int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", path) if p]
+    for part in parts[:-1]:
+        data = data[part]
+    data[parts[-1]] = value
+
+
+def encode(values: dict[str, Any]) -> dict[str, str]:
+    """As the CLI hands config to a program: strings as they are, everything else JSON."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+
+
+def parse(values: dict[str, Any], secrets: tuple[str, ...] = SECRET_KEYS) -> Site:
+    raw = encode(values) | {key: "placeholder" for key in secrets}
+    return parse_site(raw, set(secrets))
+
+
+def problems(values: dict[str, Any], secrets: tuple[str, ...] = SECRET_KEYS) -> list[str]:
+    try:
+        parse(values, secrets)
+    except SiteSpecError as error:
+        return [str(p) for p in error.problems]
+    raise AssertionError("the spec was accepted")

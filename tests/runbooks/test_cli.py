@@ -1,0 +1,96 @@
+"""`gpuctl plan` end to end: the installed console script, its exit codes, and the files it writes."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from runbooks.cli import app
+from tests.builders import REPO
+
+GPUCTL = REPO / ".venv" / "bin" / "gpuctl"
+
+
+def copy_project(tmp_path: Path, change: Any = None) -> Path:
+    """The repo's project files in tmp_path, with `change(config)` applied to Pulumi.prod.yaml's config."""
+    for name in ("Pulumi.yaml", "Pulumi.prod.yaml", "__main__.py"):
+        shutil.copy(REPO / name, tmp_path / name)
+    if change is not None:
+        stack = yaml.safe_load((tmp_path / "Pulumi.prod.yaml").read_text())
+        change(stack["config"])
+        (tmp_path / "Pulumi.prod.yaml").write_text(yaml.safe_dump(stack))
+    return tmp_path
+
+
+@pytest.mark.skipif(not GPUCTL.exists(), reason="needs the project's .venv (make test creates it)")
+def test_should_plan_the_prod_site_with_the_installed_console_script(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    result = subprocess.run([GPUCTL, "plan", "--stack", "prod", "--out", out], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "stack prod: 128 GPUs on 16 nodes in 4 racks; stage canary onboards 2 of 12 teams" in result.stdout
+    assert "wrote 22 files" in result.stdout
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert len(files) == 22
+    rack = json.loads((out / "resources" / "gpucluster-facility-Rack--a01.json").read_text())
+    assert rack["urn"] == ("urn:pulumi:prod::gpu-cluster::gpucluster:cluster:GpuCluster"
+                           "$gpucluster:facility:Facility$gpucluster:facility:Rack::a01")
+    assert rack["outputs"]["heat_load_kw"] == pytest.approx(25.957)
+
+
+def test_should_replace_stale_files_on_a_second_plan(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    stale = out / "resources" / "gone.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not stale.exists()
+
+
+def _over_budget(config: dict[str, Any]) -> None:
+    config["gpu-cluster:racks"][0]["power_budget_kw"] = 20
+
+
+def _unknown_key(config: dict[str, Any]) -> None:
+    config["gpu-cluster:racks"][0]["colour"] = "red"
+
+
+def _no_stack_file(config: dict[str, Any]) -> None:
+    config.clear()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param(_over_budget, "racks[0].power_budget_kw: planned draw 26.0 kW", id="rack over its power budget"),
+        pytest.param(_unknown_key, "racks[0].colour: unknown key", id="unknown key"),
+        pytest.param(_no_stack_file, "required key is missing", id="empty stack file"),
+    ],
+)
+def test_should_exit_2_naming_the_field(tmp_path: Path, change: Any, message: str) -> None:
+    project = copy_project(tmp_path, change)
+    out = tmp_path / "plan"
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(out)])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not out.exists()
+
+
+def test_should_exit_2_on_a_missing_stack(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(copy_project(tmp_path)), "--stack", "staging"])
+    assert result.exit_code == 2
+    assert "no stack file Pulumi.staging.yaml" in result.output
+
+
+def test_should_exit_1_when_the_program_itself_fails(tmp_path: Path) -> None:
+    project = copy_project(tmp_path)
+    (project / "__main__.py").write_text("raise RuntimeError('boom')\n")
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(project)])
+    assert result.exit_code == 1
+    assert "the program failed: boom" in result.output

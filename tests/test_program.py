@@ -1,0 +1,66 @@
+"""The whole program (`__main__.py`) under the offline engine, on the prod site and on broken ones."""
+
+import json
+
+import pytest
+
+from components.cluster import CLUSTER_TYPE
+from components.facility import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE
+from runbooks.offline_engine import ProgramError, ResourceGraph, StackConfig, run_program
+from tests.builders import REPO, encode, prod_config, prod_values, with_changes
+
+NODE_URN = (
+    "urn:pulumi:prod::gpu-cluster::gpucluster:cluster:GpuCluster$gpucluster:facility:Facility"
+    "$gpucluster:facility:Rack$gpucluster:facility:GpuNode::gpu-a800-01"
+)
+
+
+@pytest.fixture(scope="module")
+def graph() -> ResourceGraph:
+    return run_program(REPO, "prod")
+
+
+def test_should_register_the_facility_hierarchy(graph: ResourceGraph) -> None:
+    counts = {t: len(graph.of_type(t)) for t in (CLUSTER_TYPE, FACILITY_TYPE, RACK_TYPE, GPU_NODE_TYPE)}
+    assert counts == {CLUSTER_TYPE: 1, FACILITY_TYPE: 1, RACK_TYPE: 4, GPU_NODE_TYPE: 16}
+    assert len(graph.resources) == 1 + 22  # the Stack and nothing we did not model
+
+
+def test_should_parent_nodes_under_their_rack(graph: ResourceGraph) -> None:
+    assert [(r.type, r.name) for r in graph.ancestors(NODE_URN)] == [
+        (RACK_TYPE, "a01"), (FACILITY_TYPE, "prod-facility"), (CLUSTER_TYPE, "prod"),
+        ("pulumi:pulumi:Stack", "gpu-cluster-prod"),
+    ]
+
+
+def test_should_give_policies_the_rack_figures_as_inputs_and_outputs(graph: ResourceGraph) -> None:
+    (a01,) = [r for r in graph.of_type(RACK_TYPE) if r.name == "a01"]
+    assert a01.inputs == a01.outputs
+    assert a01.outputs["heat_load_kw"] == pytest.approx(25.957)
+    assert a01.outputs["heat_load_kw"] <= a01.outputs["cooling_capacity_kw"] == 40
+    assert a01.outputs["it_load_kw"] <= a01.outputs["usable_kw"] == 32
+    assert all(a01.outputs["verdicts"].values())
+    node = graph.resources[NODE_URN].outputs
+    assert node == {"rack": "a01", "node_group": "a800-train", "pool": "slurm", "gpu_model": "A800-SXM4-80GB",
+                    "gpu_class": "dense", "gpu_count": 8, "draw_kw": pytest.approx(6.489)}
+
+
+def test_should_export_gpu_count_and_stage(graph: ResourceGraph) -> None:
+    assert graph.stack_outputs == {"gpu_count": 128, "stage": "canary"}
+
+
+def test_should_register_nothing_on_an_invalid_spec() -> None:
+    config = prod_config()
+    broken = encode(with_changes(prod_values(), racks__0__power_budget_kw=20))
+    values = {**config.values, **{f"gpu-cluster:{k}": v for k, v in broken.items()}}
+    with pytest.raises(ProgramError) as caught:
+        run_program(REPO, "prod", StackConfig(config.project, values, config.secret_keys))
+    assert "racks[0].power_budget_kw: planned draw 26.0 kW" in str(caught.value)
+    assert [r.type for r in caught.value.registered.values()] == ["pulumi:pulumi:Stack"]
+
+
+def test_should_keep_the_secret_config_out_of_every_resource(graph: ResourceGraph) -> None:
+    dumped = json.dumps([(r.inputs, r.outputs) for r in graph.resources.values()], default=repr)
+    assert "secret not decrypted" not in dumped
+
+
