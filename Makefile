@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 PLAN_DIR ?= build/plan
 
-.PHONY: plan test bench lint clean
+.PHONY: plan test bench clean
 
+# Debian's python3 makes venvs only with python3-venv installed: install it on the first failure.
 $(BIN)/python:
-	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || \
-		(apt-get update && apt-get install -y --no-install-recommends python3-venv python3-pip)
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV) && apt-get update && \
+		apt-get install -y --no-install-recommends python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed-base: pyproject.toml | $(BIN)/python
@@ -24,14 +24,12 @@ plan: $(VENV)/.installed-base
 	$(BIN)/gpuctl plan --stack prod --out $(PLAN_DIR)
 
 test: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 bench: $(VENV)/.installed-base
 	$(BIN)/python benchmarks/plan_bench.py
-
-lint: $(VENV)/.installed-test
-	$(BIN)/ruff check .
-	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache

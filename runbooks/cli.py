@@ -5,6 +5,7 @@ Exit codes: 0 done; 1 the program itself failed; 2 the input (stack file, site s
 
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -39,9 +40,11 @@ def find_project_dir(start: Path) -> Path:
 
 @app.command()
 def plan(
-    stack: str = typer.Option("prod", help="Stack whose Pulumi.<stack>.yaml describes the site."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Write the rendered resources here."),
-    project_dir: Path | None = typer.Option(None, "--project-dir", help="Default: found from the working directory."),
+    stack: Annotated[str, typer.Option(help="Stack whose Pulumi.<stack>.yaml describes the site.")] = "prod",
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Write the rendered resources here.")] = None,
+    project_dir: Annotated[
+        Path | None, typer.Option(help="Directory holding Pulumi.yaml; default: found from the working directory.")
+    ] = None,
 ) -> None:
     """Render the stack offline (no cluster, no Pulumi CLI) and summarize what it would deploy."""
     project = project_dir or find_project_dir(Path.cwd())
@@ -52,7 +55,8 @@ def plan(
         err.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(EXIT_INVALID_INPUT) from None
     except SiteSpecError as error:
-        err.print(f"[red]invalid site spec[/] in Pulumi.{stack}.yaml ({len(error.problems)} problems):")
+        count = len(error.problems)
+        err.print(f"[red]invalid site spec[/] in Pulumi.{stack}.yaml ({count} problem{'s' * (count != 1)}):")
         for problem in error.problems:
             err.print(f"  - {escape(str(problem))}", highlight=False)
         raise typer.Exit(EXIT_INVALID_INPUT) from None

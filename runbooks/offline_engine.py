@@ -22,6 +22,7 @@ import yaml
 from pulumi.runtime import mocks, rpc, settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_in_stack
+from pulumi.runtime.sync_await import _ensure_event_loop
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 SECRET_PLACEHOLDER = "offline-plan: secret not decrypted"
@@ -136,7 +137,9 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
     return StackConfig(project, values, frozenset(secret_keys))
 
 
-def run_program(project_dir: Path, stack: str, config: StackConfig | None = None, preview: bool = False) -> ResourceGraph:
+def run_program(
+    project_dir: Path, stack: str, config: StackConfig | None = None, preview: bool = False
+) -> ResourceGraph:
     """Run the project's `__main__.py` for `stack` under mocks and return what it registered.
 
     An error the program raises (a RunError for an invalid spec) becomes a ProgramError carrying
@@ -227,8 +230,8 @@ class _RecordingMonitor(mocks.MockMonitor):
         return f"urn:pulumi:{settings.get_stack()}::{settings.get_project()}::{type_}::{name}"
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        response = super().RegisterResource(request)
-        mocks._ensure_event_loop()
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        _ensure_event_loop()  # type: ignore[no-untyped-call]
         inputs = _plain(rpc.deserialize_properties(request.object))
         outputs = _plain(rpc.deserialize_properties(response.object)) if request.custom else {}
         record = Resource(
@@ -248,11 +251,11 @@ class _RecordingMonitor(mocks.MockMonitor):
         return response
 
     def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        mocks._ensure_event_loop()
+        _ensure_event_loop()  # type: ignore[no-untyped-call]
         outputs = _plain(rpc.deserialize_properties(request.outputs))
         with self._lock:
             self._records[request.urn].outputs = outputs
-        return super().RegisterResourceOutputs(request)
+        return super().RegisterResourceOutputs(request)  # type: ignore[no-untyped-call]
 
 
 def _options(request: Any) -> dict[str, Any]:

@@ -31,7 +31,8 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
         pytest.param({"racks__0__colour": "red"}, ["racks[0].colour: unknown key"], id="rejects an unknown nested key"),
         pytest.param(
             {"racks__0__power_budget_kw": "lots"},
-            ['racks[0].power_budget_kw: Input should be a valid number, unable to parse string as a number (got "lots")'],
+            ["racks[0].power_budget_kw: Input should be a valid number, unable to parse string as a number "
+             '(got "lots")'],
             id="rejects a wrong type",
         ),
         pytest.param(
