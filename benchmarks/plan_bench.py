@@ -2,10 +2,11 @@
 
 Measures what `gpuctl plan` does minus printing (parse_site, then run_program under the offline
 engine) for the prod site (Pulumi.prod.yaml) and for generated sites of 1,024 and 8,192 A800 GPUs,
-and the floor: a trivial program registering as many bare ComponentResources, nested as deep as
-GpuCluster > Facility > Rack > GpuNode, under the same engine. Each run is a child process of its
-own, so its wall time (taken by the child around the run, start-up, imports and config excluded)
-and its peak RSS (ru_maxrss from os.wait4) are that run's alone.
+and two floors under the same engine, each registering as many ComponentResources nested as deep
+as GpuCluster > Facility > Rack > GpuNode: a bare one (the SDK's own floor) and a payload one whose
+resources carry as many props and outputs as a GpuNode (what the SDK costs for that payload).
+Each run is a child process of its own, so its wall time (taken by the child around the run;
+start-up, imports and config excluded) and its peak RSS (ru_maxrss from os.wait4) are that run's alone.
 
 Run from the repo root: `make bench` or `.venv/bin/python benchmarks/plan_bench.py`.
 Targets, printed and not asserted: prod plan under 5 s; cost linear in GPUs; plan/floor at most 1.5.
@@ -30,6 +31,8 @@ PROJECT = "gpu-cluster"
 SITES = ("prod", "1024", "8192")
 NODES_PER_RACK = 4
 """8 x A800 draw ~6.49 kW a node, so 4 fit a 40 kW rack (components/power.py)."""
+GPU_NODE_FACTS = 7
+"""Props (and outputs) a GpuNode carries (components/facility.py): the payload floor carries as many."""
 PROD_PLAN_TARGET_S = 5.0
 FLOOR_RATIO_TARGET = 1.5
 
@@ -37,13 +40,19 @@ FLOOR_PROGRAM = """\
 import pulumi
 
 
+config = pulumi.Config()
+# The bare floor carries nothing; the payload floor as many facts as a GpuNode, as props and outputs.
+FACTS = {f"fact_{i}": float(i) for i in range(config.require_int("facts"))}
+
+
 class Trivial(pulumi.ComponentResource):
     def __init__(self, name, parent=None):
-        super().__init__("bench:floor:Trivial", name, None, pulumi.ResourceOptions(parent=parent))
+        super().__init__("bench:floor:Trivial", name, FACTS or None, pulumi.ResourceOptions(parent=parent))
+        if FACTS:
+            self.register_outputs(FACTS)
 
 
 # As deep as the plan: root > facility > (rack > nodes_per_rack nodes)...; count excludes the Stack.
-config = pulumi.Config()
 count, rack_size = config.require_int("count"), 1 + config.require_int("nodes_per_rack")
 facility = Trivial("facility", Trivial("root"))
 for i in range(count - 2):
@@ -75,7 +84,7 @@ def generated_site(prod: "StackConfig", gpus: int) -> "StackConfig":
 
 
 def measure(kind: str, arg: str) -> dict[str, Any]:
-    """In the child: one plan (arg: a site) or one floor (arg: its resource count), timed apart from imports."""
+    """In the child: one plan (arg: a site) or one floor (arg: "resources/facts"), timed apart from imports."""
     started = perf_counter()
     import components.cluster  # noqa: F401 (what __main__.py imports: loaded before the clock, as for the floor)
     from components.site_config import parse_site
@@ -88,14 +97,17 @@ def measure(kind: str, arg: str) -> dict[str, Any]:
         parse_site(*config.project_values())
         graph = run_program(REPO, f"bench-{arg}", config)
     else:
-        values = {f"{PROJECT}:count": str(int(arg) - 1), f"{PROJECT}:nodes_per_rack": str(NODES_PER_RACK)}
+        count, facts = arg.split("/")
+        values = {f"{PROJECT}:count": str(int(count) - 1), f"{PROJECT}:nodes_per_rack": str(NODES_PER_RACK),
+                  f"{PROJECT}:facts": facts}
         with tempfile.TemporaryDirectory(prefix="floor-") as project:
             (Path(project) / "Pulumi.yaml").write_text(f"name: {PROJECT}\nruntime: python\n")
             (Path(project) / "__main__.py").write_text(FLOOR_PROGRAM)
             started = perf_counter()
             graph = run_program(Path(project), "floor", StackConfig(PROJECT, values, frozenset()))
     seconds = perf_counter() - started
-    return {"resources": len(graph.resources), "seconds": seconds, "imports_s": imports_s, "imports_mib": imports_mib}
+    return {"resources": len(graph.resources), "gpus": int(graph.stack_outputs.get("gpu_count", 0)), "seconds": seconds,
+            "imports_s": imports_s, "imports_mib": imports_mib}
 
 
 def run_child(kind: str, arg: str) -> dict[str, Any]:
@@ -115,30 +127,34 @@ def main() -> None:
     for site in SITES:
         print(f"running {site if site == 'prod' else site + '-GPU'} plan...", file=sys.stderr, flush=True)
         plan = run_child("plan", site)
-        print(f"running floor of {plan['resources']} resources...", file=sys.stderr, flush=True)
-        floor = run_child("floor", str(plan["resources"]))
-        assert floor["resources"] == plan["resources"], (floor["resources"], plan["resources"])
-        rows.append((site, 128 if site == "prod" else int(site), plan, floor))
+        print(f"running floors of {plan['resources']} resources...", file=sys.stderr, flush=True)
+        floor = run_child("floor", f"{plan['resources']}/0")
+        payload = run_child("floor", f"{plan['resources']}/{GPU_NODE_FACTS}")
+        assert floor["resources"] == payload["resources"] == plan["resources"], (floor, payload, plan)
+        rows.append((site, plan["gpus"], plan, floor, payload))
 
     imports = rows[0][2]
     print(f"imports (pulumi, engine, components): {imports['imports_s']:.2f} s, excluded from the times below; "
           f"{imports['imports_mib']:.1f} MiB, included in every peak RSS below\n")
-    header = ("site", "GPUs", "resources", "plan s", "ms/GPU", "plan MiB", "floor s", "floor MiB", "time x", "mem x")
+    header = ("site", "GPUs", "resources", "plan s", "ms/GPU", "plan MiB", "floor s", "floor MiB", "time x", "mem x",
+              "payload floor s", "time x payload")
     table = [header] + [
         (site, f"{gpus:,}", f"{plan['resources']:,}", f"{plan['seconds']:.3f}", f"{plan['seconds'] * 1000 / gpus:.2f}",
          f"{plan['mib']:.1f}", f"{floor['seconds']:.3f}", f"{floor['mib']:.1f}",
-         f"{plan['seconds'] / floor['seconds']:.2f}", f"{plan['mib'] / floor['mib']:.2f}")
-        for site, gpus, plan, floor in rows
+         f"{plan['seconds'] / floor['seconds']:.2f}", f"{plan['mib'] / floor['mib']:.2f}",
+         f"{payload['seconds']:.3f}", f"{plan['seconds'] / payload['seconds']:.2f}")
+        for site, gpus, plan, floor, payload in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
+    for site, *figures in table:
+        print("  ".join([site.ljust(widths[0]), *(f.rjust(w) for f, w in zip(figures, widths[1:], strict=True))]))
 
     prod_s = rows[0][2]["seconds"]
-    per_gpu = [plan["seconds"] * 1000 / gpus for _, gpus, plan, _ in rows]
-    worst_time = max(plan["seconds"] / floor["seconds"] for *_, plan, floor in rows)
-    worst_mem = max(plan["mib"] / floor["mib"] for *_, plan, floor in rows)
-    *_, plan, floor = rows[-1]  # the largest site: the one whose memory growth is more than noise
+    per_gpu = [plan["seconds"] * 1000 / gpus for _, gpus, plan, _, _ in rows]
+    worst_time = max(plan["seconds"] / floor["seconds"] for *_, plan, floor, _ in rows)
+    worst_mem = max(plan["mib"] / floor["mib"] for *_, plan, floor, _ in rows)
+    worst_payload = max(plan["seconds"] / payload["seconds"] for *_, plan, _, payload in rows)
+    *_, plan, floor, _ = rows[-1]  # the largest site: the one whose memory growth is more than noise
     growth = (plan["mib"] - plan["imports_mib"]) / (floor["mib"] - floor["imports_mib"])
     print("\ntargets (not asserted):")
     print(f"  prod plan under {PROD_PLAN_TARGET_S:g} s: {prod_s:.3f} s")
@@ -146,6 +162,7 @@ def main() -> None:
           f"(8,192 vs 1,024 GPUs: x{per_gpu[2] / per_gpu[1]:.2f}; 1.00 is linear)")
     print(f"  plan/floor at most {FLOOR_RATIO_TARGET:g}: worst time x{worst_time:.2f}, worst memory x{worst_mem:.2f} "
           f"(8,192 GPUs, growth above the imports alone: x{growth:.2f})")
+    print(f"  plan/payload floor (same {GPU_NODE_FACTS} props + outputs per resource): worst time x{worst_payload:.2f}")
 
 
 if __name__ == "__main__":

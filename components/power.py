@@ -99,10 +99,12 @@ def node_loads(site: Site) -> list[NodeLoad]:
 
 
 def plan_racks(site: Site) -> list[RackPlan]:
-    loads = node_loads(site)
+    by_rack: dict[str, list[NodeLoad]] = {}
+    for load in node_loads(site):
+        by_rack.setdefault(load.rack, []).append(load)
     plans = []
     for index, rack in enumerate(site.racks):
-        nodes = tuple(n for n in loads if n.rack == rack.name)
+        nodes = tuple(by_rack.get(rack.name, ()))
         draft = RackPlan(index, rack, nodes, ())
         problems = (
             check_power_budget(draft) + check_cooling(draft) + check_dense_placement(draft)
