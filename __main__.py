@@ -1,7 +1,7 @@
 """The gpu-cluster program: read the site from config, fail early on a bad spec, build the one stack."""
 
 import pulumi
-from pulumi.runtime.config import CONFIG, get_config_env, is_config_secret
+from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys_env, is_config_secret
 
 from components.cluster import GpuCluster
 from components.problems import SiteSpecError
@@ -12,7 +12,9 @@ def project_config() -> tuple[dict[str, str], set[str]]:
     """This project's config keys, without their namespace, and which of them are secret."""
     prefix = f"{pulumi.get_project()}:"
     values = {k[len(prefix):]: v for k, v in {**get_config_env(), **CONFIG.get()}.items() if k.startswith(prefix)}
-    return values, {key for key in values if is_config_secret(prefix + key)}
+    # The language host hands secret keys over in PULUMI_CONFIG_SECRET_KEYS or through set_all_config.
+    env_secrets = set(get_config_secret_keys_env())
+    return values, {key for key in values if is_config_secret(prefix + key) or prefix + key in env_secrets}
 
 
 try:

@@ -100,9 +100,6 @@ class ResourceGraph:
     def of_type(self, type_: str) -> list[Resource]:
         return [r for r in self.resources.values() if r.type == type_]
 
-    def children(self, urn: str) -> list[Resource]:
-        return [r for r in self.resources.values() if r.parent == urn]
-
     def ancestors(self, urn: str) -> Iterator[Resource]:
         parent = self.resources[urn].parent
         while parent:
@@ -137,9 +134,7 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
     return StackConfig(project, values, frozenset(secret_keys))
 
 
-def run_program(
-    project_dir: Path, stack: str, config: StackConfig | None = None, preview: bool = False
-) -> ResourceGraph:
+def run_program(project_dir: Path, stack: str, config: StackConfig | None = None) -> ResourceGraph:
     """Run the project's `__main__.py` for `stack` under mocks and return what it registered.
 
     An error the program raises (a RunError for an invalid spec) becomes a ProgramError carrying
@@ -148,7 +143,7 @@ def run_program(
     config = config or load_stack_config(project_dir, stack)
     monitor = _RecordingMonitor(_Mocks())
     set_all_config(dict(config.values), list(config.secret_keys))
-    mocks.set_mocks(monitor.mocks, project=config.project, stack=stack, preview=preview, monitor=monitor)
+    mocks.set_mocks(monitor.mocks, project=config.project, stack=stack, preview=False, monitor=monitor)
     settings.ROOT.set(None)  # set_mocks made a root Stack already; the program gets its own, as under the CLI
     settings.SETTINGS.rpc_manager.clear()
     settings.SETTINGS.outputs.clear()
