@@ -1,9 +1,11 @@
 """The gpu-cluster program: read the site from config, fail early on a bad spec, build the one stack."""
 
 import pulumi
+import pulumi_kubernetes as kubernetes
 from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys_env, is_config_secret
 
 from components.cluster import GpuCluster
+from components.facility import NodeAdmission
 from components.problems import SiteSpecError
 from components.site_config import parse_site
 
@@ -22,6 +24,9 @@ try:
 except SiteSpecError as err:
     raise pulumi.RunError(str(err)) from None
 
-cluster = GpuCluster(pulumi.get_stack(), site)
+# One Kubernetes provider for the whole stack, from the operator's kubeconfig (KUBECONFIG / context).
+k8s = kubernetes.Provider("k8s")
+admission = NodeAdmission(site, pulumi.Config().require_secret("ssh_private_key"), k8s)
+cluster = GpuCluster(pulumi.get_stack(), admission)
 pulumi.export("gpu_count", cluster.gpu_count)
 pulumi.export("stage", site.stage)

@@ -16,41 +16,41 @@ class GpuClass(StrEnum):
 
 
 # Keys are the names node groups use; values are plain dicts so the spec can parse and override them.
+# smi_name is what `nvidia-smi --query-gpu=name --format=csv,noheader` prints for the board.
 GPU_CATALOG: Final[dict[str, dict[str, object]]] = {
     "A800-SXM4-80GB": {
         "tdp_w": 400,
         "memory_gb": 80,
         "gpu_class": GpuClass.DENSE,
         "source": "NVIDIA A800 Tensor Core GPU datasheet (2022): SXM max TDP 400 W, 80 GB HBM2e",
+        "smi_name": "NVIDIA A800-SXM4-80GB",
     },
     "A100-SXM4-80GB": {
         "tdp_w": 400,
         "memory_gb": 80,
         "gpu_class": GpuClass.DENSE,
         "source": "NVIDIA A100 Tensor Core GPU datasheet (2021): SXM max TDP 400 W, 80 GB HBM2e",
+        "smi_name": "NVIDIA A100-SXM4-80GB",
     },
     "H100-SXM5-80GB": {
         "tdp_w": 700,
         "memory_gb": 80,
         "gpu_class": GpuClass.DENSE,
         "source": "NVIDIA H100 Tensor Core GPU datasheet (2023): SXM max TDP up to 700 W, 80 GB HBM3",
-    },
-    "H800-SXM5-80GB": {
-        "tdp_w": 700,
-        "memory_gb": 80,
-        "gpu_class": GpuClass.DENSE,
-        "source": "NVIDIA H800 product brief (2023): SXM max TDP up to 700 W, 80 GB HBM3",
+        "smi_name": "NVIDIA H100 80GB HBM3",
     },
     "L40S": {
         "tdp_w": 350,
         "memory_gb": 48,
         "gpu_class": GpuClass.DATACENTER,
         "source": "NVIDIA L40S datasheet (2023): max power 350 W, 48 GB GDDR6",
+        "smi_name": "NVIDIA L40S",
     },
     "RTX-4090": {
         "tdp_w": 450,
         "memory_gb": 24,
         "gpu_class": GpuClass.CONSUMER,
         "source": "NVIDIA GeForce RTX 4090 specifications: total graphics power 450 W, 24 GB GDDR6X",
+        "smi_name": "NVIDIA GeForce RTX 4090",
     },
 }

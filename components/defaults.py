@@ -102,6 +102,19 @@ APPROVALS_REQUIRED: Final = 2
 APPROVAL_TTL_HOURS: Final = 24
 """hours an approval stays valid; after that the request must be approved again."""
 
+# --- node validation ------------------------------------------------------------------------
+
+MIN_DRIVER_VERSION: Final = "535.104.05"
+"""Oldest NVIDIA driver a node may run: R535 is a long-term support branch that covers both A800
+(Ampere) and RTX 4090 (Ada) (NVIDIA Data Center Driver release notes, R535)."""
+
+BURN_IN_S: Final = 300
+"""seconds of burn-in load during which no GPU may pass the incident temperature or throttle."""
+
+BURN_COMMAND: Final = "dcgmi diag -r 3"
+"""Load for the burn-in: DCGM diagnostics level 3 (targeted stress and power) from NVIDIA's
+datacenter-gpu-manager; the node check stops it when the burn-in time is up."""
+
 # --- cooling capacity per rack, by cooling type ---------------------------------------------
 
 COOLING_MAX_KW: Final[dict[str, float]] = {

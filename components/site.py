@@ -32,6 +32,8 @@ class GpuModel(Spec):
     """How the GPU must be housed (dense GPUs need >= 40 kW liquid or in-row cooled racks)."""
     source: Annotated[str, Field(min_length=1)]
     """Where the figures come from (datasheet and year)."""
+    smi_name: Annotated[str, Field(min_length=1)]
+    """The name `nvidia-smi --query-gpu=name` prints; the node check compares against it."""
 
 
 class CoolingType(StrEnum):
@@ -226,6 +228,15 @@ class Slack(Spec):
     receiver: SlackReceiver = SlackReceiver.SOCKET_MODE
 
 
+class NodeCheck(Spec):
+    min_driver_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)+$")] = defaults.MIN_DRIVER_VERSION
+    """Oldest NVIDIA driver a node may run (dotted version)."""
+    burn_in_s: Annotated[int, Field(gt=0, le=3600)] = defaults.BURN_IN_S
+    """seconds of load during which the hottest GPU must stay under monitoring.gpu_temp_incident_c."""
+    burn_command: Annotated[str, Field(min_length=1)] = defaults.BURN_COMMAND
+    """Command that loads every GPU on the node for the burn-in."""
+
+
 class Site(Spec):
     site_name: Name
     stage: Name
@@ -247,6 +258,8 @@ class Site(Spec):
     """Rollout stages in order; each team names the one that onboards it."""
     rollout: Rollout = Rollout()
     slack: Slack
+    node_check: NodeCheck = NodeCheck()
+    """How each node proves itself before it takes work."""
 
     @field_validator("gpu_catalog", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import yaml
 from pulumi.runtime import mocks, rpc, settings
 from pulumi.runtime.config import set_all_config
@@ -187,6 +188,10 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v) for v in value]
+    if isinstance(value, pulumi.FileAsset | pulumi.FileArchive):
+        return {"asset": value.path}
+    if isinstance(value, pulumi.StringAsset):
+        return {"asset_text": value.text}
     if hasattr(value, "urn") and hasattr(value.urn, "future"):
         return f"[resource {type(value).__name__}]"
     return value

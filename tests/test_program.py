@@ -6,7 +6,7 @@ import pytest
 
 from components.cluster import CLUSTER_TYPE
 from components.facility import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE
-from runbooks.offline_engine import ProgramError, ResourceGraph, StackConfig, run_program
+from runbooks.offline_engine import ProgramError, ResourceGraph, Secret, StackConfig, run_program
 from tests.builders import REPO, encode, prod_config, prod_values, with_changes
 
 NODE_URN = (
@@ -20,10 +20,38 @@ def graph() -> ResourceGraph:
     return run_program(REPO, "prod")
 
 
+COPY_TYPE, CHECK_TYPE = "command:remote:CopyToRemote", "command:remote:Command"
+PATCH_TYPE = "kubernetes:core/v1:NodePatch"
+K8S_PROVIDER = "urn:pulumi:prod::gpu-cluster::pulumi:providers:kubernetes::k8s"
+
+
 def test_should_register_the_facility_hierarchy(graph: ResourceGraph) -> None:
-    counts = {t: len(graph.of_type(t)) for t in (CLUSTER_TYPE, FACILITY_TYPE, RACK_TYPE, GPU_NODE_TYPE)}
-    assert counts == {CLUSTER_TYPE: 1, FACILITY_TYPE: 1, RACK_TYPE: 4, GPU_NODE_TYPE: 16}
-    assert len(graph.resources) == 1 + 22  # the Stack and nothing we did not model
+    types = (CLUSTER_TYPE, FACILITY_TYPE, RACK_TYPE, GPU_NODE_TYPE, COPY_TYPE, CHECK_TYPE, PATCH_TYPE)
+    counts = {t: len(graph.of_type(t)) for t in types}
+    assert counts == {CLUSTER_TYPE: 1, FACILITY_TYPE: 1, RACK_TYPE: 4, GPU_NODE_TYPE: 16,
+                      COPY_TYPE: 16, CHECK_TYPE: 16, PATCH_TYPE: 16}
+    assert len(graph.resources) == 1 + 1 + sum(counts.values())  # the Stack, the k8s provider, and what we model
+
+
+def test_should_check_each_node_over_ssh_before_admitting_it(graph: ResourceGraph) -> None:
+    for node in graph.of_type(GPU_NODE_TYPE):
+        kids = {r.type: r for r in graph.resources.values() if r.parent == node.urn}
+        assert set(kids) == {COPY_TYPE, CHECK_TYPE, PATCH_TYPE}
+        check = kids[CHECK_TYPE]
+        assert check.dependencies == [kids[COPY_TYPE].urn]
+        assert check.inputs["connection"] == Secret() == kids[COPY_TYPE].inputs["connection"]
+        assert f"--node {node.name} " in check.inputs["create"]
+        assert kids[PATCH_TYPE].options["provider"].startswith(K8S_PROVIDER + "::")
+        assert kids[PATCH_TYPE].inputs["metadata"]["name"] == node.name
+
+
+def test_should_keep_a_node_without_a_result_tainted(graph: ResourceGraph) -> None:
+    # Offline there is no node-check output: every node stays unvalidated, tainted, out of Slurm.
+    patch = graph.resources[NODE_URN.replace("::gpu-a800-01", f"${PATCH_TYPE}::gpu-a800-01-admission")]
+    assert patch.inputs["metadata"]["labels"]["gpucluster.io/validated"] == "false"
+    unvalidated = {"key": "gpucluster.io/unvalidated", "value": "true", "effect": "NoSchedule"}
+    assert unvalidated in patch.inputs["spec"]["taints"]
+    assert graph.resources[NODE_URN].outputs["validated"] is False
 
 
 def test_should_parent_nodes_under_their_rack(graph: ResourceGraph) -> None:
@@ -42,7 +70,8 @@ def test_should_give_policies_the_rack_figures_as_inputs_and_outputs(graph: Reso
     assert all(a01.outputs["verdicts"].values())
     node = graph.resources[NODE_URN].outputs
     assert node == {"rack": "a01", "node_group": "a800-train", "pool": "slurm", "gpu_model": "A800-SXM4-80GB",
-                    "gpu_class": "dense", "gpu_count": 8, "draw_kw": pytest.approx(6.489)}
+                    "gpu_class": "dense", "gpu_count": 8, "draw_kw": pytest.approx(6.489),
+                    "validated": False, "validation_reason": "no node-check result yet"}
 
 
 def test_should_export_gpu_count_and_stage(graph: ResourceGraph) -> None:

@@ -34,9 +34,11 @@ def test_should_plan_the_prod_site_with_the_installed_console_script(tmp_path: P
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "stack prod: 128 GPUs on 16 nodes in 4 racks; stage canary onboards 2 of 12 teams" in result.stdout
-    assert "wrote 22 files" in result.stdout
+    assert "wrote 71 files" in result.stdout
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert len(files) == 22
+    assert len(files) == 71
+    patch = yaml.safe_load((out / "kubernetes" / "NodePatch--gpu-a800-01-admission.yaml").read_text())
+    assert (patch["apiVersion"], patch["kind"], patch["metadata"]["name"]) == ("v1", "Node", "gpu-a800-01")
     rack = json.loads((out / "resources" / "gpucluster-facility-Rack--a01.json").read_text())
     assert rack["urn"] == ("urn:pulumi:prod::gpu-cluster::gpucluster:cluster:GpuCluster"
                            "$gpucluster:facility:Facility$gpucluster:facility:Rack::a01")
