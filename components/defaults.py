@@ -108,6 +108,10 @@ MIN_DRIVER_VERSION: Final = "535.104.05"
 """Oldest NVIDIA driver a node may run: R535 is a long-term support branch that covers both A800
 (Ampere) and RTX 4090 (Ada) (NVIDIA Data Center Driver release notes, R535)."""
 
+GPU_DRIVER_VERSION: Final = "535.230.02"
+"""NVIDIA driver the GPU Operator installs: the R535 long-term branch (NVIDIA Data Center Driver 535.230.02
+release notes, 2025-01); Kubernetes and Slurm jobs both run on it."""
+
 BURN_IN_S: Final = 300
 """seconds of burn-in load during which no GPU may pass the incident temperature or throttle."""
 

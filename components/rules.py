@@ -111,6 +111,21 @@ def check_retention(site: Site) -> list[Problem]:
     )]
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def check_driver_version(site: Site) -> list[Problem]:
+    installed, required = site.gpu_operator.driver_version, site.node_check.min_driver_version
+    if _version(installed) >= _version(required):
+        return []
+    return [Problem(
+        "gpu_operator.driver_version",
+        f"{installed} is older than node_check.min_driver_version {required}: every node would fail its check",
+        "driver-version",
+    )]
+
+
 def check_racks(site: Site) -> list[Problem]:
     return [p for plan in power.plan_racks(site) for p in plan.problems]
 
@@ -121,6 +136,7 @@ RULES: tuple[Rule, ...] = (
     check_stage_sizes,
     check_priority_order,
     check_retention,
+    check_driver_version,
     check_racks,
 )
 

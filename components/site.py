@@ -237,6 +237,165 @@ class NodeCheck(Spec):
     """Command that loads every GPU on the node for the burn-in."""
 
 
+class LlmMeter(StrEnum):
+    LITELLM = "litellm"
+    """The LiteLLM gateway's token counters (prompt and completion; it does not split cached tokens)."""
+    VLLM = "vllm"
+    """vLLM's engine counters (prompt, generation and prefix-cache hit tokens), team from the pod namespace."""
+
+
+class LlmPrice(Spec):
+    model: Annotated[str, Field(min_length=1)]
+    """The model as the meter labels it (LiteLLM `model`, vLLM `model_name`)."""
+    meter: LlmMeter = LlmMeter.LITELLM
+    """Whose counters price this model; each model is metered once, so gateway traffic to a vLLM backend
+    is not counted twice."""
+    prompt_usd_per_mtok: Annotated[float, Field(ge=0)]
+    """USD per million prompt (input) tokens not served from a cache."""
+    completion_usd_per_mtok: Annotated[float, Field(ge=0)]
+    """USD per million completion (output) tokens."""
+    cached_usd_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    """USD per million prompt tokens served from the prefix cache (vLLM meter only)."""
+    source: Annotated[str, Field(min_length=1)]
+    """Where the price comes from (price list and date, or the internal chargeback rate)."""
+
+
+DEFAULT_LLM_PRICES = (
+    LlmPrice(model="gpt-4o", prompt_usd_per_mtok=2.5, completion_usd_per_mtok=10.0,
+             source="example: OpenAI API pricing for gpt-4o, 2024-11; replace with the contract price"),
+    LlmPrice(model="Qwen/Qwen2.5-72B-Instruct", meter=LlmMeter.VLLM, prompt_usd_per_mtok=0.4,
+             completion_usd_per_mtok=1.2, cached_usd_per_mtok=0.1,
+             source="example: internal chargeback for a self-hosted model; set from the GPU-hour cost"),
+)
+
+
+class Alerting(Spec):
+    runbook_base_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
+        "https://git.example.internal/platform/gpu-cluster/-/blob/main/docs/sop"
+    )
+    """Where docs/sop/ is browsable; every alert links `<base>/<alert-kebab>.md` (example host: set it)."""
+    platform_channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")] = "#gpu-platform"
+    """Where warnings and tuning alerts that no team owns go."""
+    oncall_webhook_url: Annotated[str, Field(pattern=r"^https?://\S+$")] = (
+        "http://oncall-bridge.monitoring.svc:8080/alertmanager"
+    )
+    """The on-call pager's Alertmanager webhook (not secret; its token is read from a file)."""
+    secrets_dir: Annotated[str, Field(pattern=r"^/\S+[^/]$")] = "/etc/alertmanager/secrets"
+    """Directory mounted into Alertmanager holding `slack-api-url` and `oncall-token` (never inline)."""
+    hbm_temp_incident_c: Annotated[float, Field(gt=0)] = 95.0
+    """C; HBM temperature that raises an incident (A100/A800 SXM4 report Memory Max Operating Temp
+    95 C in `nvidia-smi -q -d TEMPERATURE`)."""
+    thermal_throttle_pct: Percent = 10.0
+    """% of the last 10 minutes a GPU may spend clocked down for heat before a warning."""
+    xid_hardware: tuple[Annotated[int, Field(gt=0)], ...] = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+    """XIDs that mean the GPU, its memory, NVLink or GSP failed (NVIDIA XID catalog,
+    docs.nvidia.com/deploy/xid-errors); any other XID is the application's (13, 31, 43, 45, ...)."""
+    llm_prices: list[LlmPrice] = list(DEFAULT_LLM_PRICES)
+    """Price table for LLM API cost per team, model and token type."""
+
+    @field_validator("llm_prices")
+    @classmethod
+    def _one_meter_per_model(cls, prices: list[LlmPrice]) -> list[LlmPrice]:
+        seen: set[str] = set()
+        for i, price in enumerate(prices):
+            if price.model in seen:
+                raise ValueError(f'[{i}]: model "{price.model}" is priced twice; a model is metered once')
+            seen.add(price.model)
+            if price.cached_usd_per_mtok is not None and price.meter != LlmMeter.VLLM:
+                raise ValueError(f"[{i}]: cached_usd_per_mtok needs meter vllm (LiteLLM does not count cached tokens)")
+        return prices
+
+
+QosName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=63)]
+
+
+class SlurmQos(Spec):
+    name: QosName
+    """Slurm QoS name (`sbatch --qos=`); also the job class a later issue maps to a Kubernetes PriorityClass."""
+    priority: Annotated[int, Field(ge=0)]
+    """Slurm QoS priority; weighted by PriorityWeightQOS in the job's multifactor priority (higher runs first)."""
+    preempts: list[QosName] = []
+    """QoS whose running jobs a pending job of this QoS may requeue (sacctmgr `Preempt=`)."""
+    preemptible: bool = True
+    """False for QoS whose jobs must never be preempted: no QoS may list it in `preempts`."""
+    for_teams: bool = True
+    """Whether every team account may submit with it; False keeps it to the operators (root's account)."""
+
+
+DEFAULT_SLURM_QOS = (
+    SlurmQos(name="train_preemptible", priority=100),
+    SlurmQos(name="train_normal", priority=1_000, preempts=["train_preemptible"]),
+    SlurmQos(name="train_high", priority=10_000, preempts=["train_normal", "train_preemptible"]),
+    SlurmQos(name="inference", priority=50_000, preempts=["train_preemptible"], preemptible=False),
+    SlurmQos(name="critical", priority=100_000, preempts=["train_preemptible", "train_normal", "train_high"],
+             preemptible=False, for_teams=False),
+)
+
+
+class SlurmSettings(Spec):
+    """Slurm controller, daemons and the QoS table; rendered by components.slurm_config."""
+
+    controller_host: Annotated[str, Field(min_length=1)] = "slurm-controller"
+    """Hostname of the slurmctld and slurmdbd machine, resolvable from every node."""
+    slurmctld_port: Annotated[int, Field(gt=0, lt=65536)] = 6817
+    """TCP port of slurmctld (the slurm.conf(5) default)."""
+    slurmd_port: Annotated[int, Field(gt=0, lt=65536)] = 6818
+    """TCP port of slurmd on every node (the slurm.conf(5) default)."""
+    slurmdbd_port: Annotated[int, Field(gt=0, lt=65536)] = 6819
+    """TCP port of slurmdbd (the slurmdbd.conf(5) default)."""
+    state_save_dir: Annotated[str, Field(pattern=r"^/")] = "/var/spool/slurmctld"
+    """Where slurmctld keeps its state; must survive reboots (Debian's slurmctld package default)."""
+    slurmd_spool_dir: Annotated[str, Field(pattern=r"^/")] = "/var/spool/slurmd"
+    """Where each slurmd keeps batch scripts and its state (Debian's slurmd package default)."""
+    log_dir: Annotated[str, Field(pattern=r"^/")] = "/var/log/slurm"
+    """Where the daemons write their logs (Debian's slurm-wlm default)."""
+    os_memory_reserve_pct: Annotated[float, Field(ge=0, lt=50)] = 5.0
+    """% of a node's installed memory kept out of RealMemory: the kernel's page map alone is ~1.6 %
+    (64 B per 4 KiB page), plus firmware holes, the OS, slurmd, the GPU driver's pinned buffers and the
+    NFS page cache. A RealMemory above what slurmd detects would drain the node."""
+    def_mem_per_gpu_gib: Annotated[int, Field(gt=0)] = 96
+    """GiB of host memory a job gets per allocated GPU unless it asks (--mem); without it a 1-GPU job
+    would be given the whole node's memory and block the other 7 GPUs."""
+    priority_weight_qos: Annotated[int, Field(ge=0)] = 100_000
+    """Weight of the QoS factor in multifactor priority; larger than fairshare so QoS orders the queue first."""
+    priority_weight_fairshare: Annotated[int, Field(ge=0)] = 10_000
+    """Weight of the fairshare factor; orders jobs of one QoS by how little each account has used lately."""
+    qos: Annotated[list[SlurmQos], Field(min_length=1)] = list(DEFAULT_SLURM_QOS)
+    """The QoS table: names, priorities, who preempts whom. A plain table so the Kubernetes priority
+    table can be merged with it."""
+    team_default_qos: QosName = "train_normal"
+    """QoS a team's job gets without --qos (must be in qos and open to teams)."""
+
+    @field_validator("qos")
+    @classmethod
+    def _preemption_is_consistent(cls, table: list[SlurmQos]) -> list[SlurmQos]:
+        names = [q.name for q in table]
+        never = {q.name for q in table if not q.preemptible}
+        errors = [f'QoS "{n}" is listed twice' for n in sorted({n for n in names if names.count(n) > 1})]
+        for q in table:
+            errors += [f'{q.name}.preempts: no QoS named "{p}"' for p in q.preempts if p not in names]
+            errors += [f"{q.name}.preempts: {p} is not preemptible" for p in q.preempts if p in never]
+            if q.name in q.preempts:
+                errors.append(f"{q.name}.preempts: a QoS cannot preempt itself")
+        if errors:
+            raise ValueError("; ".join(errors))
+        return table
+
+    @field_validator("team_default_qos")
+    @classmethod
+    def _default_is_open_to_teams(cls, name: str, info: Any) -> str:
+        teams = [q.name for q in info.data.get("qos", []) if q.for_teams]
+        if "qos" in info.data and name not in teams:
+            raise ValueError(f'no QoS open to teams is named "{name}" (open to teams: {", ".join(teams)})')
+        return name
+
+
+class GpuOperator(Spec):
+    driver_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)+$")] = defaults.GPU_DRIVER_VERSION
+    """NVIDIA driver the operator installs on every GPU node, the one driver Kubernetes and Slurm share."""
+    namespace: Name = "gpu-operator"
+
+
 class Site(Spec):
     site_name: Name
     stage: Name
@@ -252,14 +411,17 @@ class Site(Spec):
     node_groups: Annotated[list[NodeGroup], Field(min_length=1)]
     storage: Storage
     monitoring: Monitoring = Monitoring()
+    alerting: Alerting = Alerting()
     scheduling: Scheduling = Scheduling()
     teams: Annotated[list[Team], Field(min_length=1)]
     stages: Annotated[list[Stage], Field(min_length=1)] = list(DEFAULT_STAGES)
     """Rollout stages in order; each team names the one that onboards it."""
     rollout: Rollout = Rollout()
     slack: Slack
+    slurm: SlurmSettings = SlurmSettings()
     node_check: NodeCheck = NodeCheck()
     """How each node proves itself before it takes work."""
+    gpu_operator: GpuOperator = GpuOperator()
 
     @field_validator("gpu_catalog", mode="before")
     @classmethod
