@@ -65,7 +65,7 @@ def plan(
         raise typer.Exit(1) from None
     summary = planning.summarize(site, graph)
     if out_dir is not None:
-        summary.files = planning.write_plan(graph, out_dir)
+        summary.files = planning.write_plan(site, graph, out_dir)
     _print_summary(summary, out_dir)
 
 

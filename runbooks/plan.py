@@ -15,7 +15,11 @@ from typing import Any
 
 import yaml
 
+from components.alert_rules import render_rule_groups
+from components.alertmanager_config import render_alertmanager_config
 from components.cluster import CLUSTER_TYPE
+from components.dashboards import render_dashboards
+from components.dcgm_counters import render_counters_csv
 from components.facility import GPU_NODE_TYPE, RACK_TYPE
 from components.site import Site
 from components.site_config import parse_site
@@ -124,11 +128,30 @@ def summarize(site: Site, graph: ResourceGraph) -> Summary:
     )
 
 
-def write_plan(graph: ResourceGraph, out_dir: Path) -> list[Path]:
-    """One YAML file per Kubernetes object, one JSON file per other resource; stale files removed."""
-    for sub in ("kubernetes", "resources"):
+def artifacts(site: Site) -> dict[str, str]:
+    """Generated configuration, as its consumer reads it (promtool, amtool, Grafana, ...), by path."""
+    files = {
+        "prometheus/rules.yaml": yaml.safe_dump(render_rule_groups(site), sort_keys=False),
+        "alertmanager/alertmanager.yml": yaml.safe_dump(render_alertmanager_config(site), sort_keys=False),
+        "dcgm-exporter/dcgm-metrics.csv": render_counters_csv(),
+    }
+    for uid, board in render_dashboards(site).items():
+        files[f"grafana/{uid}.json"] = json.dumps(board, indent=2) + "\n"
+    return files
+
+
+def write_plan(site: Site, graph: ResourceGraph, out_dir: Path) -> list[Path]:
+    """One YAML file per Kubernetes object, one JSON file per other resource, and the generated
+    configuration files; stale files from an earlier plan are removed."""
+    generated = artifacts(site)
+    for sub in ("kubernetes", "resources", *{path.split("/")[0] for path in generated}):
         shutil.rmtree(out_dir / sub, ignore_errors=True)
     written = []
+    for relative, text in generated.items():
+        path = out_dir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
     for resource in sorted(graph.resources.values(), key=lambda r: r.urn):
         if resource.type == STACK_TYPE:
             continue

@@ -11,7 +11,9 @@ import yaml
 from typer.testing import CliRunner
 
 from runbooks.cli import app
-from tests.builders import REPO
+from runbooks.offline_engine import run_program
+from runbooks.plan import artifacts
+from tests.builders import REPO, parse, prod_values
 
 GPUCTL = REPO / ".venv" / "bin" / "gpuctl"
 
@@ -34,9 +36,11 @@ def test_should_plan_the_prod_site_with_the_installed_console_script(tmp_path: P
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "stack prod: 128 GPUs on 16 nodes in 4 racks; stage canary onboards 2 of 12 teams" in result.stdout
-    assert "wrote 71 files" in result.stdout
+    graph = run_program(REPO, "prod")
+    expected = len(graph.resources) - 1 + len(artifacts(parse(prod_values())))  # all but the Stack, and configs
+    assert f"wrote {expected} files" in result.stdout
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert len(files) == 71
+    assert len(files) == expected
     patch = yaml.safe_load((out / "kubernetes" / "NodePatch--gpu-a800-01-admission.yaml").read_text())
     assert (patch["apiVersion"], patch["kind"], patch["metadata"]["name"]) == ("v1", "Node", "gpu-a800-01")
     rack = json.loads((out / "resources" / "gpucluster-facility-Rack--a01.json").read_text())
@@ -96,3 +100,19 @@ def test_should_exit_1_when_the_program_itself_fails(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["plan", "--project-dir", str(project)])
     assert result.exit_code == 1
     assert "the program failed: boom" in result.output
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "artifact"),
+    [
+        pytest.param("promtool", ["check", "rules"], "prometheus/rules.yaml", id="promtool accepts the rules"),
+        pytest.param("amtool", ["check-config"], "alertmanager/alertmanager.yml", id="amtool accepts the routing"),
+    ],
+)
+def test_should_write_configs_their_consumers_accept(tmp_path: Path, tool: str, args: list[str], artifact: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed (make test installs it)")
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    checked = subprocess.run([tool, *args, str(tmp_path / artifact)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
