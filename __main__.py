@@ -24,9 +24,10 @@ try:
 except SiteSpecError as err:
     raise pulumi.RunError(str(err)) from None
 
-# One Kubernetes provider for the whole stack, from the operator's kubeconfig (KUBECONFIG / context).
+# One Kubernetes provider for the whole stack, from the operator's kubeconfig (KUBECONFIG / context);
+# every Kubernetes resource under the cluster inherits it.
 k8s = kubernetes.Provider("k8s")
-admission = NodeAdmission(site, pulumi.Config().require_secret("ssh_private_key"), k8s)
-cluster = GpuCluster(pulumi.get_stack(), admission)
+admission = NodeAdmission(site, pulumi.Config().require_secret("ssh_private_key"))
+cluster = GpuCluster(pulumi.get_stack(), admission, pulumi.ResourceOptions(providers=[k8s]))
 pulumi.export("gpu_count", cluster.gpu_count)
 pulumi.export("stage", site.stage)

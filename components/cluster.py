@@ -3,6 +3,8 @@
 import pulumi
 
 from components.facility import Facility, NodeAdmission
+from components.gpu_operator import GpuOperator
+from components.monitoring import MonitoringStack
 
 CLUSTER_TYPE = "gpucluster:cluster:GpuCluster"
 
@@ -11,7 +13,10 @@ class GpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, admission: NodeAdmission, opts: pulumi.ResourceOptions | None = None) -> None:
         site = admission.site
         super().__init__(CLUSTER_TYPE, name, {"site_name": site.site_name, "stage": site.stage}, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        self.facility = Facility(f"{name}-facility", admission, child)
+        # Observability first: nothing admits a node or serves a GPU before the monitoring stack exists.
+        self.monitoring = MonitoringStack(f"{name}-monitoring", site, pulumi.ResourceOptions(parent=self))
+        after_monitoring = pulumi.ResourceOptions(parent=self, depends_on=[self.monitoring])
+        self.facility = Facility(f"{name}-facility", admission, after_monitoring)
+        self.gpu_operator = GpuOperator(f"{name}-gpu-operator", site, after_monitoring)
         self.gpu_count = self.facility.gpu_count
         self.register_outputs({"gpu_count": self.gpu_count, "stage": site.stage})

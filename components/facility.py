@@ -38,11 +38,10 @@ def _kw(value: float) -> float:
 
 @dataclass(frozen=True)
 class NodeAdmission:
-    """What admitting a node needs beyond the spec: the SSH key (a secret) and the cluster's provider."""
+    """What admitting a node needs beyond the spec: the SSH key, a Pulumi secret."""
 
     site: Site
     ssh_private_key: pulumi.Output[str]
-    k8s: kubernetes.Provider
 
     def node(self, name: str) -> Node:
         return next(n for g in self.site.node_groups for n in g.nodes if n.name == name)
@@ -74,7 +73,7 @@ class GpuNode(pulumi.ComponentResource):
             spec=kubernetes.core.v1.NodeSpecPatchArgs(
                 taints=verdict.apply(lambda v: [kubernetes.core.v1.TaintPatchArgs(**t) for t in node_taints(load, v)]),
             ),
-            opts=pulumi.ResourceOptions(parent=self, provider=admission.k8s),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self.validated = verdict.apply(lambda v: v.validated)
         self.register_outputs({**facts, "validated": self.validated,

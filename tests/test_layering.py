@@ -8,7 +8,11 @@ import pytest
 from tests.builders import REPO
 
 # Planning and rendering modules: pure functions of the spec, testable without the Pulumi runtime.
-PURE = ["catalog", "defaults", "power", "problems", "rules", "site", "site_config"]
+PURE = [
+    "alert_rules", "alertmanager_config", "catalog", "charts", "dashboards", "dcgm_counters", "defaults",
+    "node_validation",
+    "power", "problems", "rules", "site", "site_config",
+]
 
 
 def imports(path: Path) -> set[str]:

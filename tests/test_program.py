@@ -1,11 +1,14 @@
 """The whole program (`__main__.py`) under the offline engine, on the prod site and on broken ones."""
 
 import json
+from collections import Counter
 
 import pytest
 
 from components.cluster import CLUSTER_TYPE
 from components.facility import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE
+from components.gpu_operator import GPU_OPERATOR_TYPE
+from components.monitoring import MONITORING_TYPE
 from runbooks.offline_engine import ProgramError, ResourceGraph, Secret, StackConfig, run_program
 from tests.builders import REPO, encode, prod_config, prod_values, with_changes
 
@@ -25,12 +28,26 @@ PATCH_TYPE = "kubernetes:core/v1:NodePatch"
 K8S_PROVIDER = "urn:pulumi:prod::gpu-cluster::pulumi:providers:kubernetes::k8s"
 
 
-def test_should_register_the_facility_hierarchy(graph: ResourceGraph) -> None:
-    types = (CLUSTER_TYPE, FACILITY_TYPE, RACK_TYPE, GPU_NODE_TYPE, COPY_TYPE, CHECK_TYPE, PATCH_TYPE)
-    counts = {t: len(graph.of_type(t)) for t in types}
-    assert counts == {CLUSTER_TYPE: 1, FACILITY_TYPE: 1, RACK_TYPE: 4, GPU_NODE_TYPE: 16,
-                      COPY_TYPE: 16, CHECK_TYPE: 16, PATCH_TYPE: 16}
-    assert len(graph.resources) == 1 + 1 + sum(counts.values())  # the Stack, the k8s provider, and what we model
+def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) -> None:
+    assert Counter(r.type for r in graph.resources.values()) == {
+        "pulumi:pulumi:Stack": 1, "pulumi:providers:kubernetes": 1,
+        CLUSTER_TYPE: 1, FACILITY_TYPE: 1, RACK_TYPE: 4, GPU_NODE_TYPE: 16,
+        COPY_TYPE: 16, CHECK_TYPE: 16, PATCH_TYPE: 16,
+        GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1,
+        "kubernetes:core/v1:Namespace": 2,  # gpu-operator, monitoring
+        "kubernetes:core/v1:ConfigMap": 5,  # DCGM counters, 4 dashboards
+        "kubernetes:helm.sh/v3:Release": 3,  # gpu-operator, kube-prometheus-stack, victoria-metrics
+        "kubernetes:monitoring.coreos.com/v1:PrometheusRule": 1,
+        "kubernetes:monitoring.coreos.com/v1:ServiceMonitor": 1,
+    }
+
+
+def test_should_wire_monitoring_before_nodes_and_gpus(graph: ResourceGraph) -> None:
+    (stack,) = graph.of_type(MONITORING_TYPE)
+    monitored = {r.urn for r in graph.resources.values() if stack in graph.ancestors(r.urn)}
+    for served in graph.of_type(FACILITY_TYPE) + graph.of_type(GPU_OPERATOR_TYPE):
+        # The SDK sends a dependency on a component as its custom descendants.
+        assert served.dependencies and set(served.dependencies) <= monitored
 
 
 def test_should_check_each_node_over_ssh_before_admitting_it(graph: ResourceGraph) -> None:

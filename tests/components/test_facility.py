@@ -49,7 +49,7 @@ def admit(stdout: str) -> tuple[dict[str, Any], bool]:
 
     @pulumi.runtime.test
     def program() -> pulumi.Output[None]:
-        admission = NodeAdmission(site, pulumi.Output.secret("key"), pulumi.ProviderResource("kubernetes", "k8s"))
+        admission = NodeAdmission(site, pulumi.Output.secret("key"))
         node = GpuNode(load, admission, pulumi.ResourceOptions())
         return node.validated.apply(validated.append)
 
