@@ -1,0 +1,310 @@
+"""Slurm's configuration files and accounting setup, rendered from the site spec.
+
+Pure: no pulumi, no I/O. The same functions render the production files (no overlay) and the files of
+a loopback test cluster (a `LoopbackOverlay`: every daemon on 127.0.0.1 under one directory), so the
+real slurmctld, slurmd and slurmdbd that the tests start judge exactly what production gets.
+
+Option semantics cite the Slurm 22.05 man pages (Debian 12 ships slurm-wlm 22.05.8):
+slurm.conf(5), gres.conf(5), cgroup.conf(5), slurmdbd.conf(5), sacctmgr(1), also at
+https://slurm.schedmd.com/archive/slurm-22.05.8/.
+"""
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.site import Node, NodeGroup, Pool, Site
+
+SLURM_POOLS = (Pool.SLURM, Pool.FLEX)
+"""Pools whose nodes Slurm schedules; kubernetes-pool nodes are not in slurm.conf at all."""
+
+PARTITION_ROLE = {Pool.SLURM: "train", Pool.FLEX: "flex"}
+"""Partition name suffix per pool: `a800-train`, `a800-flex`."""
+
+GPU_DEVICES = "/dev/nvidia"
+"""NVIDIA character devices (major 195, minor = GPU index) that gres.conf binds GPUs to."""
+
+ACCOUNTING_DB = "slurm_acct_db"
+"""MariaDB database slurmdbd keeps accounting in (the slurmdbd.conf(5) StorageLoc default)."""
+
+_GPU_MODEL_QUALIFIERS = re.compile(r"^(SXM\d*|PCIE|NVL|\d+GB)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LoopbackOverlay:
+    """What a test cluster on one machine changes in the production files, and nothing else."""
+
+    root: Path
+    """Directory holding every state, spool, log and PID file and the fake GPU device files."""
+    slurmctld_port: int
+    slurmd_ports: dict[str, int]
+    """Port of each node's slurmd: every node is a `slurmd -N <node>` on 127.0.0.1."""
+    slurmdbd_port: int
+    munge_socket: Path
+    storage_port: int
+    """TCP port of the private MariaDB on 127.0.0.1."""
+    storage_user: str
+    storage_pass: str
+    """A throwaway password for the private MariaDB (production slurmdbd logs in over the unix socket)."""
+    slurm_user: str = "root"
+    """The daemons run as the test's user; production runs them as `slurm`."""
+
+    @property
+    def dev_dir(self) -> Path:
+        return self.root / "dev"
+
+
+class ConfigFile:
+    """A Slurm config file as ordered `Key=Value` records; one record per line (slurm.conf(5) syntax)."""
+
+    def __init__(self, title: str) -> None:
+        self._lines = [f"# {title}", "# Generated from the site spec by gpu-cluster: edit Pulumi.<stack>.yaml."]
+
+    def section(self, title: str) -> "ConfigFile":
+        self._lines += ["", f"# {title}"]
+        return self
+
+    def record(self, **pairs: str | int | None) -> "ConfigFile":
+        """One line of `Key=Value` pairs in the order given; None leaves a key out."""
+        self._lines.append(" ".join(f"{key}={value}" for key, value in pairs.items() if value is not None))
+        return self
+
+    def render(self) -> str:
+        return "\n".join(self._lines) + "\n"
+
+
+def gres_type(gpu_model: str) -> str:
+    """The GRES type of a GPU model: its name without form factor and memory (`A800-SXM4-80GB` -> `a800`)."""
+    parts = [p for p in gpu_model.split("-") if not _GPU_MODEL_QUALIFIERS.match(p)]
+    return "".join(parts).lower()
+
+
+def slurm_groups(site: Site) -> list[NodeGroup]:
+    return [g for g in site.node_groups if g.pool in SLURM_POOLS]
+
+
+def slurm_nodes(site: Site) -> list[Node]:
+    return [n for g in slurm_groups(site) for n in g.nodes]
+
+
+def real_memory_mib(site: Site, group: NodeGroup) -> int:
+    """RealMemory: installed memory less the OS reserve, in MiB (slurm.conf(5): 'in megabytes')."""
+    return math.floor(group.memory_gib * 1024 * (1 - site.slurm.os_memory_reserve_pct / 100))
+
+
+def partitions(site: Site) -> dict[str, list[NodeGroup]]:
+    """Partition name -> its node groups: one partition per GPU type and pool, in spec order."""
+    found: dict[str, list[NodeGroup]] = {}
+    for group in slurm_groups(site):
+        name = f"{gres_type(group.gpu_model)}-{PARTITION_ROLE[group.pool]}"
+        found.setdefault(name, []).append(group)
+    return found
+
+
+def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:
+    slurm = site.slurm
+    conf = ConfigFile("slurm.conf, see slurm.conf(5)")
+    conf.record(ClusterName=site.site_name)
+    if overlay is None:
+        conf.record(SlurmctldHost=slurm.controller_host)
+        conf.record(SlurmctldPort=slurm.slurmctld_port)
+        conf.record(SlurmdPort=slurm.slurmd_port)
+        conf.record(SlurmUser="slurm")
+    else:
+        conf.record(SlurmctldHost="localhost(127.0.0.1)")
+        conf.record(SlurmctldPort=overlay.slurmctld_port)
+        conf.record(SlurmUser=overlay.slurm_user)
+    conf.record(AuthType="auth/munge")
+    if overlay is not None:
+        # slurm.conf(5) AuthInfo: socket= is the MUNGE socket the daemons and clients talk to.
+        conf.record(AuthInfo=f"socket={overlay.munge_socket}")
+    for key, value in _paths(site, overlay):
+        conf.record(**{key: value})
+
+    conf.section("Resources: GPUs, cores and memory are all consumable")
+    conf.record(SelectType="select/cons_tres")
+    # CR_Core_Memory: memory is consumable, so RealMemory and DefMemPerGPU bound what a job gets
+    # (slurm.conf(5) RealMemory: lowering it for the OS only works with a *_Memory parameter).
+    conf.record(SelectTypeParameters="CR_Core_Memory")
+    conf.record(GresTypes="gpu")
+    # slurm.conf(5) DefMemPerGPU: megabytes per allocated GPU; mutually exclusive with DefMemPerCPU.
+    conf.record(DefMemPerGPU=slurm.def_mem_per_gpu_gib * 1024)
+    conf.record(ProctrackType="proctrack/cgroup")
+    conf.record(TaskPlugin="task/cgroup,task/affinity")
+    conf.record(JobAcctGatherType="jobacct_gather/cgroup")
+    if overlay is not None:
+        # slurm.conf(5) SlurmdParameters=config_overrides: every emulated node claims its production
+        # CPUs, memory and GRES instead of what the small test machine really has.
+        conf.record(SlurmdParameters="config_overrides")
+
+    conf.section("Scheduling: QoS preemption with requeue, multifactor priority with fairshare")
+    conf.record(SchedulerType="sched/backfill")
+    conf.record(PriorityType="priority/multifactor")
+    conf.record(PriorityWeightQOS=slurm.priority_weight_qos)
+    conf.record(PriorityWeightFairshare=slurm.priority_weight_fairshare)
+    # slurm.conf(5) PriorityCalcPeriod: minutes between usage decay recalculations (default 5);
+    # 1 lets fairshare react within a minute of a team's burst.
+    conf.record(PriorityCalcPeriod=1)
+    # slurm.conf(5) PreemptType=preempt/qos: the QoS table's Preempt lists decide who preempts whom;
+    # REQUEUE puts a preempted batch job back in the queue instead of killing it, and
+    # JobRequeue=1 makes batch jobs requeueable unless the user opts out.
+    conf.record(PreemptType="preempt/qos")
+    conf.record(PreemptMode="REQUEUE")
+    conf.record(JobRequeue=1)
+
+    conf.section("Accounting: slurmdbd enforces associations, limits and QoS")
+    conf.record(AccountingStorageType="accounting_storage/slurmdbd")
+    if overlay is None:
+        conf.record(AccountingStorageHost=slurm.controller_host)
+        conf.record(AccountingStoragePort=slurm.slurmdbd_port)
+    else:
+        conf.record(AccountingStorageHost="localhost")
+        conf.record(AccountingStoragePort=overlay.slurmdbd_port)
+        # slurm.conf(5) AccountingStoragePass: with slurmdbd and MUNGE, the socket of the MUNGE daemon
+        # that authenticates to slurmdbd (AuthInfo alone does not reach that connection).
+        conf.record(AccountingStoragePass=str(overlay.munge_socket))
+    # GPUs are a tracked TRES so fairshare and limits count GPU-time, not only CPU-time.
+    conf.record(AccountingStorageTRES="gres/gpu")
+    # Without qos enforcement an unknown --qos is accepted silently (slurm.conf(5) AccountingStorageEnforce).
+    conf.record(AccountingStorageEnforce="associations,limits,qos")
+
+    conf.section("Nodes (slurm and flex pools)")
+    for group in slurm_groups(site):
+        gres = f"gpu:{gres_type(group.gpu_model)}:{group.gpus_per_node}"
+        for node in group.nodes:
+            if overlay is None:
+                where: dict[str, str | int | None] = {"NodeAddr": node.ssh_host}
+            else:
+                where = {"NodeHostname": "localhost", "NodeAddr": "127.0.0.1", "Port": overlay.slurmd_ports[node.name]}
+            conf.record(NodeName=node.name, **where, CPUs=group.cpus, RealMemory=real_memory_mib(site, group),
+                        Gres=gres, State="UNKNOWN")
+
+    conf.section("Partitions: one per GPU type and pool")
+    for index, (name, groups) in enumerate(partitions(site).items()):
+        nodes = ",".join(n.name for g in groups for n in g.nodes)
+        conf.record(PartitionName=name, Nodes=nodes, Default="YES" if index == 0 else "NO",
+                    MaxTime="INFINITE", State="UP")
+    return conf.render()
+
+
+def _paths(site: Site, overlay: LoopbackOverlay | None) -> Iterator[tuple[str, str]]:
+    slurm = site.slurm
+    if overlay is None:
+        yield "StateSaveLocation", slurm.state_save_dir
+        yield "SlurmdSpoolDir", slurm.slurmd_spool_dir
+        yield "SlurmctldPidFile", "/run/slurmctld.pid"
+        yield "SlurmdPidFile", "/run/slurmd.pid"
+        yield "SlurmctldLogFile", f"{slurm.log_dir}/slurmctld.log"
+        yield "SlurmdLogFile", f"{slurm.log_dir}/slurmd.log"
+        return
+    # slurm.conf(5): %n in SlurmdSpoolDir, SlurmdPidFile and SlurmdLogFile is the node name, so every
+    # `slurmd -N <node>` on one machine gets its own.
+    root = overlay.root
+    yield "StateSaveLocation", str(root / "state")
+    yield "SlurmdSpoolDir", str(root / "spool" / "%n")
+    yield "SlurmctldPidFile", str(root / "run" / "slurmctld.pid")
+    yield "SlurmdPidFile", str(root / "run" / "slurmd-%n.pid")
+    yield "SlurmctldLogFile", str(root / "log" / "slurmctld.log")
+    yield "SlurmdLogFile", str(root / "log" / "slurmd-%n.log")
+
+
+def render_gres_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:
+    """One line per node group. Every GPU is bound to its device file: lines without File= are dropped
+    by slurmd and the node goes INVAL (gres.conf(5) File; AutoDetect=off so NVML is not needed)."""
+    conf = ConfigFile("gres.conf, see gres.conf(5)")
+    conf.record(AutoDetect="off")
+    devices = str(overlay.dev_dir / "nvidia") if overlay else GPU_DEVICES
+    for group in slurm_groups(site):
+        conf.record(NodeName=",".join(n.name for n in group.nodes), Name="gpu", Type=gres_type(group.gpu_model),
+                    File=f"{devices}[0-{group.gpus_per_node - 1}]")
+    return conf.render()
+
+
+def render_cgroup_conf() -> str:
+    """cgroup.conf(5): jobs see only their cores, memory and GPUs (devices) and cannot exceed them.
+    The same for every site and for the loopback cluster, whose jobs are really confined too."""
+    conf = ConfigFile("cgroup.conf, see cgroup.conf(5)")
+    # autodetect: cgroup/v2 on Debian 12 nodes, cgroup/v1 on hosts still booted with the legacy hierarchy.
+    conf.record(CgroupPlugin="autodetect")
+    conf.record(ConstrainCores="yes")
+    conf.record(ConstrainRAMSpace="yes")
+    conf.record(ConstrainDevices="yes")
+    return conf.render()
+
+
+def render_slurmdbd_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:
+    """slurmdbd.conf(5): one Key=Value per line (unlike slurm.conf, it rejects several on one line).
+
+    Production logs in to MariaDB as `slurm` over the local unix socket (a MariaDB user IDENTIFIED VIA
+    unix_socket), so the file holds no password; the test's private MariaDB listens on TCP instead.
+    """
+    slurm = site.slurm
+    conf = ConfigFile("slurmdbd.conf, see slurmdbd.conf(5); the file must be mode 0600")
+    conf.record(AuthType="auth/munge")
+    if overlay is None:
+        conf.record(DbdHost=slurm.controller_host)
+        conf.record(DbdPort=slurm.slurmdbd_port)
+        conf.record(SlurmUser="slurm")
+        conf.record(PidFile="/run/slurmdbd.pid")
+        conf.record(LogFile=f"{slurm.log_dir}/slurmdbd.log")
+        conf.record(StorageType="accounting_storage/mysql")
+        conf.record(StorageHost="localhost")
+        conf.record(StorageUser="slurm")
+    else:
+        conf.record(AuthInfo=f"socket={overlay.munge_socket}")
+        conf.record(DbdHost="localhost")
+        conf.record(DbdAddr="127.0.0.1")
+        conf.record(DbdPort=overlay.slurmdbd_port)
+        conf.record(SlurmUser=overlay.slurm_user)
+        conf.record(PidFile=str(overlay.root / "run" / "slurmdbd.pid"))
+        conf.record(LogFile=str(overlay.root / "log" / "slurmdbd.log"))
+        conf.record(StorageType="accounting_storage/mysql")
+        conf.record(StorageHost="127.0.0.1")
+        conf.record(StoragePort=overlay.storage_port)
+        conf.record(StorageUser=overlay.storage_user)
+        conf.record(StoragePass=overlay.storage_pass)
+    conf.record(StorageLoc=ACCOUNTING_DB)
+    return conf.render()
+
+
+ALREADY_PRESENT = ("Nothing new added.", "already exists")
+"""What sacctmgr 22.05 prints, with exit status 1, when `add` finds everything there already."""
+
+
+def accounting_step_succeeded(returncode: int, output: str) -> bool:
+    """Whether a command of `render_accounting_commands` did its job: an `add` that found its object
+    already there counts as done, so the whole list can be run on every deploy."""
+    return returncode == 0 or (returncode == 1 and any(marker in output for marker in ALREADY_PRESENT))
+
+
+def render_accounting_commands(site: Site) -> list[list[str]]:
+    """sacctmgr commands that make the database match the spec; running them again changes nothing.
+
+    `add` only creates (of something that exists it changes nothing, but exits 1: see
+    `accounting_step_succeeded`); every setting is then written with `modify ... set`, so a changed
+    spec converges on the next run. Not converged: an account or QoS dropped from the spec is left in
+    place, and a preempt list emptied in the spec must be cleared by hand (see below).
+    """
+    sacctmgr = ["sacctmgr", "--immediate"]
+    cluster = site.site_name
+    table = site.slurm.qos
+    # Lists in one call where sacctmgr takes them: each call costs ~0.4 s of slurmdbd round trips.
+    commands = [[*sacctmgr, "add", "cluster", cluster], [*sacctmgr, "add", "qos", ",".join(q.name for q in table)]]
+    for qos in table:
+        # A list replaces the old one. An empty list is left alone: in 22.05 `preempt=` (the documented
+        # clear) leaves the QoS looking like it preempts everything to the loop check, so every later
+        # `preempt=` naming it fails with "QOS Preemption loop detected".
+        preempt = [f"preempt={','.join(qos.preempts)}"] if qos.preempts else []
+        commands.append([*sacctmgr, "modify", "qos", "where", f"name={qos.name}", "set",
+                         f"priority={qos.priority}", *preempt])
+    teams = ",".join(t.name for t in site.teams_onboarded())
+    team_qos = ",".join(q.name for q in table if q.for_teams)
+    commands.append([*sacctmgr, "add", "account", teams, f"cluster={cluster}", f"organization={site.site_name}"])
+    commands.append([*sacctmgr, "modify", "account", "where", f"name={teams}", f"cluster={cluster}",
+                     "set", f"qos={team_qos}", f"defaultqos={site.slurm.team_default_qos}"])
+    # The operators (root's account) may use every QoS, including those closed to teams (critical).
+    commands.append([*sacctmgr, "modify", "account", "where", "name=root", f"cluster={cluster}",
+                     "set", f"qos={','.join(q.name for q in table)}"])
+    return commands

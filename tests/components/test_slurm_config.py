@@ -1,0 +1,199 @@
+"""Slurm rendering rules, checked on the rendered text and commands (real daemons: test_slurm_real.py)."""
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.site import Site
+from components.slurm_config import (
+    accounting_step_succeeded,
+    gres_type,
+    real_memory_mib,
+    render_accounting_commands,
+    render_cgroup_conf,
+    render_gres_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+)
+from tests.builders import parse, problems, with_changes
+
+GOLDEN = Path(__file__).parent / "golden" / "slurm"
+KUBERNETES_NODES = ["gpu-a800-11", "gpu-a800-12", "gpu-4090-01", "gpu-4090-02", "gpu-4090-03", "gpu-4090-04"]
+
+
+def node_lines(conf: str) -> dict[str, str]:
+    return {m.group(1): m.group(0) for m in re.finditer(r"^NodeName=(\S+) .*$", conf, re.MULTILINE)}
+
+
+def partition_nodes(conf: str) -> dict[str, list[str]]:
+    found = re.finditer(r"^PartitionName=(\S+) Nodes=(\S+)", conf, re.MULTILINE)
+    return {m.group(1): m.group(2).split(",") for m in found}
+
+
+def qos_settings(site: Site) -> dict[str, dict[str, str]]:
+    """QoS name -> the settings its `modify qos ... set` command writes."""
+    found = {}
+    for command in render_accounting_commands(site):
+        if command[2:4] == ["modify", "qos"]:
+            name = command[command.index("where") + 1].removeprefix("name=")
+            found[name] = dict(arg.split("=", 1) for arg in command[command.index("set") + 1:])
+    return found
+
+
+def accounts(site: Site) -> list[str]:
+    (names,) = [c[4] for c in render_accounting_commands(site) if c[2:4] == ["add", "account"]]
+    return names.split(",")
+
+
+Render = Callable[[Site], str]
+
+
+@pytest.mark.parametrize(
+    ("file", "render"),
+    [
+        pytest.param("slurm.conf", render_slurm_conf, id="prod slurm.conf matches its golden copy"),
+        pytest.param("gres.conf", render_gres_conf, id="prod gres.conf matches its golden copy"),
+        pytest.param("cgroup.conf", lambda _: render_cgroup_conf(), id="cgroup.conf matches its golden copy"),
+        pytest.param("slurmdbd.conf", render_slurmdbd_conf, id="prod slurmdbd.conf matches its golden copy"),
+    ],
+)
+def test_should_render_prod_files_as_reviewed(prod: dict[str, Any], file: str, render: Render) -> None:
+    assert render(parse(prod)) == (GOLDEN / file).read_text()
+
+
+def test_should_put_slurm_and_flex_pool_nodes_in_partitions_per_gpu_type_and_pool(prod: dict[str, Any]) -> None:
+    conf = render_slurm_conf(parse(prod))
+    assert partition_nodes(conf) == {
+        "a800-train": [f"gpu-a800-{i:02}" for i in range(1, 9)],
+        "a800-flex": ["gpu-a800-09", "gpu-a800-10"],
+    }
+    assert "PartitionName=a800-train Nodes=" in conf and " Default=YES " in conf.split("PartitionName=a800-train")[1]
+
+
+@pytest.mark.parametrize("node", KUBERNETES_NODES, ids=lambda n: f"kubernetes-pool node {n} is not in Slurm")
+def test_should_leave_kubernetes_pool_nodes_out_of_slurm(prod: dict[str, Any], node: str) -> None:
+    site = parse(prod)
+    assert node not in render_slurm_conf(site)
+    assert node not in render_gres_conf(site)
+
+
+def test_should_add_a_node_group_moved_to_the_flex_pool_with_its_own_gpu_type(prod: dict[str, Any]) -> None:
+    conf = render_slurm_conf(parse(with_changes(prod, node_groups__3__pool="flex")))
+    assert partition_nodes(conf)["rtx4090-flex"] == ["gpu-4090-01", "gpu-4090-02", "gpu-4090-03", "gpu-4090-04"]
+    assert "Gres=gpu:rtx4090:8" in node_lines(conf)["gpu-4090-01"]
+
+
+def test_should_describe_each_node_with_real_cpus_memory_less_reserve_and_gpus(prod: dict[str, Any]) -> None:
+    site = parse(prod)
+    line = node_lines(render_slurm_conf(site))["gpu-a800-01"]
+    # 2048 GiB x 1024 MiB x (1 - 5 % OS reserve) = 1992294.4 MiB, rounded down.
+    assert real_memory_mib(site, site.node_groups[0]) == 1992294
+    assert line == ("NodeName=gpu-a800-01 NodeAddr=10.20.1.11 CPUs=128 RealMemory=1992294 Gres=gpu:a800:8 "
+                    "State=UNKNOWN")
+
+
+def test_should_bind_every_gpu_to_its_device_file(prod: dict[str, Any]) -> None:
+    gres = render_gres_conf(parse(with_changes(prod, node_groups__3__pool="slurm")))
+    assert "Name=gpu Type=rtx4090 File=/dev/nvidia[0-7]" in gres
+    assert "AutoDetect=off" in gres
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        pytest.param("A800-SXM4-80GB", "a800", id="A800 SXM4 80GB is gres type a800"),
+        pytest.param("RTX-4090", "rtx4090", id="RTX 4090 is gres type rtx4090"),
+        pytest.param("H100-SXM5-80GB", "h100", id="H100 SXM5 80GB is gres type h100"),
+        pytest.param("L40S", "l40s", id="L40S is gres type l40s"),
+    ],
+)
+def test_should_name_the_gres_type_after_the_gpu_not_its_form_factor(model: str, expected: str) -> None:
+    assert gres_type(model) == expected
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "SelectType=select/cons_tres", "ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity",
+        "PreemptType=preempt/qos", "PreemptMode=REQUEUE", "PriorityType=priority/multifactor",
+        "PriorityWeightFairshare=10000", "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageTRES=gres/gpu", "AccountingStorageEnforce=associations,limits,qos", "GresTypes=gpu",
+        "DefMemPerGPU=98304",
+    ],
+    ids=lambda s: f"slurm.conf sets {s}",
+)
+def test_should_set_the_scheduling_contract(prod: dict[str, Any], setting: str) -> None:
+    assert setting in render_slurm_conf(parse(prod)).splitlines()
+
+
+@pytest.mark.parametrize("never", ["inference", "critical"], ids=lambda q: f"no QoS preempts {q}")
+def test_should_never_list_inference_or_critical_in_a_preempt_list(prod: dict[str, Any], never: str) -> None:
+    settings = qos_settings(parse(prod))
+    assert set(settings) == {"train_preemptible", "train_normal", "train_high", "inference", "critical"}
+    assert all(never not in s.get("preempt", "").split(",") for s in settings.values())
+
+
+def test_should_let_higher_training_qos_preempt_lower_ones(prod: dict[str, Any]) -> None:
+    settings = qos_settings(parse(prod))
+    assert settings["train_high"]["preempt"] == "train_normal,train_preemptible"
+    assert settings["train_normal"]["preempt"] == "train_preemptible"
+    assert "preempt" not in settings["train_preemptible"]
+    priorities = [int(settings[q]["priority"]) for q in ("train_preemptible", "train_normal", "train_high")]
+    assert priorities == sorted(priorities) and len(set(priorities)) == 3
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param({"slurm": {"qos": [{"name": "a", "priority": 1, "preempts": ["b"]},
+                                         {"name": "b", "priority": 0, "preemptible": False}],
+                                 "team_default_qos": "a"}},
+                     "a.preempts: b is not preemptible", id="rejects preempting a never-preemptible QoS"),
+        pytest.param({"slurm": {"qos": [{"name": "a", "priority": 1, "preempts": ["ghost"]}], "team_default_qos": "a"}},
+                     'a.preempts: no QoS named "ghost"', id="rejects preempting an unknown QoS"),
+        pytest.param({"slurm": {"team_default_qos": "critical"}}, 'no QoS open to teams is named "critical"',
+                     id="rejects a team default QoS closed to teams"),
+    ],
+)
+def test_should_reject_an_inconsistent_qos_table(prod: dict[str, Any], change: dict[str, Any], message: str) -> None:
+    found = problems({**prod, **change})
+    assert any(p.startswith("slurm.") and message in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("stage", "teams"),
+    [
+        pytest.param("canary", ["nlp-foundation", "speech"], id="canary makes accounts for its 2 teams only"),
+        pytest.param("half", ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm"],
+                     id="half adds the 4 half-stage teams"),
+        pytest.param("full", ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm", "safety", "recsys",
+                              "bio-ai", "robotics", "agents", "eval"], id="full makes all 12"),
+    ],
+)
+def test_should_make_accounts_only_for_onboarded_teams(prod: dict[str, Any], stage: str, teams: list[str]) -> None:
+    assert accounts(parse(with_changes(prod, stage=stage))) == teams
+
+
+def test_should_grant_teams_every_qos_but_critical(prod: dict[str, Any]) -> None:
+    grants = [c for c in render_accounting_commands(parse(prod)) if c[2:4] == ["modify", "account"]]
+    team = dict(arg.split("=", 1) for arg in grants[0][grants[0].index("set") + 1:])
+    root = dict(arg.split("=", 1) for arg in grants[-1][grants[-1].index("set") + 1:])
+    assert team == {"qos": "train_preemptible,train_normal,train_high,inference", "defaultqos": "train_normal"}
+    assert "name=root" in grants[-1] and root["qos"].endswith(",critical")
+
+
+@pytest.mark.parametrize(
+    ("returncode", "output", "succeeded"),
+    [
+        pytest.param(0, " Adding QOS(s)\n  train_high\n", True, id="a new object succeeds"),
+        pytest.param(1, " Nothing new added.\n", True, id="an add of an existing QoS or account succeeds"),
+        pytest.param(1, " This cluster ai-institute-dc1 already exists.  Not adding.\n", True,
+                     id="an add of an existing cluster succeeds"),
+        pytest.param(1, "sacctmgr: error: QOS Preemption loop detected\n", False, id="a real error fails"),
+    ],
+)
+def test_should_treat_an_add_of_an_existing_object_as_done(returncode: int, output: str, succeeded: bool) -> None:
+    assert accounting_step_succeeded(returncode, output) is succeeded

@@ -1,0 +1,411 @@
+"""The rendered prod Slurm configuration, judged by real Slurm 22.05 daemons on 127.0.0.1.
+
+One session cluster: munged, a private MariaDB, slurmdbd, slurmctld and one `slurmd -N <node>` per
+node in slurm.conf, all from `render_*(prod site, LoopbackOverlay)`, with the accounting commands
+applied by sacctmgr. Every daemon is a child process stopped by its PID in the finalizer; every
+client call has a timeout; every wait is bounded. See ../shared/notes/slurm-on-loopback.md.
+"""
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from components.site import Site
+from components.slurm_config import (
+    LoopbackOverlay,
+    accounting_step_succeeded,
+    render_accounting_commands,
+    render_cgroup_conf,
+    render_gres_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+    slurm_groups,
+    slurm_nodes,
+)
+from tests.builders import parse, prod_values
+
+BINARIES = ("munged", "mariadb-install-db", "mariadbd", "mariadb", "slurmdbd", "slurmctld", "slurmd",
+            "sacctmgr", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
+CLIENT_TIMEOUT_S = 15
+"""s; a client call to a daemon that is down retries for ~10 s, so every call is bounded."""
+START_TIMEOUT_S = 30
+"""s a daemon may take to answer after start."""
+ACTIVE = "PD,R,CG,CF,S,RQ"
+"""squeue states of jobs not yet over (ended jobs stay listed for MinJobAge)."""
+
+
+def _missing() -> str | None:
+    absent = [b for b in BINARIES if shutil.which(b) is None]
+    if absent:
+        return (f"needs {', '.join(absent)}: apt-get install -y --no-install-recommends "
+                "slurmctld slurmd slurm-client slurmdbd munge mariadb-server")
+    if os.geteuid() != 0:
+        return "slurmd and the cgroup plugins need root"
+    return None
+
+
+_reason = _missing()
+pytestmark = [pytest.mark.slurm, *([pytest.mark.skip(reason=_reason)] if _reason else [])]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(interval_s)
+
+
+@dataclass
+class Cluster:
+    site: Site
+    overlay: LoopbackOverlay
+    conf_dir: Path
+    daemons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf_dir / "slurm.conf")}
+
+    def run(self, *args: str, check: bool = True,
+            timeout_s: float = CLIENT_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout_s)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} exited {result.returncode}: {result.stderr or result.stdout}")
+        return result
+
+    def start(self, name: str, *args: str) -> None:
+        log = (self.overlay.root / "log" / f"{name}.stdout").open("wb")
+        self.daemons[name] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True)
+
+    def wait(self, what: str, check: Callable[[], bool], timeout_s: float = START_TIMEOUT_S) -> None:
+        """Like wait_for, but fails at once, with the log's tail, when a daemon has exited."""
+
+        def ready() -> bool:
+            for name, process in self.daemons.items():
+                if process.poll() is not None:
+                    tail = (self.overlay.root / "log" / f"{name}.stdout").read_text()[-2000:]
+                    raise AssertionError(f"{name} exited {process.returncode} while waiting for {what}:\n{tail}")
+            return check()
+
+        wait_for(what, ready, timeout_s, interval_s=0.2)
+
+    def stop(self) -> None:
+        """Cancel jobs, then stop daemons in reverse start order, each by PID, waiting on each."""
+        if "slurmctld" in self.daemons:
+            self.run("scancel", "--full", "--user=root", check=False)
+            with contextlib.suppress(TimeoutError):
+                wait_for("running jobs to end", lambda: not self.jobs(ACTIVE), timeout_s=15)
+        for process in reversed(list(self.daemons.values())):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=5)
+        for node in slurm_nodes(self.site):
+            # cgroup v1 leaves one directory per emulated node behind.
+            for leftover in Path("/sys/fs/cgroup").glob(f"*/slurm_{node.name}"):
+                _rmdir_tree(leftover)
+
+    def jobs(self, states: str) -> list[str]:
+        out = self.run("squeue", "--noheader", f"--states={states}", "--format=%i", check=False).stdout
+        return out.split()
+
+    def sbatch(self, *args: str) -> str:
+        # Job output goes to the session directory, never the working tree.
+        out = self.run("sbatch", "--parsable", f"--chdir={self.overlay.root}",
+                       f"--output={self.overlay.root / 'log' / 'job-%j.out'}", *args).stdout.strip()
+        return out.split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        out = self.run("scontrol", "--oneliner", "show", "job", job_id).stdout
+        return dict(re.findall(r"(\w+)=(\S*)", out))
+
+    def wait_state(self, job_id: str, state: str, timeout_s: float = 20) -> dict[str, str]:
+        seen: dict[str, str] = {}
+
+        def reached() -> bool:
+            seen.update(self.job(job_id))
+            return seen.get("JobState") == state
+
+        try:
+            wait_for(f"job {job_id} {state}", reached, timeout_s, interval_s=0.3)
+        except TimeoutError as err:
+            raise AssertionError(f"job {job_id} is {seen.get('JobState')} ({seen.get('Reason')}), not {state}") from err
+        return seen
+
+
+def _rmdir_tree(path: Path) -> None:
+    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if child.is_dir():
+            child.rmdir()
+    path.rmdir()
+
+
+def write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def bring_up(cluster: Cluster) -> dict[str, float]:
+    """Starts everything; returns when each phase ended (time.monotonic())."""
+    overlay, root = cluster.overlay, cluster.overlay.root
+    for sub in ("state", "spool", "run", "log", "dev", "munge", "mysql"):
+        (root / sub).mkdir()
+    (root / "munge").chmod(0o755)
+    for group in slurm_groups(cluster.site):
+        for index in range(group.gpus_per_node):
+            device = overlay.dev_dir / f"nvidia{index}"
+            if not device.exists():
+                os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(195, index))
+    write(cluster.conf_dir / "slurm.conf", render_slurm_conf(cluster.site, overlay))
+    write(cluster.conf_dir / "gres.conf", render_gres_conf(cluster.site, overlay))
+    write(cluster.conf_dir / "cgroup.conf", render_cgroup_conf())
+    write(cluster.conf_dir / "slurmdbd.conf", render_slurmdbd_conf(cluster.site, overlay), 0o600)
+
+    phases = {"configs": time.monotonic()}
+    key = root / "munge" / "munge.key"
+    key.write_bytes(secrets.token_bytes(1024))
+    key.chmod(0o600)
+    cluster.start("munged", "munged", "--foreground", "--force", f"--socket={overlay.munge_socket}",
+                  f"--key-file={key}", f"--pid-file={root / 'run' / 'munged.pid'}",
+                  f"--log-file={root / 'log' / 'munged.log'}", f"--seed-file={root / 'munge' / 'seed'}")
+
+    phases["munged"] = time.monotonic()
+    datadir, mysql_socket = root / "mysql" / "data", root / "mysql" / "mysqld.sock"
+    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
+                    "--auth-root-authentication-method=socket", "--skip-test-db"],
+                   check=True, capture_output=True, timeout=60)
+    cluster.start("mariadbd", "mariadbd", "--no-defaults", f"--datadir={datadir}", "--user=root",
+                  "--bind-address=127.0.0.1", f"--port={overlay.storage_port}", f"--socket={mysql_socket}",
+                  f"--pid-file={root / 'run' / 'mariadbd.pid'}", "--skip-log-bin", "--innodb-buffer-pool-size=64M")
+    sql = (f"CREATE USER '{overlay.storage_user}'@'127.0.0.1' IDENTIFIED BY '{overlay.storage_pass}';"
+           f"GRANT ALL ON *.* TO '{overlay.storage_user}'@'127.0.0.1';")
+    cluster.wait("MariaDB", lambda: subprocess.run(
+        ["mariadb", "--no-defaults", f"--socket={mysql_socket}", "-uroot", "-e", sql],
+        capture_output=True, timeout=CLIENT_TIMEOUT_S).returncode == 0)
+
+    phases["mariadb"] = time.monotonic()
+    # slurmdbd reads slurmdbd.conf beside $SLURM_CONF (it has no -f).
+    cluster.start("slurmdbd", "slurmdbd", "-D")
+    cluster.wait("slurmdbd", lambda: cluster.run("sacctmgr", "--noheader", "list", "qos", check=False).returncode == 0)
+    phases["slurmdbd"] = time.monotonic()
+    for command in render_accounting_commands(cluster.site):
+        done = cluster.run(*command, check=False)
+        assert accounting_step_succeeded(done.returncode, done.stdout + done.stderr), done
+    # Test users: root submits for the onboarded teams (real users come with team onboarding).
+    teams = ",".join(t.name for t in cluster.site.teams_onboarded())
+    cluster.run("sacctmgr", "--immediate", "add", "user", "root", f"account={teams}")
+
+    phases["accounting"] = time.monotonic()
+    cluster.start("slurmctld", "slurmctld", "-D", "-i")
+    for node in slurm_nodes(cluster.site):
+        cluster.start(f"slurmd-{node.name}", "slurmd", "-D", "-N", node.name)
+    wanted = len(slurm_nodes(cluster.site))
+
+    def all_idle() -> bool:
+        states = cluster.run("sinfo", "--noheader", "--Node", "--format=%N %T", check=False).stdout.split("\n")
+        idle = {line.split()[0] for line in states if line.endswith(" idle")}
+        return len(idle) == wanted
+
+    cluster.wait("every node idle", all_idle)
+    phases["slurmctld + slurmd idle"] = time.monotonic()
+    return phases
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    site = parse(prod_values())
+    root = tmp_path_factory.mktemp("slurm")
+    nodes = slurm_nodes(site)
+    ports = free_ports(len(nodes) + 3)
+    overlay = LoopbackOverlay(
+        root=root,
+        slurmctld_port=ports[0],
+        slurmdbd_port=ports[1],
+        storage_port=ports[2],
+        slurmd_ports={n.name: port for n, port in zip(nodes, ports[3:], strict=True)},
+        munge_socket=root / "munge" / "munge.socket",
+        storage_user="slurm",
+        storage_pass=secrets.token_hex(16),
+    )
+    conf_dir = root / "etc"
+    conf_dir.mkdir()
+    cluster = Cluster(site, overlay, conf_dir)
+    started = time.monotonic()
+    try:
+        phases = bring_up(cluster)
+        steps, last = [], started
+        for phase, ended in phases.items():
+            steps.append(f"{phase} {ended - last:.1f} s")
+            last = ended
+        print(f"\nslurm cluster up in {last - started:.1f} s with {len(nodes)} slurmd: {', '.join(steps)}")
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(cluster: Cluster) -> Iterator[Cluster]:
+    """The session cluster, emptied of jobs after the test whatever its outcome."""
+    yield cluster
+    cluster.run("scancel", "--full", "--user=root", check=False)
+    cluster.wait("the queue to empty", lambda: not cluster.jobs(ACTIVE))
+
+
+def write_prod_files(conf_dir: Path) -> Path:
+    site = parse(prod_values())
+    conf_dir.mkdir(exist_ok=True)
+    write(conf_dir / "slurm.conf", render_slurm_conf(site))
+    write(conf_dir / "gres.conf", render_gres_conf(site))
+    write(conf_dir / "cgroup.conf", render_cgroup_conf())
+    return conf_dir / "slurm.conf"
+
+
+@pytest.mark.parametrize(
+    ("extra", "accepted"),
+    [
+        pytest.param("", True, id="accepts the rendered prod slurm.conf"),
+        pytest.param("NoSuchOption=1\n", False, id="rejects an unknown key, so the check has teeth"),
+    ],
+)
+def test_should_parse_prod_slurm_conf_in_a_real_client(tmp_path: Path, extra: str, accepted: bool) -> None:
+    conf = write_prod_files(tmp_path)
+    conf.write_text(conf.read_text() + extra)
+    result = subprocess.run(["scontrol", "show", "hostnames", "gpu-a800-[01-10]"], capture_output=True, text=True,
+                            env={**os.environ, "SLURM_CONF": str(conf)}, timeout=CLIENT_TIMEOUT_S)
+    assert (result.returncode == 0) is accepted, result.stderr
+    if accepted:
+        assert result.stdout.split() == [f"gpu-a800-{i:02}" for i in range(1, 11)]
+
+
+def test_should_schedule_only_slurm_and_flex_pool_nodes(slurm: Cluster) -> None:
+    out = slurm.run("sinfo", "--noheader", "--Node", "--format=%N %P %T").stdout
+    partitions: dict[str, set[str]] = {}
+    for node, partition, state in (line.split() for line in out.splitlines()):
+        assert state == "idle", node
+        partitions.setdefault(partition.rstrip("*"), set()).add(node)
+    assert partitions == {
+        "a800-train": {f"gpu-a800-{i:02}" for i in range(1, 9)},
+        "a800-flex": {"gpu-a800-09", "gpu-a800-10"},
+    }
+
+
+@pytest.mark.parametrize("node", ["gpu-a800-01", "gpu-a800-10"], ids=lambda n: f"slurmd -G shows 8 A800 on {n}")
+def test_should_give_every_node_eight_gpus(slurm: Cluster, node: str) -> None:
+    out = slurm.run("slurmd", "-N", node, "-G").stdout + slurm.run("slurmd", "-N", node, "-G").stderr
+    assert re.search(r"Gres Name=gpu Type=a800 Count=8\b", out), out
+    described = slurm.run("scontrol", "--oneliner", "show", "node", node).stdout
+    assert "Gres=gpu:a800:8" in described and "CfgTRES=cpu=128,mem=1992294M" in described, described
+
+
+def test_should_apply_accounting_commands_idempotently(slurm: Cluster) -> None:
+    def table() -> str:
+        return slurm.run("sacctmgr", "--noheader", "--parsable2", "list", "qos", "format=name,priority,preempt").stdout
+
+    before = table()
+    for command in render_accounting_commands(slurm.site):
+        done = slurm.run(*command, check=False)
+        assert accounting_step_succeeded(done.returncode, done.stdout + done.stderr), done
+    assert table() == before
+    assert "train_high|10000|train_normal,train_preemptible" in before.splitlines()
+
+
+GPU8 = ("--gres=gpu:a800:8", "--wrap=sleep 300")
+
+
+def test_should_requeue_a_preemptible_job_for_a_train_high_one(slurm: Cluster) -> None:
+    low = slurm.sbatch("-A", "nlp-foundation", "--qos=train_preemptible", "-w", "gpu-a800-09", "-p", "a800-flex", *GPU8)
+    slurm.wait_state(low, "RUNNING")
+    high = slurm.sbatch("-A", "speech", "--qos=train_high", "-w", "gpu-a800-09", "-p", "a800-flex", *GPU8)
+    slurm.wait_state(high, "RUNNING")
+    # Requeued, not lost: back in the queue with a restart counted (it becomes eligible ~2 min later).
+    preempted = slurm.wait_state(low, "PENDING")
+    assert int(preempted["Restarts"]) >= 1, preempted
+    assert preempted["Requeue"] == "1"
+
+
+def test_should_never_preempt_inference_or_critical_jobs(slurm: Cluster) -> None:
+    protected = []
+    for index, node in enumerate(slurm_nodes(slurm.site)):
+        account, qos = ("root", "critical") if index % 2 else ("nlp-foundation", "inference")
+        partition = "a800-flex" if node.name in ("gpu-a800-09", "gpu-a800-10") else "a800-train"
+        protected.append(slurm.sbatch("-A", account, f"--qos={qos}", "-w", node.name, "-p", partition, *GPU8))
+    for job in protected:
+        slurm.wait_state(job, "RUNNING")
+    high = slurm.sbatch("-A", "speech", "--qos=train_high", "-p", "a800-train", *GPU8)
+    # Preemption acts within a scheduling cycle (~3 s here); watch for three times as long.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        assert slurm.job(high)["JobState"] == "PENDING"
+        running = set(slurm.jobs("R"))
+        assert running >= set(protected), f"preempted: {set(protected) - running}"
+        time.sleep(1)
+    assert all(slurm.job(job)["Restarts"] == "0" for job in protected)
+
+
+def test_should_start_a_two_node_job_only_when_both_nodes_are_free(slurm: Cluster) -> None:
+    blocker = slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", "gpu-a800-09", "-p", "a800-flex", *GPU8)
+    slurm.wait_state(blocker, "RUNNING")
+    gang = slurm.sbatch("-A", "nlp-foundation", "--qos=train_normal", "-N", "2", "-p", "a800-flex", *GPU8)
+    time.sleep(3)
+    waiting = slurm.job(gang)
+    assert (waiting["JobState"], waiting["Reason"]) == ("PENDING", "Resources"), waiting
+    slurm.run("scancel", blocker)
+    started = slurm.wait_state(gang, "RUNNING")
+    assert started["NodeList"] == "gpu-a800-[09-10]"
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        pytest.param(("-A", "speech", "--qos=no_such_qos"), "Invalid qos", id="refuses an unknown QoS"),
+        pytest.param(("-A", "no-such-team"), "Invalid account", id="refuses an unknown account"),
+        pytest.param(("-A", "vision"), "Invalid account", id="refuses a team not onboarded at this stage"),
+        pytest.param(("-A", "speech", "--qos=critical"), "Invalid qos", id="refuses critical from a team account"),
+    ],
+)
+def test_should_refuse_at_submit(slurm: Cluster, args: tuple[str, ...], refusal: str) -> None:
+    result = slurm.run("sbatch", *args, f"--chdir={slurm.overlay.root}", "--gres=gpu:a800:1", "--wrap=true",
+                       check=False)
+    assert result.returncode != 0 and refusal in result.stderr, result
+
+
+@pytest.mark.slow
+def test_should_order_equal_qos_jobs_by_fairshare(slurm: Cluster) -> None:
+    heavy = slurm.sbatch("-A", "speech", "--qos=train_normal", "-p", "a800-train", "-N", "8", *GPU8)
+    slurm.wait_state(heavy, "RUNNING")
+    speech = slurm.sbatch("-A", "speech", "--qos=train_normal", "-p", "a800-train", "-N", "8", *GPU8)
+    nlp = slurm.sbatch("-A", "nlp-foundation", "--qos=train_normal", "-p", "a800-train", "-N", "8", *GPU8)
+
+    def priority(job: str) -> int:
+        return int(slurm.job(job)["Priority"])
+
+    # Usage decays into fairshare once per PriorityCalcPeriod (1 min, the minimum).
+    slurm.wait(f"speech's usage to lower its priority below nlp-foundation's ({speech}, {nlp})",
+               lambda: priority(nlp) > priority(speech), timeout_s=150)
