@@ -1,0 +1,191 @@
+"""Observability first: one monitoring stack, fed by DCGM, keeping metrics long enough, alerting on idle and hot GPUs.
+
+Judged on the `gpucluster:monitoring:Stack` component's registered outputs (the contract is in docs/policy.md).
+The numbers are policy config with the defaults below, so a stack's policy config can tighten them.
+"""
+
+import re
+from collections.abc import Callable
+
+from common import (
+    MONITORING_STACK_TYPE,
+    ViolationError,
+    config_number,
+    describe,
+    flag,
+    items,
+    number,
+    of_type,
+    present,
+    report_each,
+)
+from pulumi_policy import (
+    PolicyConfigSchema,
+    PolicyResource,
+    ReportViolation,
+    StackValidation,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+HOT_RETENTION_DAYS = 30
+COLD_RETENTION_DAYS = 365
+GPU_IDLE_THRESHOLD_PCT = 30
+GPU_IDLE_WINDOW_HOURS = 24
+GPU_TEMP_THRESHOLD_C = 85
+COST_DASHBOARD = "llm-cost"
+
+# The raw DCGM series, or a recording rule derived from it (`gpu:dcgm_gpu_util:max`), with optional matchers.
+_UTIL_SERIES = r"(?:DCGM_FI_DEV_GPU_UTIL|gpu:dcgm_gpu_util[\w:]*)(?:\{[^}]*\})?"
+_TEMP_SERIES = r"(?:DCGM_FI_DEV_GPU_TEMP|gpu:dcgm_gpu_temp[\w:]*)(?:\{[^}]*\})?"
+_NUMBER = r"(?P<threshold>\d+(?:\.\d+)?)"
+IDLE_EXPR = re.compile(rf"avg_over_time\(\s*{_UTIL_SERIES}\[(?P<window>\d+)(?P<unit>[hd])\]\s*\)\s*<=?\s*{_NUMBER}")
+HOT_EXPR = re.compile(rf"{_TEMP_SERIES}[\s)]*>=?\s*{_NUMBER}")
+
+
+def _schema(**properties: tuple[str, float]) -> PolicyConfigSchema:
+    return PolicyConfigSchema(properties={
+        key: {"type": "number", "description": description, "default": default}
+        for key, (description, default) in properties.items()
+    })
+
+
+def per_stack(check: Callable[[StackValidationArgs, PolicyResource], None]) -> StackValidation:
+    def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+        report_each(present(args, MONITORING_STACK_TYPE), report, lambda stack: check(args, stack))
+    return validate
+
+
+def validate_present(args: StackValidationArgs, report: ReportViolation) -> None:
+    stacks = of_type(args, MONITORING_STACK_TYPE)
+    if not stacks:
+        report(f"no monitoring stack: the stack registers no {MONITORING_STACK_TYPE} component", None)
+    elif len(stacks) > 1:
+        names = ", ".join(sorted(s.name for s in stacks))
+        report(f"{len(stacks)} monitoring stacks ({names}); exactly one may exist", None)
+
+
+def check_dcgm(args: StackValidationArgs, stack: PolicyResource) -> None:
+    if not flag(stack, "dcgm_exporter.enabled"):
+        raise ViolationError(f"{describe(stack)}: dcgm_exporter.enabled is false; GPUs would go unwatched")
+
+
+def check_hot_retention(args: StackValidationArgs, stack: PolicyResource) -> None:
+    required = config_number(args, "min_days", HOT_RETENTION_DAYS)
+    days = number(stack, "prometheus.hot_retention_days")
+    if days < required:
+        raise ViolationError(f"{describe(stack)}: Prometheus keeps {days:g} days of metrics, under {required:g}")
+
+
+def check_cold_tier(args: StackValidationArgs, stack: PolicyResource) -> None:
+    required = config_number(args, "min_days", COLD_RETENTION_DAYS)
+    days = number(stack, "cold_tier.retention_days")
+    remote_write = flag(stack, "prometheus.remote_write")
+    faults = ([f"keeps {days:g} days, under {required:g}"] if days < required else []) + (
+        [] if remote_write else ["receives nothing: prometheus.remote_write is false"])
+    if faults:
+        raise ViolationError(f"{describe(stack)}: the cold tier {' and '.join(faults)}")
+
+
+def _alert_exprs(stack: PolicyResource) -> list[tuple[str, str]]:
+    return [(str(alert.get("alert", "?")), str(alert.get("expr", ""))) for alert in items(stack, "alerts")
+            if isinstance(alert, dict)]
+
+
+def check_idle_alert(args: StackValidationArgs, stack: PolicyResource) -> None:
+    threshold = config_number(args, "threshold_pct", GPU_IDLE_THRESHOLD_PCT)
+    window_h = config_number(args, "window_hours", GPU_IDLE_WINDOW_HOURS)
+    seen = []
+    for name, expr in _alert_exprs(stack):
+        for match in IDLE_EXPR.finditer(expr):
+            hours = float(match["window"]) * (24 if match["unit"] == "d" else 1)
+            fires_below = float(match["threshold"])
+            if fires_below >= threshold and hours <= window_h:
+                return
+            seen.append(f"{name} fires under {fires_below:g} % over {hours:g} h")
+    found = f"; found {', '.join(seen)}" if seen else ""
+    raise ViolationError(
+        f"{describe(stack)}: no alert averages DCGM_FI_DEV_GPU_UTIL (or a gpu:dcgm_gpu_util recording rule) "
+        f"over at most {window_h:g} h and fires under at least {threshold:g} %{found}")
+
+
+def check_hot_alert(args: StackValidationArgs, stack: PolicyResource) -> None:
+    threshold = config_number(args, "threshold_c", GPU_TEMP_THRESHOLD_C)
+    seen = []
+    for name, expr in _alert_exprs(stack):
+        for match in HOT_EXPR.finditer(expr):
+            fires_above = float(match["threshold"])
+            if fires_above <= threshold:
+                return
+            seen.append(f"{name} fires over {fires_above:g} C")
+    found = f"; found {', '.join(seen)}" if seen else ""
+    raise ViolationError(
+        f"{describe(stack)}: no alert fires when DCGM_FI_DEV_GPU_TEMP (or a gpu:dcgm_gpu_temp recording rule) "
+        f"is > {threshold:g} C{found}")
+
+
+def check_critical_receiver(args: StackValidationArgs, stack: PolicyResource) -> None:
+    receivers = items(stack, "alertmanager.critical_receivers")
+    if not any(isinstance(r, str) and r for r in receivers):
+        raise ViolationError(f"{describe(stack)}: alertmanager.critical_receivers is empty; critical alerts reach "
+                             "nobody")
+
+
+def check_cost_dashboard(args: StackValidationArgs, stack: PolicyResource) -> None:
+    dashboards = items(stack, "dashboards")
+    if COST_DASHBOARD not in dashboards:
+        raise ViolationError(f"{describe(stack)}: dashboards {dashboards} lack {COST_DASHBOARD!r}")
+
+
+MONITORING_STACK_PRESENT = StackValidationPolicy(
+    name="monitoring-stack-present",
+    description="Exactly one monitoring stack exists.",
+    validate=validate_present,
+)
+DCGM_EXPORTER_ENABLED = StackValidationPolicy(
+    name="dcgm-exporter-enabled",
+    description="The monitoring stack runs the DCGM exporter on every GPU node.",
+    validate=per_stack(check_dcgm),
+)
+METRICS_HOT_RETENTION = StackValidationPolicy(
+    name="metrics-hot-retention",
+    description=f"Prometheus keeps at least {HOT_RETENTION_DAYS} days of metrics (config min_days).",
+    validate=per_stack(check_hot_retention),
+    config_schema=_schema(min_days=("days Prometheus must keep", HOT_RETENTION_DAYS)),
+)
+METRICS_COLD_TIER = StackValidationPolicy(
+    name="metrics-cold-tier",
+    description=f"A cold tier fed by remote_write keeps at least {COLD_RETENTION_DAYS} days (config min_days).",
+    validate=per_stack(check_cold_tier),
+    config_schema=_schema(min_days=("days the cold tier must keep", COLD_RETENTION_DAYS)),
+)
+GPU_IDLE_ALERT = StackValidationPolicy(
+    name="gpu-idle-alert",
+    description=f"An alert fires on GPUs averaging under {GPU_IDLE_THRESHOLD_PCT} % utilization "
+                f"over {GPU_IDLE_WINDOW_HOURS} h.",
+    validate=per_stack(check_idle_alert),
+    config_schema=_schema(
+        threshold_pct=("the alert must fire at or above this average utilization, %", GPU_IDLE_THRESHOLD_PCT),
+        window_hours=("the averaging window may be at most this long, hours", GPU_IDLE_WINDOW_HOURS),
+    ),
+)
+GPU_TEMPERATURE_ALERT = StackValidationPolicy(
+    name="gpu-temperature-alert",
+    description=f"An alert fires on any GPU hotter than {GPU_TEMP_THRESHOLD_C} C.",
+    validate=per_stack(check_hot_alert),
+    config_schema=_schema(threshold_c=("the alert must fire at or below this GPU temperature, C",
+                                       GPU_TEMP_THRESHOLD_C)),
+)
+CRITICAL_ALERTS_ROUTED = StackValidationPolicy(
+    name="critical-alerts-routed",
+    description="Alertmanager routes critical alerts to at least one receiver.",
+    validate=per_stack(check_critical_receiver),
+)
+LLM_COST_DASHBOARD = StackValidationPolicy(
+    name="llm-cost-dashboard",
+    description=f"The monitoring stack ships the {COST_DASHBOARD!r} dashboard.",
+    validate=per_stack(check_cost_dashboard),
+)
+
+POLICIES = [MONITORING_STACK_PRESENT, DCGM_EXPORTER_ENABLED, METRICS_HOT_RETENTION, METRICS_COLD_TIER,
+            GPU_IDLE_ALERT, GPU_TEMPERATURE_ALERT, CRITICAL_ALERTS_ROUTED, LLM_COST_DASHBOARD]
