@@ -226,6 +226,19 @@ def pool_alerts(site: Site) -> list[dict[str, Any]]:
     ]
 
 
+def storage_alerts(site: Site) -> list[dict[str, Any]]:
+    """On the checkpoint mover's own metrics (runbooks/checkpoint_tiering.py, node-exporter textfile)."""
+    fill = site.storage.nfs_hot.fill_alert_pct
+    return [
+        _alert(site, "CheckpointHotTierFilling",
+               f"max by (instance) (gpucluster_checkpoint_hot_fill_ratio) * 100 > {fill:g}", Severity.WARNING,
+               f"NFS hot tier seen from {{{{ $labels.instance }}}} is {VALUE} % full (over {fill:g} %)", "15m"),
+        _alert(site, "CheckpointMoverFailing",
+               "sum by (instance) (gpucluster_checkpoint_last_run_errors) > 0", Severity.WARNING,
+               "The checkpoint mover on {{ $labels.instance }} left {{ $value }} checkpoints on hot after errors"),
+    ]
+
+
 def _vllm_tokens(metric: str) -> str:
     rate = f"rate({metric}[1h])"
     return (
@@ -282,6 +295,7 @@ def render_rule_groups(site: Site) -> dict[str, Any]:
         # the last one's (groups run independently), and a `for: 2m` means 2 m.
         {"name": "gpu", "interval": "1m", "rules": gpu_recording_rules(site) + gpu_alerts(site)},
         {"name": "pool-alerts", "interval": "1m", "rules": pool_alerts(site)},
+        {"name": "storage-alerts", "interval": "1m", "rules": storage_alerts(site)},
         {"name": "llm-cost", "interval": "1m", "rules": llm_cost_rules(site)},
     ]}
 

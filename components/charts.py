@@ -18,3 +18,23 @@ VICTORIA_METRICS_SINGLE = Chart("victoria-metrics-single", "0.12.2", "https://vi
 
 GPU_OPERATOR = Chart("gpu-operator", "v25.3.3", "https://helm.ngc.nvidia.com/nvidia")
 """NVIDIA GPU Operator: the one driver layer (driver, container toolkit, device plugin, GFD, DCGM exporter)."""
+
+LOCAL_STATIC_PROVISIONER = Chart(
+    "local-static-provisioner", "2.8.0", "https://kubernetes-sigs.github.io/sig-storage-local-static-provisioner/"
+)
+"""Local NVMe tier: one PersistentVolume per NVMe filesystem a node mounts, no extra data path (docs/storage.md)."""
+
+CSI_DRIVER_NFS = Chart(
+    "csi-driver-nfs", "4.11.0", "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts"
+)
+"""NFS hot tier: the nfs.csi.k8s.io driver behind the per-team StorageClasses."""
+
+ROOK_CEPH = Chart("rook-ceph", "v1.17.5", "https://charts.rook.io/release")
+"""Ceph cold tier: the Rook operator."""
+
+ROOK_CEPH_CLUSTER = Chart("rook-ceph-cluster", "v1.17.5", "https://charts.rook.io/release")
+"""Ceph cold tier: the cluster and its CephFS for archived checkpoints."""
+
+# Container images the stack runs itself, pinned by tag (never `latest`).
+BUSYBOX_IMAGE = "busybox:1.36.1"
+PYTHON_IMAGE = "python:3.11.11-slim-bookworm"

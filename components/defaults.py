@@ -66,6 +66,17 @@ HOT_CHECKPOINT_KEEP: Final = 3
 COLD_ARCHIVE_AFTER_DAYS: Final = 7
 """days after which a checkpoint moves from the NFS hot tier to the Ceph cold tier."""
 
+HOT_FILL_ALERT_PCT: Final = 85.0
+"""% full of an NFS hot server that warns: past ~90 % NFS servers slow down and one 300 GB dump fills them."""
+
+MOVER_SCHEDULE: Final = "*/30 * * * *"
+"""cron; every 30 minutes keeps at most half an hour of superseded checkpoints on the hot tier."""
+
+NVME_DISKS_PATH: Final = "/mnt/nvme-disks"
+NVME_CACHE_PATH: Final = "/var/lib/gpucluster/model-cache"
+NFS_EXPORT_ROOT: Final = "/exports"
+NFS_MODELS_EXPORT: Final = "/exports/models"
+
 # --- scheduling -----------------------------------------------------------------------------
 
 PRIORITY_PRODUCTION: Final = 1_000_000

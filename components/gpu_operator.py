@@ -13,6 +13,7 @@ import pulumi_kubernetes as kubernetes
 
 from components.charts import GPU_OPERATOR
 from components.dcgm_counters import render_counters_csv
+from components.helm import release
 from components.node_validation import POOL_TAINT, UNVALIDATED_TAINT
 from components.site import Site
 
@@ -71,14 +72,5 @@ class GpuOperator(pulumi.ComponentResource):
             data={"dcgm-metrics.csv": render_counters_csv()},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
         )
-        kubernetes.helm.v3.Release(
-            f"{name}-release",
-            name="gpu-operator",
-            chart=GPU_OPERATOR.name,
-            version=GPU_OPERATOR.version,
-            repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=GPU_OPERATOR.repo),
-            namespace=namespace,
-            values=operator_values(site),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, counters]),
-        )
+        release(f"{name}-release", GPU_OPERATOR, namespace, operator_values(site), self, [ns, counters])
         self.register_outputs(facts)

@@ -14,8 +14,9 @@ import pulumi_kubernetes as kubernetes
 
 from components.alert_rules import prometheus_rule_manifest, render_rule_groups
 from components.alertmanager_config import ONCALL, render_alertmanager_config
-from components.charts import KUBE_PROMETHEUS_STACK, VICTORIA_METRICS_SINGLE, Chart
+from components.charts import KUBE_PROMETHEUS_STACK, VICTORIA_METRICS_SINGLE
 from components.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL, dashboard_configmaps, render_dashboards
+from components.helm import release
 from components.site import Site
 
 MONITORING_TYPE = "gpucluster:monitoring:Stack"
@@ -92,9 +93,10 @@ class MonitoringStack(pulumi.ComponentResource):
         super().__init__(MONITORING_TYPE, name, None, opts)
         ns = kubernetes.core.v1.Namespace(f"{name}-namespace", metadata={"name": NAMESPACE},
                                           opts=pulumi.ResourceOptions(parent=self))
-        cold = self._release(f"{name}-cold-tier", COLD_RELEASE, VICTORIA_METRICS_SINGLE, cold_tier_values(site), [ns])
-        stack = self._release(f"{name}-prometheus", PROMETHEUS_RELEASE, KUBE_PROMETHEUS_STACK,
-                              prometheus_values(site), [ns, cold])
+        cold = release(f"{name}-cold-tier", VICTORIA_METRICS_SINGLE, NAMESPACE, cold_tier_values(site), self, [ns],
+                       release_name=COLD_RELEASE)
+        stack = release(f"{name}-prometheus", KUBE_PROMETHEUS_STACK, NAMESPACE, prometheus_values(site), self,
+                        [ns, cold], release_name=PROMETHEUS_RELEASE)
         # The CRDs come with the chart: custom resources wait for it.
         after_stack = pulumi.ResourceOptions(parent=self, depends_on=[stack])
         kubernetes.apiextensions.CustomResource(f"{name}-gpu-rules", **_custom(prometheus_rule_manifest(site)),
@@ -105,19 +107,6 @@ class MonitoringStack(pulumi.ComponentResource):
             kubernetes.core.v1.ConfigMap(f"{name}-{manifest['metadata']['name']}", metadata=manifest["metadata"],
                                          data=manifest["data"], opts=after_stack)
         self.register_outputs(facts)
-
-    def _release(self, name: str, release: str, chart: Chart, values: dict[str, Any],
-                 after: list[pulumi.Resource]) -> kubernetes.helm.v3.Release:
-        return kubernetes.helm.v3.Release(
-            name,
-            name=release,
-            chart=chart.name,
-            version=chart.version,
-            repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repo),
-            namespace=NAMESPACE,
-            values=values,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=after),
-        )
 
 
 def _custom(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -122,9 +122,19 @@ class NodeGroup(Spec):
     nodes: Annotated[list[Node], Field(min_length=1)]
 
 
+AbsolutePath = Annotated[str, Field(pattern=r"^/[^\s]*[^/\s]$")]
+
+
 class NvmeTier(Spec):
     cache_gib: Annotated[int, Field(gt=0)]
     """GiB of local NVMe per GPU node for model weights and LoRA adapters."""
+    disks_path: AbsolutePath = defaults.NVME_DISKS_PATH
+    """Where each node mounts its NVMe filesystems, one directory per disk (the local volume provisioner's
+    discovery directory)."""
+    cache_path: AbsolutePath = defaults.NVME_CACHE_PATH
+    """Directory on NVMe holding the weights/LoRA cache that inference pods mount read-only."""
+    prefetch: list[Annotated[str, Field(pattern=r"^[^/\s][^\s]*$")]] = []
+    """Model directories, relative to nfs_hot.models_export, copied to every GPU node before first use."""
 
 
 class NfsHotTier(Spec):
@@ -134,6 +144,12 @@ class NfsHotTier(Spec):
     """TiB of hot-tier capacity in all."""
     keep_checkpoints: Annotated[int, Field(gt=0)] = defaults.HOT_CHECKPOINT_KEEP
     """Newest checkpoints per run directory kept on the hot tier."""
+    export_root: AbsolutePath = defaults.NFS_EXPORT_ROOT
+    """Each team's share is <export_root>/<team> on the server it is assigned to."""
+    models_export: AbsolutePath = defaults.NFS_MODELS_EXPORT
+    """The model registry on the first server, the source of the NVMe prefetch."""
+    fill_alert_pct: Percent = defaults.HOT_FILL_ALERT_PCT
+    """% full at which a hot-tier server raises a warning (the mover frees space every run)."""
 
 
 class CephColdTier(Spec):
@@ -141,6 +157,8 @@ class CephColdTier(Spec):
     """TiB of cold-tier (Ceph) capacity."""
     archive_after_days: Annotated[int, Field(gt=0)] = defaults.COLD_ARCHIVE_AFTER_DAYS
     """days after which a checkpoint moves from hot to cold."""
+    mover_schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")] = defaults.MOVER_SCHEDULE
+    """Cron schedule of the checkpoint mover (five fields)."""
 
 
 class Storage(Spec):

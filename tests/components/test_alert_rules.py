@@ -200,7 +200,23 @@ def gpu_alert_cases() -> list[Any]:
                      id="a Ready Kubernetes GPU node stays quiet"),
         pytest.param(Case("KubernetesGpuNodeNotReady", "6m", [node_ready("cpu-login-01", "0x6")]),
                      id="a NotReady node outside the GPU pools stays quiet"),
+        pytest.param(Case("CheckpointHotTierFilling", "16m", [series(HOT_FILL, MOVER, "0.86x16")],
+                          [(MOVER, "NFS hot tier seen from gpu-a800-01:9100 is 86.0 % full (over 85 %)")]),
+                     id="a hot tier over 85 % for 15 m fires"),
+        pytest.param(Case("CheckpointHotTierFilling", "16m", [series(HOT_FILL, MOVER, "0.85x16")]),
+                     id="a hot tier at exactly 85 % stays quiet"),
+        pytest.param(Case("CheckpointMoverFailing", "1m", [
+            series(MOVER_ERRORS, {**MOVER, "kind": "checksum"}, "0 1"),
+            series(MOVER_ERRORS, {**MOVER, "kind": "cold_full"}, "0 0"),
+        ], [(MOVER, "The checkpoint mover on gpu-a800-01:9100 left 1 checkpoints on hot after errors")]),
+                     id="a mover run with a checksum error fires"),
+        pytest.param(Case("CheckpointMoverFailing", "1m", [series(MOVER_ERRORS, {**MOVER, "kind": "checksum"}, "0 0")]),
+                     id="a clean mover run stays quiet"),
     ]
+
+
+HOT_FILL, MOVER_ERRORS = "gpucluster_checkpoint_hot_fill_ratio", "gpucluster_checkpoint_last_run_errors"
+MOVER = {"instance": "gpu-a800-01:9100"}
 
 
 def every_node_but(s: Site, silent: str) -> list[dict[str, str]]:

@@ -1,0 +1,22 @@
+"""One way to install a pinned chart: every Helm release in the stack goes through `release`."""
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.charts import Chart
+
+
+def release(name: str, chart: Chart, namespace: str, values: dict[str, Any], parent: pulumi.Resource,
+            after: list[pulumi.Resource], release_name: str | None = None) -> kubernetes.helm.v3.Release:
+    return kubernetes.helm.v3.Release(
+        name,
+        name=release_name or chart.name,
+        chart=chart.name,
+        version=chart.version,
+        repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+        namespace=namespace,
+        values=values,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
+    )
