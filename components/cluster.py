@@ -5,6 +5,8 @@ import pulumi
 from components.facility import Facility, NodeAdmission
 from components.gpu_operator import GpuOperator
 from components.monitoring import MonitoringStack
+from components.slurm import Slurm
+from components.storage import StorageTiers
 
 CLUSTER_TYPE = "gpucluster:cluster:GpuCluster"
 
@@ -18,5 +20,7 @@ class GpuCluster(pulumi.ComponentResource):
         after_monitoring = pulumi.ResourceOptions(parent=self, depends_on=[self.monitoring])
         self.facility = Facility(f"{name}-facility", admission, after_monitoring)
         self.gpu_operator = GpuOperator(f"{name}-gpu-operator", site, after_monitoring)
+        self.storage = StorageTiers(f"{name}-storage", site, after_monitoring)
+        self.slurm = Slurm(f"{name}-slurm", site, admission.ssh_private_key, self.facility.nodes, after_monitoring)
         self.gpu_count = self.facility.gpu_count
         self.register_outputs({"gpu_count": self.gpu_count, "stage": site.stage})

@@ -48,8 +48,8 @@ class NodeAdmission:
 
 
 class GpuNode(pulumi.ComponentResource):
-    validated: pulumi.Output[bool]
-    """True once the node check passed; Slurm partitions take only validated nodes."""
+    verdict: pulumi.Output[Verdict]
+    """The node check's verdict: Kubernetes labels and taints follow it, and Slurm drains a failed node."""
 
     def __init__(self, load: NodeLoad, admission: NodeAdmission, opts: pulumi.ResourceOptions) -> None:
         facts: dict[str, Any] = {
@@ -62,7 +62,8 @@ class GpuNode(pulumi.ComponentResource):
             "draw_kw": _kw(load.draw_kw),
         }
         super().__init__(GPU_NODE_TYPE, load.name, facts, opts)
-        verdict = self._run_node_check(load, admission)
+        self.node_name = load.name
+        self.verdict = verdict = self._run_node_check(load, admission)
         kubernetes.core.v1.NodePatch(
             f"{load.name}-admission",
             metadata=kubernetes.meta.v1.ObjectMetaPatchArgs(
@@ -75,8 +76,7 @@ class GpuNode(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.validated = verdict.apply(lambda v: v.validated)
-        self.register_outputs({**facts, "validated": self.validated,
+        self.register_outputs({**facts, "validated": verdict.apply(lambda v: v.validated),
                                "validation_reason": verdict.apply(lambda v: v.reason)})
 
     def _run_node_check(self, load: NodeLoad, admission: NodeAdmission) -> pulumi.Output[Verdict]:
@@ -132,6 +132,7 @@ class Facility(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         plans = plan_racks(admission.site)
         self.racks = [Rack(plan, admission, child) for plan in plans]
+        self.nodes = [node for rack in self.racks for node in rack.nodes]
         self.gpu_count = sum(p.gpu_count for p in plans)
         self.it_load_kw = _kw(sum(p.it_load_kw for p in plans))
         self.register_outputs({"gpu_count": self.gpu_count, "it_load_kw": self.it_load_kw})

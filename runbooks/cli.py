@@ -3,6 +3,7 @@
 Exit codes: 0 done; 1 the program itself failed; 2 the input (stack file, site spec) is invalid.
 """
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -15,8 +16,10 @@ from rich.table import Table
 from components.problems import SiteSpecError
 from runbooks import plan as planning
 from runbooks.offline_engine import ProgramError, StackConfigError
+from runbooks.policy_check import PolicyPackError
 
 EXIT_INVALID_INPUT = 2
+EXIT_POLICY_VIOLATION = 3
 
 app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
 # Piped output (CI logs, files) gets room for the rack table instead of rich's 80-column default.
@@ -45,12 +48,19 @@ def plan(
     project_dir: Annotated[
         Path | None, typer.Option(help="Directory holding Pulumi.yaml; default: found from the working directory.")
     ] = None,
+    policy_pack_config: Annotated[
+        Path | None, typer.Option(help="Policy config JSON, as `pulumi preview --policy-pack-config` takes it.")
+    ] = None,
 ) -> None:
-    """Render the stack offline (no cluster, no Pulumi CLI) and summarize what it would deploy."""
+    """Render the stack offline (no cluster, no Pulumi CLI), judge it with the policy pack, summarize it."""
     project = project_dir or find_project_dir(Path.cwd())
     try:
+        policy_config = json.loads(policy_pack_config.read_text()) if policy_pack_config else None
         with err.status("planning") as status:
-            site, graph = planning.plan(project, stack, progress=lambda step: status.update(step))
+            result = planning.plan(project, stack, policy_config, progress=lambda step: status.update(step))
+    except (OSError, json.JSONDecodeError, PolicyPackError) as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(EXIT_INVALID_INPUT) from None
     except StackConfigError as error:
         err.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(EXIT_INVALID_INPUT) from None
@@ -63,10 +73,14 @@ def plan(
     except ProgramError as error:
         err.print(f"[red]the program failed:[/] {escape(str(error))}")
         raise typer.Exit(1) from None
-    summary = planning.summarize(site, graph)
+    summary = planning.summarize(result)
     if out_dir is not None:
-        summary.files = planning.write_plan(site, graph, out_dir)
+        summary.files = planning.write_plan(result.site, result.graph, out_dir)
     _print_summary(summary, out_dir)
+    if result.blocking:
+        err.print(f"[red]{len(result.blocking)} mandatory policy violation(s)[/]: `pulumi preview --policy-pack "
+                  "policy` would stop here")
+        raise typer.Exit(EXIT_POLICY_VIOLATION)
 
 
 def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
@@ -92,6 +106,27 @@ def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
             "[green]ok[/]" if not r.failed_checks else f"[red]{', '.join(r.failed_checks)}[/]",
         )
     out.print(racks)
+    tiers = summary.storage
+    storage = Table("tier", "StorageClasses", "size", "lifecycle", title="Storage tiers")
+    storage.add_row("local NVMe", tiers["nvme"]["storage_class"], f"{tiers['nvme']['cache_gib']:g} GiB per GPU node",
+                    f"prefetch {len(tiers['nvme']['prefetch'])} models to {tiers['nvme']['cache_path']}")
+    storage.add_row("NFS hot", ", ".join(tiers["nfs_hot"]["storage_classes"]),
+                    f"{tiers['nfs_hot']['capacity_tib']:g} TiB on {len(tiers['nfs_hot']['servers'])} servers",
+                    f"newest {tiers['nfs_hot']['keep_checkpoints']:g} checkpoints per run")
+    storage.add_row("Ceph cold", tiers["ceph_cold"]["storage_class"], f"{tiers['ceph_cold']['capacity_tib']:g} TiB",
+                    f"mover `{tiers['ceph_cold']['mover_schedule']}`, older than "
+                    f"{tiers['ceph_cold']['archive_after_days']:g} days")
+    out.print(storage)
+    policies = Table("policy", "level", "result", title="Policy pack")
+    for policy in summary.policies:
+        verdict = ("[green]pass[/]" if policy.passed else f"[red]{len(policy.violations)} violation(s)[/]")
+        if policy.not_applicable:
+            verdict = "not applicable"
+        policies.add_row(policy.name, policy.enforcement_level, verdict)
+    out.print(policies)
+    for policy in summary.policies:
+        for finding in policy.violations:
+            out.print(f"  {policy.name} ({finding.enforcement_level}): {escape(finding.message)}", highlight=False)
     resources = Table("type", "count", title="Resources by type")
     for type_, count in summary.resources_by_type.items():
         resources.add_row(type_, str(count))

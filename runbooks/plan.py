@@ -23,7 +23,16 @@ from components.dcgm_counters import render_counters_csv
 from components.facility import GPU_NODE_TYPE, RACK_TYPE
 from components.site import Site
 from components.site_config import parse_site
+from components.slurm import accounting_script
+from components.slurm_config import (
+    render_cgroup_conf,
+    render_gres_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+)
+from components.storage import STORAGE_TYPE
 from runbooks.offline_engine import STACK_TYPE, ResourceGraph, Secret, load_stack_config, run_program
+from runbooks.policy_check import Finding, PolicyResult, check_policies
 
 Progress = Callable[[str], None]
 
@@ -69,6 +78,9 @@ class Summary:
     groups: list[GroupRow]
     racks: list[RackRow]
     resources_by_type: dict[str, int]
+    storage: dict[str, Any]
+    """The storage tiers' outputs: StorageClasses, sizes, the mover's schedule."""
+    policies: list[PolicyResult]
     files: list[Path] = field(default_factory=list)
 
     @property
@@ -80,7 +92,20 @@ class Summary:
         return sum(g.nodes for g in self.groups)
 
 
-def plan(project_dir: Path, stack: str, progress: Progress = lambda _: None) -> tuple[Site, ResourceGraph]:
+@dataclass
+class Plan:
+    site: Site
+    graph: ResourceGraph
+    policies: list[PolicyResult]
+
+    @property
+    def blocking(self) -> list[Finding]:
+        """Violations of mandatory policies: what would stop `pulumi preview --policy-pack policy`."""
+        return [v for r in self.policies for v in r.violations if v.enforcement_level == "mandatory"]
+
+
+def plan(project_dir: Path, stack: str, policy_config: dict[str, Any] | None = None,
+         progress: Progress = lambda _: None) -> Plan:
     """Raises StackConfigError or SiteSpecError before anything is registered."""
     progress(f"reading Pulumi.yaml and Pulumi.{stack}.yaml")
     config = load_stack_config(project_dir, stack)
@@ -88,10 +113,13 @@ def plan(project_dir: Path, stack: str, progress: Progress = lambda _: None) -> 
     site = parse_site(*config.project_values())
     progress("running the program under the offline engine")
     graph = run_program(project_dir, stack, config)
-    return site, graph
+    progress("judging the resources with the policy pack (its real gRPC entry point)")
+    policies = check_policies(graph, policy_config, project_dir / "policy")
+    return Plan(site, graph, policies)
 
 
-def summarize(site: Site, graph: ResourceGraph) -> Summary:
+def summarize(result: Plan) -> Summary:
+    site, graph = result.site, result.graph
     groups: dict[str, GroupRow] = {}
     per_rack: dict[str, list[dict[str, Any]]] = {}
     for node in graph.of_type(GPU_NODE_TYPE):
@@ -125,6 +153,8 @@ def summarize(site: Site, graph: ResourceGraph) -> Summary:
         groups=sorted(groups.values(), key=lambda g: g.node_group),
         racks=sorted(racks, key=lambda r: r.rack),
         resources_by_type=dict(sorted(counts.items())),
+        storage=graph.resources[_one(graph, STORAGE_TYPE)].outputs,
+        policies=result.policies,
     )
 
 
@@ -137,6 +167,13 @@ def artifacts(site: Site) -> dict[str, str]:
     }
     for uid, board in render_dashboards(site).items():
         files[f"grafana/{uid}.json"] = json.dumps(board, indent=2) + "\n"
+    files |= {
+        "slurm/slurm.conf": render_slurm_conf(site),
+        "slurm/gres.conf": render_gres_conf(site),
+        "slurm/cgroup.conf": render_cgroup_conf(),
+        "slurm/slurmdbd.conf": render_slurmdbd_conf(site),
+        "slurm/accounting.sh": accounting_script(site) + "\n",
+    }
     return files
 
 

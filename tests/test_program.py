@@ -9,6 +9,8 @@ from components.cluster import CLUSTER_TYPE
 from components.facility import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE
 from components.gpu_operator import GPU_OPERATOR_TYPE
 from components.monitoring import MONITORING_TYPE
+from components.slurm import SLURM_TYPE
+from components.storage import STORAGE_TYPE
 from runbooks.offline_engine import ProgramError, ResourceGraph, Secret, StackConfig, run_program
 from tests.builders import REPO, encode, prod_config, prod_values, with_changes
 
@@ -32,20 +34,28 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
     assert Counter(r.type for r in graph.resources.values()) == {
         "pulumi:pulumi:Stack": 1, "pulumi:providers:kubernetes": 1,
         CLUSTER_TYPE: 1, FACILITY_TYPE: 1, RACK_TYPE: 4, GPU_NODE_TYPE: 16,
-        COPY_TYPE: 16, CHECK_TYPE: 16, PATCH_TYPE: 16,
-        GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1,
-        "kubernetes:core/v1:Namespace": 2,  # gpu-operator, monitoring
-        "kubernetes:core/v1:ConfigMap": 5,  # DCGM counters, 4 dashboards
-        "kubernetes:helm.sh/v3:Release": 3,  # gpu-operator, kube-prometheus-stack, victoria-metrics
+        COPY_TYPE: 16, PATCH_TYPE: 16,
+        # 16 node checks; Slurm: controller config, accounting, and config + admission for each of 10 nodes
+        CHECK_TYPE: 16 + 2 + 2 * 10,
+        GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1, STORAGE_TYPE: 1, SLURM_TYPE: 1,
+        "kubernetes:core/v1:Namespace": 4,  # gpu-operator, monitoring, storage, rook-ceph
+        "kubernetes:core/v1:ConfigMap": 6,  # DCGM counters, 4 dashboards, the checkpoint mover
+        # gpu-operator, kube-prometheus-stack, victoria-metrics, local volumes, NFS CSI, Rook operator and cluster
+        "kubernetes:helm.sh/v3:Release": 7,
         "kubernetes:monitoring.coreos.com/v1:PrometheusRule": 1,
         "kubernetes:monitoring.coreos.com/v1:ServiceMonitor": 1,
+        "kubernetes:storage.k8s.io/v1:StorageClass": 1 + 2,  # NVMe, and NFS hot for the 2 canary teams
+        "kubernetes:apps/v1:DaemonSet": 1,  # the NVMe model-cache prefetch
+        "kubernetes:batch/v1:CronJob": 2,  # a checkpoint mover per NFS server
+        "kubernetes:core/v1:PersistentVolumeClaim": 1,  # the CephFS checkpoint archive
     }
 
 
-def test_should_wire_monitoring_before_nodes_and_gpus(graph: ResourceGraph) -> None:
+def test_should_wire_monitoring_before_nodes_gpus_storage_and_slurm(graph: ResourceGraph) -> None:
     (stack,) = graph.of_type(MONITORING_TYPE)
     monitored = {r.urn for r in graph.resources.values() if stack in graph.ancestors(r.urn)}
-    for served in graph.of_type(FACILITY_TYPE) + graph.of_type(GPU_OPERATOR_TYPE):
+    for served in [*graph.of_type(FACILITY_TYPE), *graph.of_type(GPU_OPERATOR_TYPE), *graph.of_type(STORAGE_TYPE),
+                   *graph.of_type(SLURM_TYPE)]:
         # The SDK sends a dependency on a component as its custom descendants.
         assert served.dependencies and set(served.dependencies) <= monitored
 

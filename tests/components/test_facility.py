@@ -51,7 +51,7 @@ def admit(stdout: str) -> tuple[dict[str, Any], bool]:
     def program() -> pulumi.Output[None]:
         admission = NodeAdmission(site, pulumi.Output.secret("key"))
         node = GpuNode(load, admission, pulumi.ResourceOptions())
-        return node.validated.apply(validated.append)
+        return node.verdict.apply(lambda v: validated.append(v.validated))
 
     program()
     return mocks.inputs["kubernetes:core/v1:NodePatch"], validated[0]

@@ -22,6 +22,7 @@ def copy_project(tmp_path: Path, change: Any = None) -> Path:
     """The repo's project files in tmp_path, with `change(config)` applied to Pulumi.prod.yaml's config."""
     for name in ("Pulumi.yaml", "Pulumi.prod.yaml", "__main__.py"):
         shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "policy", tmp_path / "policy", ignore=shutil.ignore_patterns("__pycache__"))
     if change is not None:
         stack = yaml.safe_load((tmp_path / "Pulumi.prod.yaml").read_text())
         change(stack["config"])
@@ -116,3 +117,21 @@ def test_should_write_configs_their_consumers_accept(tmp_path: Path, tool: str, 
     assert result.exit_code == 0, result.output
     checked = subprocess.run([tool, *args, str(tmp_path / artifact)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "exit_code", "message"),
+    [
+        pytest.param({"metrics-hot-retention": {"min_days": 45}}, 3,
+                     "metrics-hot-retention (mandatory)", id="exits 3 when a tightened mandatory policy fails"),
+        pytest.param({"metrics-hot-retention": {"enforcementLevel": "advisory", "min_days": 45}}, 0,
+                     "metrics-hot-retention (advisory)", id="only reports an advisory violation"),
+    ],
+)
+def test_should_judge_the_plan_with_the_stacks_policy_config(tmp_path: Path, config: dict[str, Any], exit_code: int,
+                                                             message: str) -> None:
+    config_file = tmp_path / "policy-config.json"
+    config_file.write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--policy-pack-config", str(config_file)])
+    assert result.exit_code == exit_code, result.output
+    assert message in result.output

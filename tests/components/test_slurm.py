@@ -1,0 +1,72 @@
+"""The Slurm deployment's shell: files land byte for byte with their modes, accounting is idempotent."""
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.node_validation import Verdict
+from components.slurm import accounting_script, admission_command, install_script, slurm_facts
+from tests.builders import parse
+
+
+def fake(tmp_path: Path, name: str, script: str) -> None:
+    path = tmp_path / "bin" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
+
+
+def run(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=30)
+
+
+def test_should_install_each_file_byte_for_byte_with_its_mode(tmp_path: Path) -> None:
+    fake(tmp_path, "systemctl", f'echo "$@" > {tmp_path}/restarted')
+    files = {"slurm.conf": ("NodeName=a Gres=gpu:a800:8 # 'quotes' $(not run)\n", 0o644),
+             "slurmdbd.conf": ("StorageUser=slurm\n", 0o600)}
+    result = run(tmp_path, install_script(files, "slurmdbd slurmctld", str(tmp_path / "etc")))
+    assert result.returncode == 0, result.stderr
+    for name, (content, mode) in files.items():
+        path = tmp_path / "etc" / name
+        assert path.read_text() == content
+        assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert (tmp_path / "restarted").read_text() == "restart slurmdbd slurmctld\n"
+
+
+@pytest.mark.parametrize(
+    ("sacctmgr", "succeeds"),
+    [
+        pytest.param("echo ' Nothing new added.'; exit 1", True, id="should accept an add that finds it all there"),
+        pytest.param("echo 'already exists'; exit 1", True, id="should accept an object that already exists"),
+        pytest.param("echo 'Database is busy'; exit 1", False, id="should stop on any other failure"),
+        pytest.param("exit 0", True, id="should accept a clean run"),
+    ],
+)
+def test_should_apply_accounting_idempotently(tmp_path: Path, prod: dict[str, Any], sacctmgr: str,
+                                              succeeds: bool) -> None:
+    fake(tmp_path, "sacctmgr", sacctmgr)
+    result = run(tmp_path, accounting_script(parse(prod)))
+    assert (result.returncode == 0) is succeeds, result.stderr
+    if not succeeds:
+        assert "Database is busy" in result.stderr
+
+
+def test_should_drain_a_failed_node_with_its_reason() -> None:
+    assert admission_command("gpu-a800-03", Verdict(False, "burn-in: GPU 3 reached 91 C")) == (
+        "scontrol update nodename=gpu-a800-03 state=drain reason='node check failed: burn-in: GPU 3 reached 91 C'"
+    )
+    assert admission_command("gpu-a800-03", Verdict(True, "")).startswith("scontrol update nodename=gpu-a800-03 "
+                                                                          "state=resume")
+
+
+def test_should_report_the_qos_table_for_the_policy_pack(prod: dict[str, Any]) -> None:
+    facts = slurm_facts(parse(prod))
+    qos = {q["name"]: q for q in facts["qos"]}
+    assert qos["train_high"]["preempt"] == ["train_normal", "train_preemptible"]
+    assert all("inference" not in q["preempt"] and "critical" not in q["preempt"] for q in facts["qos"])
+    assert {p["name"] for p in facts["partitions"]} == {"a800-train", "a800-flex"}
