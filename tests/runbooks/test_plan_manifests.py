@@ -1,6 +1,5 @@
 """Every Kubernetes object `gpuctl plan` writes is judged by kubernetes-validate (strict: no unknown fields)."""
 
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
