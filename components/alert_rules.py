@@ -19,6 +19,7 @@ Source metrics, and where their names come from:
 """
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -43,6 +44,20 @@ XID_APPLICATION_WINDOW = "15m"
 """How long an application XID stays raised after it is logged (the gauge keeps the last XID)."""
 
 NVLINK_ERROR_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Prometheus durations of the rule file; the live test shortens them to seconds, production keeps these."""
+
+    evaluation_interval: str = "1m"
+    """Prometheus duration between evaluations of every group (default 1m: every alert here acts on minutes)."""
+    overheat_for: str = "2m"
+    """Prometheus duration a GPU or its HBM must stay over its incident temperature before it pages (default 2m:
+    a load spike passes, a cooling fault stays)."""
+
+
+PRODUCTION_TIMING = Timing()
 
 
 class Severity(StrEnum):
@@ -160,7 +175,7 @@ WHERE = "GPU {{ $labels.gpu }} on {{ $labels.Hostname }}"
 VALUE = '{{ $value | printf "%.1f" }}'
 
 
-def gpu_alerts(site: Site) -> list[dict[str, Any]]:
+def gpu_alerts(site: Site, timing: Timing) -> list[dict[str, Any]]:
     mon, alerting = site.monitoring, site.alerting
     window = f"{mon.gpu_util_low_window_h}h"
     hardware = _alternatives([str(x) for x in alerting.xid_hardware])
@@ -187,9 +202,10 @@ def gpu_alerts(site: Site) -> list[dict[str, Any]]:
                f"{WHERE} averaged {VALUE} % utilization over {window} "
                f"(under {mon.gpu_util_low_pct:g} %)"),
         _alert(site, "GpuTemperatureHigh", f"{Record.GPU_TEMP} > {mon.gpu_temp_incident_c:g}", Severity.CRITICAL,
-               f"{WHERE} is at {VALUE} C (over {mon.gpu_temp_incident_c:g} C)", "2m"),
+               f"{WHERE} is at {VALUE} C (over {mon.gpu_temp_incident_c:g} C)", timing.overheat_for),
         _alert(site, "GpuHbmTemperatureHigh", f"{Record.MEMORY_TEMP} > {alerting.hbm_temp_incident_c:g}",
-               Severity.CRITICAL, f"HBM of {WHERE} is at {VALUE} C (over {alerting.hbm_temp_incident_c:g} C)", "2m"),
+               Severity.CRITICAL, f"HBM of {WHERE} is at {VALUE} C (over {alerting.hbm_temp_incident_c:g} C)",
+               timing.overheat_for),
         _alert(site, "GpuThermalThrottling", throttled, Severity.WARNING,
                f"{WHERE} was thermally throttled {VALUE} % of the last {THERMAL_WINDOW}", "5m"),
         _alert(site, "GpuXidHardwareError", f'{Record.XID_BY_CODE}{{xid=~"{hardware}"}}', Severity.CRITICAL,
@@ -288,15 +304,16 @@ def llm_cost_rules(site: Site) -> list[dict[str, Any]]:
     return rules
 
 
-def render_rule_groups(site: Site) -> dict[str, Any]:
+def render_rule_groups(site: Site, timing: Timing = PRODUCTION_TIMING) -> dict[str, Any]:
     """The rule file as promtool and Prometheus read it."""
+    every = timing.evaluation_interval
     return {"groups": [
         # One group: rules in a group run in order, so alerts read this evaluation's per-GPU series, not
         # the last one's (groups run independently), and a `for: 2m` means 2 m.
-        {"name": "gpu", "interval": "1m", "rules": gpu_recording_rules(site) + gpu_alerts(site)},
-        {"name": "pool-alerts", "interval": "1m", "rules": pool_alerts(site)},
-        {"name": "storage-alerts", "interval": "1m", "rules": storage_alerts(site)},
-        {"name": "llm-cost", "interval": "1m", "rules": llm_cost_rules(site)},
+        {"name": "gpu", "interval": every, "rules": gpu_recording_rules(site) + gpu_alerts(site, timing)},
+        {"name": "pool-alerts", "interval": every, "rules": pool_alerts(site)},
+        {"name": "storage-alerts", "interval": every, "rules": storage_alerts(site)},
+        {"name": "llm-cost", "interval": every, "rules": llm_cost_rules(site)},
     ]}
 
 
