@@ -6,8 +6,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Chart:
     name: str
+    """The chart's name in its repository, or its full `oci://` reference."""
     version: str
-    repo: str
+    repo: str | None = None
+    """The Helm repository; None for an `oci://` chart, whose reference names its registry."""
 
 
 KUBE_PROMETHEUS_STACK = Chart("kube-prometheus-stack", "77.5.0", "https://prometheus-community.github.io/helm-charts")
@@ -34,6 +36,10 @@ ROOK_CEPH = Chart("rook-ceph", "v1.17.5", "https://charts.rook.io/release")
 
 ROOK_CEPH_CLUSTER = Chart("rook-ceph-cluster", "v1.17.5", "https://charts.rook.io/release")
 """Ceph cold tier: the cluster and its CephFS for archived checkpoints."""
+
+KUEUE = Chart("oci://registry.k8s.io/kueue/charts/kueue", "0.14.1")
+"""Kueue: GPU quota, cohort borrowing, priority preemption and all-or-nothing admission for Kubernetes jobs
+(docs/scheduling.md says why Kueue, not Volcano). Published only as an OCI chart; its APIs are served as v1beta1."""
 
 # Container images the stack runs itself, pinned by tag (never `latest`).
 BUSYBOX_IMAGE = "busybox:1.36.1"

@@ -5,8 +5,11 @@ import pulumi
 from components.facility import Facility, NodeAdmission
 from components.gpu_operator import GpuOperator
 from components.monitoring import MonitoringStack
+from components.onboarding import team_plans
+from components.scheduling import Scheduling
 from components.slurm import Slurm
 from components.storage import StorageTiers
+from components.teams import Team
 
 CLUSTER_TYPE = "gpucluster:cluster:GpuCluster"
 
@@ -21,6 +24,10 @@ class GpuCluster(pulumi.ComponentResource):
         self.facility = Facility(f"{name}-facility", admission, after_monitoring)
         self.gpu_operator = GpuOperator(f"{name}-gpu-operator", site, after_monitoring)
         self.storage = StorageTiers(f"{name}-storage", site, after_monitoring)
+        self.scheduling = Scheduling(f"{name}-scheduling", site, after_monitoring)
         self.slurm = Slurm(f"{name}-slurm", site, admission.ssh_private_key, self.facility.nodes, after_monitoring)
+        # One Team per onboarded team; its name depends only on the team, so a later stage only adds Teams.
+        team_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.monitoring, self.scheduling, self.storage])
+        self.teams = [Team(f"{name}-team-{plan.name}", plan, team_opts) for plan in team_plans(site)]
         self.gpu_count = self.facility.gpu_count
         self.register_outputs({"gpu_count": self.gpu_count, "stage": site.stage})

@@ -79,10 +79,30 @@ NFS_MODELS_EXPORT: Final = "/exports/models"
 
 # --- scheduling -----------------------------------------------------------------------------
 
+PRIORITY_INFERENCE: Final = 10_000_000
 PRIORITY_PRODUCTION: Final = 1_000_000
 PRIORITY_STAGING: Final = 100_000
 PRIORITY_DEV: Final = 1_000
 """Kubernetes PriorityClass values; user classes must stay below 1e9 (system classes start there)."""
+
+QOS_CRITICAL: Final = 100_000
+QOS_INFERENCE: Final = 50_000
+QOS_TRAIN_HIGH: Final = 10_000
+QOS_TRAIN_NORMAL: Final = 1_000
+QOS_TRAIN_PREEMPTIBLE: Final = 100
+"""Slurm QoS priorities; a decade apart, so PriorityWeightQOS outweighs fairshare between any two of them."""
+
+PODS_READY_TIMEOUT_MINUTES: Final = 10
+"""minutes an admitted Kueue workload has to get every pod ready before it is evicted and requeued: long enough
+to pull a multi-GB image and load weights from NVMe, short enough that a half-placed gang frees its GPUs soon
+(the Kueue docs' example uses 10m; its default is 5m)."""
+
+TEAM_GPU_QUOTA: Final = 8
+"""GPUs per GPU model a team's namespace may request on Kubernetes unless the spec says otherwise: one 8-GPU
+node's worth, so no single team can take a whole inference pool."""
+
+TEAM_FAIRSHARE: Final = 1
+"""Slurm fairshare shares per team account (sacctmgr's default): every team counts the same."""
 
 # --- rollout --------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ def release(name: str, chart: Chart, namespace: str, values: dict[str, Any], par
         name=release_name or chart.name,
         chart=chart.name,
         version=chart.version,
-        repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+        repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repo) if chart.repo else None,
         namespace=namespace,
         values=values,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=after),

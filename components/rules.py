@@ -3,6 +3,8 @@
 from collections.abc import Callable, Iterable
 
 from components import power
+from components.onboarding import kubernetes_gpu_models
+from components.preemption import check_preemption
 from components.problems import Problem
 from components.site import Site
 
@@ -43,7 +45,6 @@ def check_unique_names(site: Site) -> list[Problem]:
         + _unique((f"node_groups[{i}]", g.name) for i, g in enumerate(site.node_groups))
         + _unique(nodes)
         + pdus
-        + _unique((f"teams[{i}]", t.name) for i, t in enumerate(site.teams))
         + _unique((f"stages[{i}]", s.name) for i, s in enumerate(site.stages))
     )
 
@@ -89,15 +90,38 @@ def check_stage_sizes(site: Site) -> list[Problem]:
     return problems
 
 
-def check_priority_order(site: Site) -> list[Problem]:
-    p = site.scheduling.priorities
-    if p.production > p.staging > p.dev:
-        return []
-    return [Problem(
-        "scheduling.priorities",
-        f"must order production > staging > dev, got {p.production} / {p.staging} / {p.dev}",
-        "priority-order",
-    )]
+def check_team_onboarding(site: Site) -> list[Problem]:
+    """A team joins once, in one stage: the same name twice is a problem at its second entry."""
+    first: dict[str, int] = {}
+    problems = []
+    for i, team in enumerate(site.teams):
+        if team.name not in first:
+            first[team.name] = i
+            continue
+        earlier = site.teams[first[team.name]]
+        if earlier.stage != team.stage:
+            problems.append(Problem(
+                f"teams[{i}].stage", f'team "{team.name}" is already onboarded by stage {earlier.stage} '
+                f"(teams[{first[team.name]}]); a team joins in one stage only", "team-onboarding"))
+        else:
+            problems.append(Problem(f"teams[{i}].name", f'"{team.name}" is already used by teams[{first[team.name]}]',
+                                    "unique-names"))
+    return problems
+
+
+def check_team_quotas(site: Site) -> list[Problem]:
+    """A team's GPU quota names a GPU model Kubernetes schedules, and no more GPUs than Kubernetes has of it."""
+    models = kubernetes_gpu_models(site)
+    problems = []
+    for i, team in enumerate(site.teams):
+        for model, gpus in team.gpu_quota.items():
+            path = f"teams[{i}].gpu_quota.{model}"
+            if model not in models:
+                problems.append(_dangling(path, "GPU model on Kubernetes nodes", model, models))
+            elif gpus > models[model]:
+                problems.append(Problem(path, f"{gpus} GPUs exceed the {models[model]} {model} GPUs Kubernetes "
+                                        "schedules", "team-quotas"))
+    return problems
 
 
 def check_retention(site: Site) -> list[Problem]:
@@ -134,7 +158,9 @@ RULES: tuple[Rule, ...] = (
     check_unique_names,
     check_references,
     check_stage_sizes,
-    check_priority_order,
+    check_team_onboarding,
+    check_team_quotas,
+    check_preemption,
     check_retention,
     check_driver_version,
     check_racks,

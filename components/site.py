@@ -180,15 +180,71 @@ class Monitoring(Spec):
     """C; GPU temperature that raises an incident."""
 
 
-class Priorities(Spec):
-    production: Annotated[int, Field(gt=0, lt=1_000_000_000)] = defaults.PRIORITY_PRODUCTION
-    staging: Annotated[int, Field(gt=0, lt=1_000_000_000)] = defaults.PRIORITY_STAGING
-    dev: Annotated[int, Field(gt=0, lt=1_000_000_000)] = defaults.PRIORITY_DEV
+ClassName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$", max_length=63)]
+"""A scheduling class: a Slurm QoS name and, without `_`, a Kubernetes PriorityClass name."""
+
+
+class Workload(StrEnum):
+    INFERENCE = "inference"
+    """Online serving: training never preempts it, on either scheduler."""
+    TRAINING = "training"
+    """Training, batch and short jobs: everything that is not online serving; the preemptible side."""
+    PLATFORM = "platform"
+    """The operators' own urgent work (drills, recovery)."""
+
+
+class SchedulingClass(Spec):
+    """One row of the preemption table; the same row drives Kubernetes and Slurm."""
+
+    name: ClassName
+    workload: Workload
+    kubernetes_priority: Annotated[int, Field(gt=0, lt=1_000_000_000)] | None = None
+    """PriorityClass value; None: not a Kubernetes class (user classes stay below 1e9, where system ones start)."""
+    slurm_priority: Annotated[int, Field(ge=0)] | None = None
+    """Slurm QoS priority, weighted by PriorityWeightQOS; None: not a Slurm QoS."""
+    preempts: list[ClassName] = []
+    """Classes whose running work this class may preempt (Slurm `Preempt=`); on Kubernetes every lower class
+    must be listed, because kube-scheduler and Kueue preempt by priority value, not by list."""
+    preemptible: bool = True
+    """False: nothing may preempt it (no class may list it in `preempts`)."""
+    for_teams: bool = True
+    """Whether team accounts may use it; False keeps it to the operators (Slurm only)."""
+    description: str = ""
+    """What the class is for; becomes the PriorityClass description."""
+
+
+DEFAULT_CLASSES = (
+    SchedulingClass(name="critical", workload=Workload.PLATFORM, slurm_priority=defaults.QOS_CRITICAL,
+                    preempts=["train_high", "train_normal", "train_preemptible"], preemptible=False, for_teams=False,
+                    description="Operators' urgent work on Slurm nodes (drills, recovery)."),
+    SchedulingClass(name="inference", workload=Workload.INFERENCE, kubernetes_priority=defaults.PRIORITY_INFERENCE,
+                    slurm_priority=defaults.QOS_INFERENCE,
+                    preempts=["production", "staging", "dev", "train_preemptible"],
+                    preemptible=False, description="Online inference: preempts batch work at a peak, never preempted."),
+    SchedulingClass(name="production", workload=Workload.TRAINING, kubernetes_priority=defaults.PRIORITY_PRODUCTION,
+                    preempts=["staging", "dev"], description="Production batch and short jobs on Kubernetes."),
+    SchedulingClass(name="staging", workload=Workload.TRAINING, kubernetes_priority=defaults.PRIORITY_STAGING,
+                    preempts=["dev"], description="Staging and evaluation jobs on Kubernetes."),
+    SchedulingClass(name="train_high", workload=Workload.TRAINING, slurm_priority=defaults.QOS_TRAIN_HIGH,
+                    preempts=["train_normal", "train_preemptible"]),
+    SchedulingClass(name="train_normal", workload=Workload.TRAINING, slurm_priority=defaults.QOS_TRAIN_NORMAL,
+                    preempts=["train_preemptible"]),
+    SchedulingClass(name="dev", workload=Workload.TRAINING, kubernetes_priority=defaults.PRIORITY_DEV,
+                    description="Development and notebooks; the default for pods that name no class."),
+    SchedulingClass(name="train_preemptible", workload=Workload.TRAINING,
+                    slurm_priority=defaults.QOS_TRAIN_PREEMPTIBLE),
+)
 
 
 class Scheduling(Spec):
-    priorities: Priorities = Priorities()
-    """Kubernetes PriorityClass values; production > staging > dev."""
+    classes: Annotated[list[SchedulingClass], Field(min_length=1)] = list(DEFAULT_CLASSES)
+    """The one preemption table, highest first: Kubernetes PriorityClasses and Slurm QoS are both rendered from it
+    (components.preemption checks that both orders agree and that training never preempts inference)."""
+    team_default_class: ClassName = "train_normal"
+    """Slurm QoS a team's job gets without --qos (a Slurm class open to teams)."""
+    pods_ready_timeout_minutes: Annotated[int, Field(gt=0)] = defaults.PODS_READY_TIMEOUT_MINUTES
+    """minutes an admitted Kueue workload may take to get all its pods ready before it is evicted and requeued
+    (all-or-nothing admission)."""
 
 
 class Stage(Spec):
@@ -213,6 +269,11 @@ class Team(Spec):
     """The rollout stage that onboards the team (stages[].name)."""
     slack_channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")]
     """Where the team's tuning alerts go."""
+    gpu_quota: dict[str, Annotated[int, Field(ge=0)]] = {}
+    """GPUs per GPU model (gpu_catalog key) the team's namespace may request on Kubernetes; a model left out gets
+    components.defaults.TEAM_GPU_QUOTA."""
+    fairshare: Annotated[int, Field(gt=0)] = defaults.TEAM_FAIRSHARE
+    """Slurm fairshare shares of the team's account, relative to the other teams'."""
 
 
 class Gates(Spec):
@@ -225,6 +286,14 @@ class Gates(Spec):
 class Rollout(Spec):
     gates: Gates = Gates()
     """Health gates checked when approval is requested and again right before apply."""
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
+        "http://prometheus-operated.monitoring.svc:9090"
+    )
+    """Prometheus whose HTTP API the gates query (the Prometheus Operator's service; example host: set it)."""
+    gate_window_minutes: Annotated[float, Field(gt=0, le=10080)] = 60.0
+    """minutes of history the utilization, queue-time and error-rate gates average over."""
+    policy_pack: Annotated[str, Field(min_length=1)] = "policy"
+    """Directory of the policy pack, relative to the project, that every rollout preview and update runs."""
 
 
 class SlackReceiver(StrEnum):
@@ -324,34 +393,8 @@ class Alerting(Spec):
         return prices
 
 
-QosName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=63)]
-
-
-class SlurmQos(Spec):
-    name: QosName
-    """Slurm QoS name (`sbatch --qos=`); also the job class a later issue maps to a Kubernetes PriorityClass."""
-    priority: Annotated[int, Field(ge=0)]
-    """Slurm QoS priority; weighted by PriorityWeightQOS in the job's multifactor priority (higher runs first)."""
-    preempts: list[QosName] = []
-    """QoS whose running jobs a pending job of this QoS may requeue (sacctmgr `Preempt=`)."""
-    preemptible: bool = True
-    """False for QoS whose jobs must never be preempted: no QoS may list it in `preempts`."""
-    for_teams: bool = True
-    """Whether every team account may submit with it; False keeps it to the operators (root's account)."""
-
-
-DEFAULT_SLURM_QOS = (
-    SlurmQos(name="train_preemptible", priority=100),
-    SlurmQos(name="train_normal", priority=1_000, preempts=["train_preemptible"]),
-    SlurmQos(name="train_high", priority=10_000, preempts=["train_normal", "train_preemptible"]),
-    SlurmQos(name="inference", priority=50_000, preempts=["train_preemptible"], preemptible=False),
-    SlurmQos(name="critical", priority=100_000, preempts=["train_preemptible", "train_normal", "train_high"],
-             preemptible=False, for_teams=False),
-)
-
-
 class SlurmSettings(Spec):
-    """Slurm controller, daemons and the QoS table; rendered by components.slurm_config."""
+    """Slurm controller and daemons; rendered by components.slurm_config (QoS come from scheduling.classes)."""
 
     controller_host: Annotated[str, Field(min_length=1)] = "slurm-controller"
     """Hostname of the slurmctld and slurmdbd machine, resolvable from every node."""
@@ -378,34 +421,6 @@ class SlurmSettings(Spec):
     """Weight of the QoS factor in multifactor priority; larger than fairshare so QoS orders the queue first."""
     priority_weight_fairshare: Annotated[int, Field(ge=0)] = 10_000
     """Weight of the fairshare factor; orders jobs of one QoS by how little each account has used lately."""
-    qos: Annotated[list[SlurmQos], Field(min_length=1)] = list(DEFAULT_SLURM_QOS)
-    """The QoS table: names, priorities, who preempts whom. A plain table so the Kubernetes priority
-    table can be merged with it."""
-    team_default_qos: QosName = "train_normal"
-    """QoS a team's job gets without --qos (must be in qos and open to teams)."""
-
-    @field_validator("qos")
-    @classmethod
-    def _preemption_is_consistent(cls, table: list[SlurmQos]) -> list[SlurmQos]:
-        names = [q.name for q in table]
-        never = {q.name for q in table if not q.preemptible}
-        errors = [f'QoS "{n}" is listed twice' for n in sorted({n for n in names if names.count(n) > 1})]
-        for q in table:
-            errors += [f'{q.name}.preempts: no QoS named "{p}"' for p in q.preempts if p not in names]
-            errors += [f"{q.name}.preempts: {p} is not preemptible" for p in q.preempts if p in never]
-            if q.name in q.preempts:
-                errors.append(f"{q.name}.preempts: a QoS cannot preempt itself")
-        if errors:
-            raise ValueError("; ".join(errors))
-        return table
-
-    @field_validator("team_default_qos")
-    @classmethod
-    def _default_is_open_to_teams(cls, name: str, info: Any) -> str:
-        teams = [q.name for q in info.data.get("qos", []) if q.for_teams]
-        if "qos" in info.data and name not in teams:
-            raise ValueError(f'no QoS open to teams is named "{name}" (open to teams: {", ".join(teams)})')
-        return name
 
 
 class GpuOperator(Spec):

@@ -18,6 +18,7 @@ import pulumi_command as command
 
 from components.facility import GpuNode
 from components.node_validation import Verdict
+from components.preemption import slurm_qos
 from components.site import Site
 from components.slurm_config import (
     ALREADY_PRESENT,
@@ -66,7 +67,7 @@ def admission_command(node: str, verdict: Verdict) -> str:
 def slurm_facts(site: Site) -> dict[str, Any]:
     """What the policy pack judges (docs/policy.md): the QoS table and the partitions."""
     return {
-        "qos": [{"name": q.name, "priority": q.priority, "preempt": list(q.preempts)} for q in site.slurm.qos],
+        "qos": [{"name": q.name, "priority": q.priority, "preempt": list(q.preempts)} for q in slurm_qos(site)],
         "partitions": [{"name": name, "nodes": [n.name for g in groups for n in g.nodes]}
                        for name, groups in partitions(site).items()],
     }

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.preemption import slurm_qos, team_qos
 from components.site import Node, NodeGroup, Pool, Site
 
 SLURM_POOLS = (Pool.SLURM, Pool.FLEX)
@@ -289,21 +290,29 @@ def render_accounting_commands(site: Site) -> list[list[str]]:
     """
     sacctmgr = ["sacctmgr", "--immediate"]
     cluster = site.site_name
-    table = site.slurm.qos
+    table = slurm_qos(site)
     # Lists in one call where sacctmgr takes them: each call costs ~0.4 s of slurmdbd round trips.
     commands = [[*sacctmgr, "add", "cluster", cluster], [*sacctmgr, "add", "qos", ",".join(q.name for q in table)]]
-    for qos in table:
+    # Lowest first: a QoS's preempt list may name only QoS whose own settings are already written.
+    for qos in reversed(table):
         # A list replaces the old one. An empty list is left alone: in 22.05 `preempt=` (the documented
         # clear) leaves the QoS looking like it preempts everything to the loop check, so every later
         # `preempt=` naming it fails with "QOS Preemption loop detected".
         preempt = [f"preempt={','.join(qos.preempts)}"] if qos.preempts else []
         commands.append([*sacctmgr, "modify", "qos", "where", f"name={qos.name}", "set",
                          f"priority={qos.priority}", *preempt])
-    teams = ",".join(t.name for t in site.teams_onboarded())
-    team_qos = ",".join(q.name for q in table if q.for_teams)
+    onboarded = site.teams_onboarded()
+    teams = ",".join(t.name for t in onboarded)
     commands.append([*sacctmgr, "add", "account", teams, f"cluster={cluster}", f"organization={site.site_name}"])
     commands.append([*sacctmgr, "modify", "account", "where", f"name={teams}", f"cluster={cluster}",
-                     "set", f"qos={team_qos}", f"defaultqos={site.slurm.team_default_qos}"])
+                     "set", f"qos={','.join(team_qos(site))}", f"defaultqos={site.scheduling.team_default_class}"])
+    # Fairshare per account, one call per distinct share value.
+    by_share: dict[int, list[str]] = {}
+    for team in onboarded:
+        by_share.setdefault(team.fairshare, []).append(team.name)
+    for share, names in by_share.items():
+        commands.append([*sacctmgr, "modify", "account", "where", f"name={','.join(names)}", f"cluster={cluster}",
+                         "set", f"fairshare={share}"])
     # The operators (root's account) may use every QoS, including those closed to teams (critical).
     commands.append([*sacctmgr, "modify", "account", "where", "name=root", f"cluster={cluster}",
                      "set", f"qos={','.join(q.name for q in table)}"])

@@ -8,7 +8,6 @@ cephObjectStores[]). docs/storage.md explains the choices.
 """
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from components.charts import (
 )
 from components.helm import release
 from components.node_validation import POOL_TAINT, UNVALIDATED_TAINT
+from components.onboarding import team_shares
 from components.site import Site
 
 STORAGE_TYPE = "gpucluster:storage:Tiers"
@@ -34,45 +34,9 @@ NVME_CLASS = "nvme-local"
 COLD_CLASS = "ceph-cold"
 COLD_FILESYSTEM = "ckpt-cold"
 COLD_CLAIM = "checkpoint-archive"
-NFS_MOUNT_OPTIONS = ["nfsvers=4.1", "hard", "nconnect=8"]
-"""nconnect spreads one client's traffic over several TCP connections (nfs(5)); hard never loses a write."""
 MOVER_SOURCE = Path(__file__).resolve().parent.parent / "runbooks" / "checkpoint_tiering.py"
 TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 """node-exporter's textfile collector directory on each node: the mover's metrics land here."""
-
-
-@dataclass(frozen=True)
-class TeamShare:
-    team: str
-    server: str
-    share: str
-
-    @property
-    def storage_class(self) -> str:
-        return f"nfs-hot-{self.team}"
-
-
-def team_shares(site: Site) -> list[TeamShare]:
-    """Onboarded teams' shares. Servers are assigned by a team's place in the spec, so onboarding more
-    teams never moves an earlier team to another server."""
-    nfs, onboarded = site.storage.nfs_hot, {t.name for t in site.teams_onboarded()}
-    return [
-        TeamShare(team.name, nfs.servers[index % len(nfs.servers)], f"{nfs.export_root}/{team.name}")
-        for index, team in enumerate(site.teams) if team.name in onboarded
-    ]
-
-
-def nfs_storage_class(share: TeamShare) -> dict[str, Any]:
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": share.storage_class, "labels": {"gpucluster.io/team": share.team}},
-        "provisioner": "nfs.csi.k8s.io",
-        "parameters": {"server": share.server, "share": share.share},
-        "mountOptions": NFS_MOUNT_OPTIONS,
-        "reclaimPolicy": "Retain",
-        "volumeBindingMode": "Immediate",
-    }
 
 
 def nvme_storage_class() -> dict[str, Any]:
@@ -228,11 +192,8 @@ class StorageTiers(pulumi.ComponentResource):
         release(f"{name}-nvme-provisioner", LOCAL_STATIC_PROVISIONER, NAMESPACE, local_provisioner_values(site),
                 self, [ns])
         kubernetes.apps.v1.DaemonSet(f"{name}-model-prefetch", **_fields(prefetch_daemonset(site)), opts=after(ns))
-        # NFS hot: one StorageClass per onboarded team, on that team's server and export.
+        # NFS hot: the CSI driver; each team's StorageClass belongs to its Team (components.teams).
         nfs = release(f"{name}-nfs-driver", CSI_DRIVER_NFS, "kube-system", {}, self, [])
-        for share in team_shares(site):
-            kubernetes.storage.v1.StorageClass(f"{name}-{share.storage_class}", **_fields(nfs_storage_class(share)),
-                                               opts=after(nfs))
         # Ceph cold: the operator, then the cluster with its CephFS and StorageClass, then the archive claim.
         operator = release(f"{name}-ceph-operator", ROOK_CEPH, CEPH_NAMESPACE, {}, self, [ceph_ns])
         ceph = release(f"{name}-ceph-cluster", ROOK_CEPH_CLUSTER, CEPH_NAMESPACE, ceph_cluster_values(), self,

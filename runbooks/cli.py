@@ -117,6 +117,24 @@ def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
                     f"mover `{tiers['ceph_cold']['mover_schedule']}`, older than "
                     f"{tiers['ceph_cold']['archive_after_days']:g} days")
     out.print(storage)
+    models = sorted({model for t in summary.teams for model in t.gpu_quota})
+    teams = Table("team", "onboarded by", *(f"{m} GPUs" for m in models), "GPU quota", "NFS class", "Slurm default QoS",
+                  "fairshare", title=f"Teams onboarded at stage {summary.stage}: quotas")
+    for t in summary.teams:
+        teams.add_row(t.team, t.stage, *(str(t.gpu_quota.get(m, 0)) for m in models), str(t.gpu_total),
+                      t.storage_class, t.slurm_default_qos, str(t.fairshare))
+    out.print(teams)
+    for shared in sorted({(t.local_queue, ", ".join(t.slurm_qos)) for t in summary.teams}):
+        out.print(f"each team: Kueue LocalQueue {shared[0]}, Slurm QoS {shared[1]}", highlight=False)
+    classes = Table("PriorityClass", "value", "preemption", "default", title="Preemption: Kubernetes classes")
+    for pc in summary.scheduling["priority_classes"]:
+        default = "yes" if pc["global_default"] else ""
+        classes.add_row(pc["name"], f"{int(pc['value']):,}", pc["preemption_policy"], default)
+    out.print(classes)
+    qos = Table("Slurm QoS", "priority", "preempts", title="Preemption: Slurm QoS (same table, same order)")
+    for q in summary.slurm_qos:
+        qos.add_row(q["name"], f"{int(q['priority']):,}", ", ".join(q["preempt"]) or "-")
+    out.print(qos)
     policies = Table("policy", "level", "result", title="Policy pack")
     for policy in summary.policies:
         verdict = ("[green]pass[/]" if policy.passed else f"[red]{len(policy.violations)} violation(s)[/]")

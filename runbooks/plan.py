@@ -21,9 +21,10 @@ from components.cluster import CLUSTER_TYPE
 from components.dashboards import render_dashboards
 from components.dcgm_counters import render_counters_csv
 from components.facility import GPU_NODE_TYPE, RACK_TYPE
+from components.scheduling import SCHEDULING_TYPE
 from components.site import Site
 from components.site_config import parse_site
-from components.slurm import accounting_script
+from components.slurm import SLURM_TYPE, accounting_script
 from components.slurm_config import (
     render_cgroup_conf,
     render_gres_conf,
@@ -31,6 +32,7 @@ from components.slurm_config import (
     render_slurmdbd_conf,
 )
 from components.storage import STORAGE_TYPE
+from components.teams import TEAM_TYPE
 from runbooks.offline_engine import STACK_TYPE, ResourceGraph, Secret, load_stack_config, run_program
 from runbooks.policy_check import Finding, PolicyResult, check_policies
 
@@ -70,6 +72,24 @@ class RackRow:
 
 
 @dataclass
+class TeamRow:
+    team: str
+    stage: str
+    """The stage that onboarded the team."""
+    gpu_quota: dict[str, int]
+    """GPUs per GPU model the team's namespace may request on Kubernetes."""
+    local_queue: str
+    storage_class: str
+    slurm_default_qos: str
+    slurm_qos: list[str]
+    fairshare: int
+
+    @property
+    def gpu_total(self) -> int:
+        return sum(self.gpu_quota.values())
+
+
+@dataclass
 class Summary:
     stack: str
     stage: str
@@ -80,6 +100,12 @@ class Summary:
     resources_by_type: dict[str, int]
     storage: dict[str, Any]
     """The storage tiers' outputs: StorageClasses, sizes, the mover's schedule."""
+    teams: list[TeamRow]
+    """The onboarded teams, in spec order, as their Team components registered them."""
+    scheduling: dict[str, Any]
+    """The Scheduling component's outputs: PriorityClasses, Kueue flavors and queues."""
+    slurm_qos: list[dict[str, Any]]
+    """The Slurm QoS the Slurm component reports, from the same table."""
     policies: list[PolicyResult]
     files: list[Path] = field(default_factory=list)
 
@@ -145,6 +171,16 @@ def summarize(result: Plan) -> Summary:
         ))
     counts = Counter(r.type for r in graph.resources.values() if r.type != STACK_TYPE)
     onboarded = [t.name for t in site.teams_onboarded()]
+    by_team = {r.outputs["team"]: r.outputs for r in graph.of_type(TEAM_TYPE)}
+    teams = []
+    for name in onboarded:
+        team = by_team[name]
+        account = team["slurm_account"]
+        teams.append(TeamRow(
+            team=name, stage=team["stage"], gpu_quota={m: int(n) for m, n in team["gpu_quota"].items()},
+            local_queue=team["local_queue"], storage_class=team["storage_class"],
+            slurm_default_qos=account["default_qos"], slurm_qos=account["qos"], fairshare=int(account["fairshare"]),
+        ))
     return Summary(
         stack=graph.stack,
         stage=graph.resources[_one(graph, CLUSTER_TYPE)].inputs["stage"],
@@ -154,6 +190,9 @@ def summarize(result: Plan) -> Summary:
         racks=sorted(racks, key=lambda r: r.rack),
         resources_by_type=dict(sorted(counts.items())),
         storage=graph.resources[_one(graph, STORAGE_TYPE)].outputs,
+        teams=teams,
+        scheduling=graph.resources[_one(graph, SCHEDULING_TYPE)].outputs,
+        slurm_qos=graph.resources[_one(graph, SLURM_TYPE)].outputs["qos"],
         policies=result.policies,
     )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from components.problems import SiteSpecError
-from components.site import Site
+from components.site import DEFAULT_CLASSES, Site
 from components.site_config import SECRET_KEYS, parse_site
 from runbooks.offline_engine import StackConfig, load_stack_config
 
@@ -63,3 +63,16 @@ def problems(values: dict[str, Any], secrets: tuple[str, ...] = SECRET_KEYS) -> 
     except SiteSpecError as error:
         return [str(p) for p in error.problems]
     raise AssertionError("the spec was accepted")
+
+
+def scheduling_with(**rows: dict[str, Any]) -> dict[str, Any]:
+    """The default `scheduling` with rows changed by class name (`dev={"preemptible": False}`); a row whose name
+    is not in the table is appended."""
+    table = [c.model_dump(mode="json", exclude_defaults=True) for c in DEFAULT_CLASSES]
+    by_name = {row["name"]: row for row in table}
+    for name, fields in rows.items():
+        if name in by_name:
+            by_name[name].update(fields)
+        else:
+            table.append({"name": name, **fields})
+    return {"classes": table}

@@ -10,8 +10,8 @@ from tests.builders import REPO
 # Planning and rendering modules: pure functions of the spec, testable without the Pulumi runtime.
 PURE = [
     "alert_rules", "alertmanager_config", "catalog", "charts", "dashboards", "dcgm_counters", "defaults",
-    "node_validation",
-    "power", "problems", "rules", "site", "site_config",
+    "kueue_config", "node_validation", "onboarding",
+    "power", "preemption", "problems", "rules", "site", "site_config", "slurm_config",
 ]
 
 

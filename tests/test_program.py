@@ -9,9 +9,11 @@ from components.cluster import CLUSTER_TYPE
 from components.facility import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE
 from components.gpu_operator import GPU_OPERATOR_TYPE
 from components.monitoring import MONITORING_TYPE
+from components.scheduling import SCHEDULING_TYPE
 from components.slurm import SLURM_TYPE
 from components.storage import STORAGE_TYPE
-from runbooks.offline_engine import ProgramError, ResourceGraph, Secret, StackConfig, run_program
+from components.teams import TEAM_TYPE
+from runbooks.offline_engine import ProgramError, Resource, ResourceGraph, Secret, StackConfig, run_program
 from tests.builders import REPO, encode, prod_config, prod_values, with_changes
 
 NODE_URN = (
@@ -37,17 +39,24 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         COPY_TYPE: 16, PATCH_TYPE: 16,
         # 16 node checks; Slurm: controller config, accounting, and config + admission for each of 10 nodes
         CHECK_TYPE: 16 + 2 + 2 * 10,
-        GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1, STORAGE_TYPE: 1, SLURM_TYPE: 1,
-        "kubernetes:core/v1:Namespace": 4,  # gpu-operator, monitoring, storage, rook-ceph
+        GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1, STORAGE_TYPE: 1, SLURM_TYPE: 1, SCHEDULING_TYPE: 1,
+        TEAM_TYPE: 2,  # the 2 canary teams
+        # gpu-operator, monitoring, storage, rook-ceph, kueue-system, and a namespace per team
+        "kubernetes:core/v1:Namespace": 5 + 2,
         "kubernetes:core/v1:ConfigMap": 6,  # DCGM counters, 4 dashboards, the checkpoint mover
-        # gpu-operator, kube-prometheus-stack, victoria-metrics, local volumes, NFS CSI, Rook operator and cluster
-        "kubernetes:helm.sh/v3:Release": 7,
+        # gpu-operator, kube-prometheus-stack, victoria-metrics, local volumes, NFS CSI, Rook operator and cluster,
+        # Kueue
+        "kubernetes:helm.sh/v3:Release": 8,
         "kubernetes:monitoring.coreos.com/v1:PrometheusRule": 1,
         "kubernetes:monitoring.coreos.com/v1:ServiceMonitor": 1,
         "kubernetes:storage.k8s.io/v1:StorageClass": 1 + 2,  # NVMe, and NFS hot for the 2 canary teams
         "kubernetes:apps/v1:DaemonSet": 1,  # the NVMe model-cache prefetch
         "kubernetes:batch/v1:CronJob": 2,  # a checkpoint mover per NFS server
         "kubernetes:core/v1:PersistentVolumeClaim": 1,  # the CephFS checkpoint archive
+        "kubernetes:scheduling.k8s.io/v1:PriorityClass": 4,  # inference, production, staging, dev
+        "kubernetes:kueue.x-k8s.io/v1beta1:ResourceFlavor": 3,  # A800 and RTX 4090 on kubernetes, A800 on flex
+        "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue": 2,  # one per pool Kubernetes uses
+        "kubernetes:core/v1:ResourceQuota": 2, "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue": 2,  # per team
     }
 
 
@@ -55,7 +64,7 @@ def test_should_wire_monitoring_before_nodes_gpus_storage_and_slurm(graph: Resou
     (stack,) = graph.of_type(MONITORING_TYPE)
     monitored = {r.urn for r in graph.resources.values() if stack in graph.ancestors(r.urn)}
     for served in [*graph.of_type(FACILITY_TYPE), *graph.of_type(GPU_OPERATOR_TYPE), *graph.of_type(STORAGE_TYPE),
-                   *graph.of_type(SLURM_TYPE)]:
+                   *graph.of_type(SLURM_TYPE), *graph.of_type(SCHEDULING_TYPE)]:
         # The SDK sends a dependency on a component as its custom descendants.
         assert served.dependencies and set(served.dependencies) <= monitored
 
@@ -120,3 +129,80 @@ def test_should_keep_the_secret_config_out_of_every_resource(graph: ResourceGrap
     assert "secret not decrypted" not in dumped
 
 
+
+
+# --- stages: each onboards its teams and nothing else; advancing never touches an earlier team ------------------
+
+STAGE_TEAMS = {
+    "canary": ["nlp-foundation", "speech"],
+    "half": ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm"],
+    "full": ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm", "safety", "recsys", "bio-ai",
+             "robotics", "agents", "eval"],
+}
+
+
+def at_stage(stage: str) -> StackConfig:
+    config = prod_config()
+    return StackConfig(config.project, {**config.values, "gpu-cluster:stage": stage}, config.secret_keys)
+
+
+@pytest.fixture(scope="module")
+def stages(graph: ResourceGraph) -> dict[str, ResourceGraph]:
+    return {"canary": graph, **{stage: run_program(REPO, "prod", at_stage(stage)) for stage in ("half", "full")}}
+
+
+def team_resources(graph: ResourceGraph) -> dict[str, Resource]:
+    """Every resource in a Team component, and the Team itself, by URN."""
+    teams = {t.urn for t in graph.of_type(TEAM_TYPE)}
+    return {r.urn: r for r in graph.resources.values() if r.urn in teams or r.parent in teams}
+
+
+@pytest.mark.parametrize("stage", list(STAGE_TEAMS), ids=lambda s: f"{s} onboards its teams and nothing else")
+def test_should_onboard_exactly_the_stages_teams(stages: dict[str, ResourceGraph], stage: str) -> None:
+    graph = stages[stage]
+    teams = STAGE_TEAMS[stage]
+    # Registration runs on a thread pool: compare as sets.
+    assert sorted(t.outputs["team"] for t in graph.of_type(TEAM_TYPE)) == sorted(teams)
+    labelled = [r.inputs["metadata"]["name"] for r in graph.of_type("kubernetes:core/v1:Namespace")
+                if "gpucluster.io/team" in (r.inputs["metadata"].get("labels") or {})]
+    assert sorted(labelled) == sorted(teams)
+    kinds = Counter(r.type for r in team_resources(graph).values())
+    assert kinds == dict.fromkeys([TEAM_TYPE, "kubernetes:core/v1:Namespace", "kubernetes:core/v1:ResourceQuota",
+                                   "kubernetes:storage.k8s.io/v1:StorageClass",
+                                   "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue"], len(teams))
+    (slurm,) = graph.of_type(SLURM_TYPE)
+    (accounting,) = [r for r in graph.resources.values() if r.name == "prod-slurm-accounting"]
+    assert f"add account {','.join(teams)} " in accounting.inputs["create"]
+    assert slurm.outputs["qos"] == stages["canary"].of_type(SLURM_TYPE)[0].outputs["qos"]
+
+
+@pytest.mark.parametrize(("before", "after"), [("canary", "half"), ("half", "full")],
+                         ids=["canary to half keeps the canary teams as they were", "half to full keeps the six"])
+def test_should_leave_existing_teams_identical_when_the_stage_advances(stages: dict[str, ResourceGraph], before: str,
+                                                                     after: str) -> None:
+    earlier, later = team_resources(stages[before]), team_resources(stages[after])
+    assert set(earlier) < set(later)
+    for urn, resource in earlier.items():
+        assert (later[urn].inputs, later[urn].parent, sorted(later[urn].dependencies)) == (
+            resource.inputs, resource.parent, sorted(resource.dependencies)), urn
+
+
+def test_should_make_every_team_resource_wait_for_monitoring(stages: dict[str, ResourceGraph]) -> None:
+    graph = stages["full"]
+    (stack,) = graph.of_type(MONITORING_TYPE)
+    for team in graph.of_type(TEAM_TYPE):
+        assert any(stack in graph.ancestors(dep) for dep in team.dependencies), team.name
+
+
+@pytest.mark.parametrize(
+    ("stage", "message"),
+    [
+        pytest.param("beta", 'stage: no stage named "beta" (known: canary, half, full)', id="rejects an unknown stage"),
+        pytest.param("Half", "stage: String should match pattern", id="rejects a stage that is not a DNS label"),
+    ],
+)
+def test_should_register_nothing_at_an_invalid_stage(stage: str, message: str) -> None:
+    with pytest.raises(ProgramError) as caught:
+        run_program(REPO, "prod", at_stage(stage))
+    assert message in str(caught.value)
+    assert [r.type for r in caught.value.registered.values()] == ["pulumi:pulumi:Stack"]

@@ -7,7 +7,7 @@ import pytest
 from components.problems import SiteSpecError
 from components.site import Site
 from components.site_config import SECRET_KEYS, parse_site
-from tests.builders import encode, parse, problems, with_changes
+from tests.builders import encode, parse, problems, scheduling_with, with_changes
 
 A800 = "A800-SXM4-80GB"
 
@@ -70,6 +70,28 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
             id="rejects a team listed twice",
         ),
         pytest.param(
+            {"teams__2__name": "nlp-foundation"},
+            ['teams[2].stage: team "nlp-foundation" is already onboarded by stage canary (teams[0]); a team joins '
+             "in one stage only"],
+            id="rejects a team in two stages",
+        ),
+        pytest.param(
+            {"stage": "Canary"},
+            ["stage: String should match pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$' (got \"Canary\")"],
+            id="rejects a stage name that is not a DNS label",
+        ),
+        pytest.param(
+            {"teams__0__gpu_quota": {"H100-SXM5-80GB": 8}},
+            ['teams[0].gpu_quota.H100-SXM5-80GB: no GPU model on Kubernetes nodes named "H100-SXM5-80GB" '
+             "(known: A800-SXM4-80GB, RTX-4090)"],
+            id="rejects a quota for a GPU model Kubernetes does not schedule",
+        ),
+        pytest.param(
+            {"teams__0__gpu_quota": {"RTX-4090": 40}},
+            ["teams[0].gpu_quota.RTX-4090: 40 GPUs exceed the 32 RTX-4090 GPUs Kubernetes schedules"],
+            id="rejects a quota above the GPUs Kubernetes has",
+        ),
+        pytest.param(
             {"node_groups__3__nodes__0__name": "gpu-a800-01"},
             ['node_groups[3].nodes[0].name: "gpu-a800-01" is already used by node_groups[0].nodes[0]'],
             id="rejects a node name used in two groups",
@@ -86,8 +108,9 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
             id="rejects a canary of more than two teams",
         ),
         pytest.param(
-            {"scheduling": {"priorities": {"production": 10, "staging": 100, "dev": 1}}},
-            ["scheduling.priorities: must order production > staging > dev, got 10 / 100 / 1"],
+            {"scheduling": scheduling_with(production={"kubernetes_priority": 10})},
+            ["scheduling.classes[3].kubernetes_priority: staging at 100000 is not below production at 10, listed "
+             "above it; list classes highest first"],
             id="rejects priorities out of order",
         ),
         pytest.param(

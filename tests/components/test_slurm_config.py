@@ -18,7 +18,7 @@ from components.slurm_config import (
     render_slurm_conf,
     render_slurmdbd_conf,
 )
-from tests.builders import parse, problems, with_changes
+from tests.builders import parse, with_changes
 
 GOLDEN = Path(__file__).parent / "golden" / "slurm"
 KUBERNETES_NODES = ["gpu-a800-11", "gpu-a800-12", "gpu-4090-01", "gpu-4090-02", "gpu-4090-03", "gpu-4090-04"]
@@ -146,24 +146,6 @@ def test_should_let_higher_training_qos_preempt_lower_ones(prod: dict[str, Any])
 
 
 @pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        pytest.param({"slurm": {"qos": [{"name": "a", "priority": 1, "preempts": ["b"]},
-                                         {"name": "b", "priority": 0, "preemptible": False}],
-                                 "team_default_qos": "a"}},
-                     "a.preempts: b is not preemptible", id="rejects preempting a never-preemptible QoS"),
-        pytest.param({"slurm": {"qos": [{"name": "a", "priority": 1, "preempts": ["ghost"]}], "team_default_qos": "a"}},
-                     'a.preempts: no QoS named "ghost"', id="rejects preempting an unknown QoS"),
-        pytest.param({"slurm": {"team_default_qos": "critical"}}, 'no QoS open to teams is named "critical"',
-                     id="rejects a team default QoS closed to teams"),
-    ],
-)
-def test_should_reject_an_inconsistent_qos_table(prod: dict[str, Any], change: dict[str, Any], message: str) -> None:
-    found = problems({**prod, **change})
-    assert any(p.startswith("slurm.") and message in p for p in found), found
-
-
-@pytest.mark.parametrize(
     ("stage", "teams"),
     [
         pytest.param("canary", ["nlp-foundation", "speech"], id="canary makes accounts for its 2 teams only"),
@@ -181,8 +163,23 @@ def test_should_grant_teams_every_qos_but_critical(prod: dict[str, Any]) -> None
     grants = [c for c in render_accounting_commands(parse(prod)) if c[2:4] == ["modify", "account"]]
     team = dict(arg.split("=", 1) for arg in grants[0][grants[0].index("set") + 1:])
     root = dict(arg.split("=", 1) for arg in grants[-1][grants[-1].index("set") + 1:])
-    assert team == {"qos": "train_preemptible,train_normal,train_high,inference", "defaultqos": "train_normal"}
-    assert "name=root" in grants[-1] and root["qos"].endswith(",critical")
+    assert team == {"qos": "inference,train_high,train_normal,train_preemptible", "defaultqos": "train_normal"}
+    assert "name=root" in grants[-1] and root["qos"].startswith("critical,")
+
+
+def test_should_set_each_teams_fairshare_from_the_spec(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, stage="half", teams__1__fairshare=3))
+    shares = [(c[5], c[-1]) for c in render_accounting_commands(site)
+              if c[2:4] == ["modify", "account"] and c[-1].startswith("fairshare=")]
+    assert shares == [("name=nlp-foundation,vision,multimodal,rl,code-llm", "fairshare=1"),
+                      ("name=speech", "fairshare=3")]
+
+
+def test_should_render_the_slurm_qos_from_the_one_table_only(prod: dict[str, Any]) -> None:
+    # Kubernetes-only classes (production, staging, dev) never become QoS, nor appear in a preempt list.
+    settings = qos_settings(parse(prod))
+    assert list(settings) == ["train_preemptible", "train_normal", "train_high", "inference", "critical"]
+    assert settings["inference"] == {"priority": "50000", "preempt": "train_preemptible"}
 
 
 @pytest.mark.parametrize(

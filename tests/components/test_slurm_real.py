@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from components.preemption import slurm_qos, team_qos
 from components.site import Site
 from components.slurm_config import (
     LoopbackOverlay,
@@ -409,3 +410,35 @@ def test_should_order_equal_qos_jobs_by_fairshare(slurm: Cluster) -> None:
     # Usage decays into fairshare once per PriorityCalcPeriod (1 min, the minimum).
     slurm.wait(f"speech's usage to lower its priority below nlp-foundation's ({speech}, {nlp})",
                lambda: priority(nlp) > priority(speech), timeout_s=150)
+
+
+PROD_QOS = [q.name for q in slurm_qos(parse(prod_values()))]
+
+
+@pytest.mark.parametrize("qos", PROD_QOS, ids=lambda q: f"a team account submits with {q} only if the table opens it")
+def test_should_let_a_team_submit_only_with_its_allowed_qos(slurm: Cluster, qos: str) -> None:
+    allowed = qos in team_qos(slurm.site)
+    result = slurm.run("sbatch", "--parsable", "--hold", "-A", "speech", f"--qos={qos}",
+                       f"--chdir={slurm.overlay.root}", "--gres=gpu:a800:1", "--wrap=true", check=False)
+    assert (result.returncode == 0) is allowed, result
+    if allowed:
+        assert slurm.job(result.stdout.strip().split(";")[0])["QOS"] == qos
+    else:
+        assert "Invalid qos specification" in result.stderr, result
+
+
+def test_should_give_a_team_job_the_tables_default_qos(slurm: Cluster) -> None:
+    job = slurm.sbatch("--hold", "-A", "nlp-foundation", "--gres=gpu:a800:1", "--wrap=true")
+    assert slurm.job(job)["QOS"] == slurm.site.scheduling.team_default_class == "train_normal"
+
+
+def test_should_load_the_tables_qos_set_and_fairshare(slurm: Cluster) -> None:
+    qos = slurm.run("sacctmgr", "--noheader", "--parsable2", "list", "qos", "format=name,priority,preempt").stdout
+    loaded = {line.split("|")[0]: line.split("|")[1:] for line in qos.splitlines()}
+    expected = {q.name: [str(q.priority), ",".join(sorted(q.preempts))] for q in slurm_qos(slurm.site)}
+    assert {name: [prio, ",".join(sorted(filter(None, pre.split(","))))] for name, (prio, pre) in loaded.items()
+            if name in expected} == expected
+    shares = slurm.run("sacctmgr", "--noheader", "--parsable2", "list", "association", "where", "user=",
+                       "format=account,fairshare,qos").stdout
+    teams = {line.split("|")[0]: line.split("|")[1:] for line in shares.splitlines()}
+    assert teams["speech"] == ["1", ",".join(sorted(team_qos(slurm.site)))]

@@ -8,36 +8,11 @@ from components.storage import (
     ceph_cluster_values,
     cold_claim,
     mover_cronjob,
-    nfs_storage_class,
     nvme_storage_class,
     prefetch_daemonset,
-    team_shares,
     tier_facts,
 )
 from tests.builders import parse, with_changes
-
-
-def test_should_spread_team_shares_over_the_nfs_servers(prod: dict[str, Any]) -> None:
-    shares = team_shares(parse(with_changes(prod, stage="full")))
-    servers = {s.server for s in shares}
-    assert len(shares) == 12 and servers == {"nfs-hot-01.dc1.internal", "nfs-hot-02.dc1.internal"}
-    assert [s.share for s in shares[:2]] == ["/exports/nlp-foundation", "/exports/speech"]
-
-
-def test_should_keep_a_teams_server_when_the_stage_advances(prod: dict[str, Any]) -> None:
-    canary = {s.team: s for s in team_shares(parse(prod))}
-    full = {s.team: s for s in team_shares(parse(with_changes(prod, stage="full")))}
-    assert set(canary) == {"nlp-foundation", "speech"}
-    assert all(full[team] == share for team, share in canary.items())
-
-
-def test_should_give_each_team_its_own_nfs_class(prod: dict[str, Any]) -> None:
-    share = team_shares(parse(prod))[1]
-    cls = nfs_storage_class(share)
-    assert cls["metadata"]["name"] == "nfs-hot-speech"
-    assert cls["provisioner"] == "nfs.csi.k8s.io"
-    assert cls["parameters"] == {"server": "nfs-hot-02.dc1.internal", "share": "/exports/speech"}
-    assert cls["reclaimPolicy"] == "Retain"
 
 
 def test_should_bind_nvme_volumes_only_with_their_pod() -> None:

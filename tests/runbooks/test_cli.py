@@ -135,3 +135,29 @@ def test_should_judge_the_plan_with_the_stacks_policy_config(tmp_path: Path, con
     result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--policy-pack-config", str(config_file)])
     assert result.exit_code == exit_code, result.output
     assert message in result.output
+
+
+@pytest.mark.parametrize(
+    ("stage", "teams"),
+    [
+        pytest.param("canary", ["nlp-foundation", "speech"], id="canary lists its 2 teams and their quotas"),
+        pytest.param("half", ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm"],
+                     id="half lists its 6 teams and their quotas"),
+        pytest.param("full", ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm", "safety", "recsys",
+                              "bio-ai", "robotics", "agents", "eval"], id="full lists all 12 teams and their quotas"),
+    ],
+)
+def test_should_list_the_onboarded_teams_and_quotas_per_stage(tmp_path: Path, stage: str, teams: list[str]) -> None:
+    def at_stage(config: dict[str, Any]) -> None:
+        config["gpu-cluster:stage"] = stage
+        config["gpu-cluster:teams"][1]["gpu_quota"] = {"RTX-4090": 16}
+
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(copy_project(tmp_path, at_stage))])
+    assert result.exit_code == 0, result.output
+    assert f"Teams onboarded at stage {stage}: quotas" in result.output
+    rows = [line.split("│")[1:-1] for line in result.output.splitlines() if line.startswith("│ ")]
+    listed = {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows if cells[0].strip() in teams}
+    assert list(listed) == teams
+    assert listed["speech"][:4] == ["canary", "8", "16", "24"]  # onboarded by, A800, RTX 4090, total
+    assert listed["nlp-foundation"][:4] == ["canary", "8", "8", "16"]
+    assert listed[teams[-1]][0] == stage

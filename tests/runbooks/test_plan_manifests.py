@@ -11,7 +11,8 @@ from tests.builders import REPO
 
 KUBERNETES_VERSION = "1.30"
 # kubernetes-validate knows no CRD schemas; these are checked by promtool (the rules) and by type here.
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "PrometheusRule"), ("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "PrometheusRule"), ("monitoring.coreos.com/v1", "ServiceMonitor"),
+                *(("kueue.x-k8s.io/v1beta1", kind) for kind in ("ResourceFlavor", "ClusterQueue", "LocalQueue"))}
 
 
 @pytest.fixture(scope="module")

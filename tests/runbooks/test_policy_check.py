@@ -43,9 +43,8 @@ def edited_rack(graph: ResourceGraph, **outputs: object) -> ResourceGraph:
 
 def test_should_pass_every_policy_on_prod(prod_results: dict[str, PolicyResult]) -> None:
     assert {name: r.violations for name, r in prod_results.items() if not r.passed} == {}
-    # Judged, not skipped: only the preemption rule whose resources the stack does not have yet is not applicable.
-    assert [name for name, r in prod_results.items() if r.not_applicable] == [
-        "secrets-stay-secret", "priority-classes-ordered"]
+    # Judged, not skipped: only the remediation, which has no validation to run, is not applicable.
+    assert [name for name, r in prod_results.items() if r.not_applicable] == ["secrets-stay-secret"]
 
 
 def test_should_judge_and_pass_the_prod_monitoring_stack(prod_results: dict[str, PolicyResult]) -> None:

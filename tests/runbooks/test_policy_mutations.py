@@ -73,6 +73,12 @@ def inference_preempted(graph: ResourceGraph) -> None:
     next(q for q in qos if q["name"] == "train_high")["preempt"].append("inference")
 
 
+def staging_above_production(graph: ResourceGraph) -> None:
+    for resource in graph.of_type("kubernetes:scheduling.k8s.io/v1:PriorityClass"):
+        if resource.name == "prod-scheduling-staging":
+            resource.inputs["value"] = resource.outputs["value"] = 2_000_000
+
+
 MATRIX: list[Any] = [
     pytest.param(lambda g: monitoring(g)["dcgm_exporter"].update(enabled=False), "dcgm-exporter-enabled",
                  id="no DCGM exporter"),
@@ -101,6 +107,7 @@ MATRIX: list[Any] = [
     pytest.param(unpinned_chart, "helm-release-pinned", id="an unpinned chart"),
     pytest.param(lambda g: drop(g, "gpucluster:storage:Tiers"), "storage-tiers-present", id="no storage tiers"),
     pytest.param(inference_preempted, "protected-qos-not-preempted", id="a training QoS preempting inference"),
+    pytest.param(staging_above_production, "priority-classes-ordered", id="staging ranked above production"),
     pytest.param(lambda g: rack(g).update(heat_load_kw=UNKNOWN), "rack-heat-within-cooling",
                  id="a value unknown at preview"),
 ]
