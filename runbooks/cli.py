@@ -17,11 +17,13 @@ from components.problems import SiteSpecError
 from runbooks import plan as planning
 from runbooks.offline_engine import ProgramError, StackConfigError
 from runbooks.policy_check import PolicyPackError
+from runbooks.rollout.cli import app as rollout_app
 
 EXIT_INVALID_INPUT = 2
 EXIT_POLICY_VIOLATION = 3
 
 app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
+app.add_typer(rollout_app, name="rollout")
 # Piped output (CI logs, files) gets room for the rack table instead of rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 150)
 err = Console(stderr=True)

@@ -1,0 +1,243 @@
+"""`gpuctl rollout`: status, request <stage>, wait, apply, rollback.
+
+Exit codes: 0 done; 1 the program failed; 2 the command does not apply (wrong stage, nothing open, bad
+spec); 3 held (soak, gates or approvals: run it again later); 4 the rollout ended without advancing
+(rejected, failed, rolled back). Slack credentials come from the environment and are never printed:
+SLACK_BOT_TOKEN (chat:write, usergroups:read), SLACK_APP_TOKEN (Socket Mode, connections:write),
+SLACK_SIGNING_SECRET (HTTP receiver); SLACK_API_URL overrides the Web API base URL (a proxy).
+"""
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from pulumi import automation as auto
+from rich.console import Console
+from rich.markup import escape
+
+from components.problems import SiteSpecError
+from components.site import Site, SlackReceiver
+from components.site_config import parse_site
+from runbooks.offline_engine import StackConfigError, load_stack_config
+from runbooks.rollout.approvals import SlackApprovals, web_client
+from runbooks.rollout.audit import AuditChainBrokenError, AuditLog
+from runbooks.rollout.deploy import StackDeployer
+from runbooks.rollout.gates import PrometheusGates
+from runbooks.rollout.machine import (
+    RolloutHaltedError,
+    RolloutRefusedError,
+    Runbook,
+    StepEvent,
+    StepHeldError,
+)
+from runbooks.rollout.receivers import ClickInbox, HttpReceiver, SocketModeReceiver
+from runbooks.rollout.store import RolloutState, Store
+
+EXIT_REFUSED = 2
+EXIT_HELD = 3
+EXIT_ENDED = 4
+
+T = TypeVar("T")
+
+app = typer.Typer(no_args_is_help=True, help="Staged rollout canary -> half -> full with Slack approvals.")
+out = Console(width=None if sys.stdout.isatty() else 150)
+err = Console(stderr=True)
+
+
+def pulumi_command() -> auto.PulumiCommand | None:
+    """The Pulumi CLI the Automation API drives (None: `pulumi` on PATH)."""
+    return None
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Context:
+    project_dir: Path
+    stack: str
+    state_dir: Path
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    stack: Annotated[str, typer.Option(help="Stack whose Pulumi.<stack>.yaml describes the site.")] = "prod",
+    project_dir: Annotated[Path, typer.Option(help="Directory holding Pulumi.yaml.")] = Path("."),
+    state_dir: Annotated[Path | None, typer.Option(
+        help="Rollout state (SQLite), audit log and saved plans; default <project>/.gpuctl/rollout-<stack>.")] = None,
+) -> None:
+    """Staged rollout canary -> half -> full with Slack approvals."""
+    ctx.obj = Context(project_dir, stack, state_dir or project_dir / ".gpuctl" / f"rollout-{stack}")
+
+
+def _site(context: Context) -> Site:
+    try:
+        return parse_site(*load_stack_config(context.project_dir, context.stack).project_values())
+    except StackConfigError as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(EXIT_REFUSED) from None
+    except SiteSpecError as error:
+        err.print(f"[red]invalid site spec[/] in Pulumi.{context.stack}.yaml:")
+        for problem in error.problems:
+            err.print(f"  - {escape(str(problem))}", highlight=False)
+        raise typer.Exit(EXIT_REFUSED) from None
+
+
+def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, Site]:
+    context: Context = ctx.obj
+    site = _site(context)
+    store = Store(context.state_dir / "rollout.sqlite")
+    audit = AuditLog(context.state_dir / "audit.jsonl")
+    deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack, pulumi_command())
+    gates = PrometheusGates(site.rollout.prometheus_url, site.rollout.gates, site.rollout.gate_window_minutes, now)
+    token = os.environ.get("SLACK_BOT_TOKEN")
+    if token is None and slack_required:
+        err.print("[red]error:[/] SLACK_BOT_TOKEN is not set (approvals need Slack; `rollback` does not)")
+        raise typer.Exit(EXIT_REFUSED)
+    runbook = Runbook(site, store, audit, deployer, gates, None, context.state_dir / "plans", now, _progress)
+    if token is not None:
+        client = web_client(token, os.environ.get("SLACK_API_URL"))
+        runbook.approvals = SlackApprovals(client, site.slack, store, audit, now, runbook.teams_of)
+    ctx.call_on_close(store.close)
+    return runbook, site
+
+
+def _progress(event: StepEvent) -> None:
+    if event.phase == "begin":
+        err.print(f"[dim]{event.rollout}:[/] {event.step} ...", highlight=False)
+
+
+def _outcome(run: Callable[[], T]) -> T:
+    try:
+        return run()
+    except RolloutRefusedError as error:
+        err.print(f"[red]refused:[/] {escape(str(error))}")
+        raise typer.Exit(EXIT_REFUSED) from None
+    except StepHeldError as error:
+        err.print(f"[yellow]held:[/] {escape(str(error))}")
+        raise typer.Exit(EXIT_HELD) from None
+    except RolloutHaltedError as error:
+        err.print(f"[red]{error.state.value}:[/] {escape(str(error))}")
+        raise typer.Exit(EXIT_ENDED) from None
+
+
+@app.command()
+def status(ctx: typer.Context) -> None:
+    """Where the rollout stands: deployed stage and soak, the open request, approvals, gates, audit chain."""
+    runbook, site = _runbook(ctx, slack_required=False)
+    state = runbook.status()
+    clock = now()
+    if state.deployed_stage is None:
+        out.print(f"[bold]stack {ctx.obj.stack}[/]: no stage deployed yet")
+    else:
+        soaked = (clock - state.live_since).total_seconds() / 86400 if state.live_since else 0.0
+        since = f"live since {state.live_since:%Y-%m-%d %H:%M} UTC" if state.live_since else "live since: unknown"
+        out.print(f"[bold]stack {ctx.obj.stack}[/]: stage {state.deployed_stage} deployed, {since} "
+                  f"({soaked:.1f} of {state.soak_days} soak days)", highlight=False)
+    if state.next_stage is not None:
+        new, total = runbook.teams_of(state.next_stage)
+        out.print(f"next stage: {state.next_stage} (onboards {', '.join(new)}; {len(total)} of "
+                  f"{len(site.teams)} teams)", highlight=False)
+    rollout = state.rollout
+    if rollout is not None:
+        out.print(f"rollout [bold]{rollout.id}[/] {rollout.from_stage} -> {rollout.to_stage}: {rollout.state.value}, "
+                  f"requested by {rollout.requester} at {rollout.requested_at:%Y-%m-%d %H:%M} UTC", highlight=False)
+        if rollout.plan_digest:
+            out.print(f"  plan      {rollout.plan_digest}", highlight=False)
+        if rollout.state in (RolloutState.AWAITING_APPROVAL, RolloutState.APPROVED, RolloutState.APPLYING,
+                             RolloutState.DONE):
+            out.print(f"  approvals {len(state.approvers)} of {state.approvals_required}"
+                      f"{': ' + ', '.join(state.approvers) if state.approvers else ''}", highlight=False)
+        if rollout.gates:
+            out.print(f"  gates     at {rollout.gates['at'][:16].replace('T', ' ')} UTC", highlight=False)
+            for gate in rollout.gates["results"]:
+                out.print(f"    {gate['verdict']:<12} {gate['gate']:<21} {escape(gate['reason'])}", highlight=False)
+        if state.steps:
+            out.print("  steps     " + ", ".join(
+                f"{s.step} {'done' if s.finished_at else 'started'}" for s in state.steps), highlight=False)
+        if rollout.hold:
+            out.print(f"  [yellow]held[/]      {escape(rollout.hold)}", highlight=False)
+    try:
+        count = runbook.audit.verify()
+        out.print(f"audit: {count} records, hash chain intact")
+    except AuditChainBrokenError as error:
+        err.print(f"[red]audit log tampered:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def request(
+    ctx: typer.Context,
+    stage: Annotated[str, typer.Argument(help="The stage to advance to (the one after the deployed stage).")],
+    requester: Annotated[str, typer.Option(envvar="GPUCTL_SLACK_USER",
+                                           help="Your Slack user id (U...); you cannot approve your own request.")],
+) -> None:
+    """Check soak and gates, preview and save the plan, post the approval request to Slack (resumable)."""
+    runbook, _ = _runbook(ctx)
+    rollout = _outcome(lambda: runbook.request(stage, requester))
+    out.print(f"{rollout.id}: awaiting approval in {rollout.channel} (plan {rollout.plan_digest})", highlight=False)
+
+
+@app.command()
+def wait(
+    ctx: typer.Context,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="seconds to wait for the decision.")] = 3600,
+    listen: Annotated[str, typer.Option(help="host:port for the HTTP receiver (behind the TLS ingress).")] = (
+        "127.0.0.1:3000"
+    ),
+) -> None:
+    """Receive Approve/Reject clicks (Socket Mode or HTTP, per slack.receiver) until the request is decided."""
+    runbook, site = _runbook(ctx)
+    assert runbook.approvals is not None
+    inbox = ClickInbox(runbook.store, runbook.approvals, now)
+    receiver: SocketModeReceiver | HttpReceiver
+    if site.slack.receiver == SlackReceiver.SOCKET_MODE:
+        app_token = os.environ.get("SLACK_APP_TOKEN")
+        if app_token is None:
+            err.print("[red]error:[/] SLACK_APP_TOKEN is not set (Socket Mode needs an app-level token)")
+            raise typer.Exit(EXIT_REFUSED)
+        receiver = SocketModeReceiver(app_token, runbook.approvals.client, inbox)
+    else:
+        secret = os.environ.get("SLACK_SIGNING_SECRET")
+        if secret is None:
+            err.print("[red]error:[/] SLACK_SIGNING_SECRET is not set (the HTTP receiver verifies every request)")
+            raise typer.Exit(EXIT_REFUSED)
+        host, _, port = listen.rpartition(":")
+        receiver = HttpReceiver(secret, inbox, runbook.store, runbook.audit, host, int(port))
+        err.print(f"listening on {receiver.url}")
+    rollout = _outcome(lambda: runbook.wait(receiver, timeout_s))
+    out.print(f"{rollout.id}: {rollout.state.value}", highlight=False)
+    if rollout.state == RolloutState.REJECTED:
+        raise typer.Exit(EXIT_ENDED)
+    if rollout.state == RolloutState.AWAITING_APPROVAL:
+        raise typer.Exit(EXIT_HELD)
+
+
+@app.command()
+def apply(ctx: typer.Context) -> None:
+    """Re-check approvers, plan digest and gates, then `pulumi up` the approved plan with the policy pack."""
+    runbook, _ = _runbook(ctx)
+    rollout = _outcome(runbook.apply)
+    out.print(f"{rollout.id}: {rollout.state.value}; outputs {rollout.outputs}", highlight=False)
+    if rollout.state != RolloutState.DONE:
+        raise typer.Exit(EXIT_ENDED)
+
+
+@app.command()
+def rollback(
+    ctx: typer.Context,
+    to: Annotated[str, typer.Option("--to", help="The earlier stage to go back to.")],
+    operator: Annotated[str, typer.Option(help="Who is breaking the glass (recorded in the audit log).")],
+    reason: Annotated[str, typer.Option(help="Why (recorded in the audit log).")],
+) -> None:
+    """Break-glass: deploy an earlier stage now, without Slack; audited."""
+    runbook, _ = _runbook(ctx, slack_required=False)
+    rollout = _outcome(lambda: runbook.rollback(to, operator, reason))
+    out.print(f"{rollout.id}: {rollout.state.value} to {to}; outputs {rollout.outputs}", highlight=False)

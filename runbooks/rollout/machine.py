@@ -1,0 +1,407 @@
+"""The rollout state machine: canary -> half -> full, one advance at a time, as named, recorded steps.
+
+request <stage>: check_soak, check_gates, preview, post_request            -> awaiting_approval
+wait:            Slack clicks until approvals_required approve or one rejects -> approved | rejected
+apply:           check_approvals, check_plan, check_gates, deploy, verify   -> done | rolled_back
+rollback:        break-glass, no Slack: converge the stack on an earlier stage -> rolled_back
+
+Each step is recorded started before it runs and finished (with its effect on the rollout, in the same
+transaction) after; a resumed command skips finished steps. The one step that must never run twice,
+deploy, looks for its own update in the stack history (by the update's message) before running `up`.
+A temporary condition (soak not over, a gate failing or inconclusive, too few approvals) holds the step:
+the command exits and the step runs again next time. A permanent one ends the rollout.
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from pulumi.automation import CommandError
+from slack_sdk.errors import SlackApiError
+
+from components.site import Site
+from runbooks.rollout.approvals import SlackApprovals
+from runbooks.rollout.audit import AuditLog
+from runbooks.rollout.deploy import Deployment, StackDeployer, plan_digest
+from runbooks.rollout.gates import GateSnapshot, PrometheusGates, Verdict
+from runbooks.rollout.receivers import ClickInbox
+from runbooks.rollout.store import Rollout, RolloutState, Step, Store
+
+REQUEST_STEPS = ("check_soak", "check_gates", "preview", "post_request")
+APPLY_STEPS = ("check_approvals", "check_plan", "check_gates_before_apply", "deploy", "verify")
+ROLLBACK_STEP = "rollback"
+BREAK_GLASS_PREFIX = "rollback-"
+
+
+class RolloutRefusedError(Exception):
+    """The command does not apply to the rollout as it stands (wrong stage, nothing to apply)."""
+
+
+class StepHeldError(Exception):
+    """Temporary: the step waits for time, health or approvals; run the command again later."""
+
+    def __init__(self, step: str, reason: str) -> None:
+        super().__init__(f'held at "{step}" step: {reason}')
+        self.step, self.reason = step, reason
+
+
+class RolloutHaltedError(Exception):
+    """Permanent: the rollout ended in `state`; a new request is needed."""
+
+    def __init__(self, step: str, reason: str, state: RolloutState) -> None:
+        super().__init__(f'failed "{step}" step: {reason}')
+        self.step, self.reason, self.state = step, reason, state
+
+
+class _HoldError(Exception):
+    def __init__(self, reason: str, **changes: Any) -> None:
+        super().__init__(reason)
+        self.changes = changes
+
+
+class _UpdateFailedError(Exception):
+    pass
+
+
+class _HaltError(Exception):
+    def __init__(self, reason: str, state: RolloutState = RolloutState.FAILED) -> None:
+        super().__init__(reason)
+        self.state = state
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    rollout: str
+    step: str
+    phase: str
+    """"begin" once the start is recorded; "end" once it ran, before the finish is recorded."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    detail: dict[str, Any]
+    changes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rollback: str | None = None
+    """Why the rollout must roll back (the deploy failed or did not verify)."""
+
+
+class Receiver(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Status:
+    deployed_stage: str | None
+    live_since: datetime | None
+    soak_days: int
+    next_stage: str | None
+    rollout: Rollout | None
+    steps: list[Step]
+    approvers: list[str]
+    approvals_required: int
+
+
+class Runbook:
+    def __init__(self, site: Site, store: Store, audit: AuditLog, deployer: StackDeployer, gates: PrometheusGates,
+                 approvals: SlackApprovals | None, plans_dir: Path, clock: Callable[[], datetime],
+                 events: Callable[[StepEvent], None] = lambda _: None) -> None:
+        self.site, self.store, self.audit, self.deployer = site, store, audit, deployer
+        self.gates, self.approvals, self.plans_dir, self.clock, self.events = gates, approvals, plans_dir, clock, events
+        self.order = [s.name for s in site.stages]
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def request(self, stage: str, requester: str) -> Rollout:
+        """Start (or resume) the request to advance to `stage`; returns it awaiting approval."""
+        rollout = self.store.open_rollout()
+        if rollout is None or rollout.to_stage != stage or rollout.state != RolloutState.REQUESTING:
+            rollout = self._new_rollout(stage, requester, superseding=rollout)
+        steps = {"check_soak": self._check_soak, "check_gates": self._check_gates, "preview": self._preview,
+                 "post_request": self._post_request}
+        return self._run(rollout, [(name, steps[name]) for name in REQUEST_STEPS])
+
+    def wait(self, receiver: Receiver, timeout_s: float, poll_s: float = 0.2) -> Rollout:
+        """Receive clicks until the open request is approved or rejected, or timeout_s passes."""
+        approvals = self._slack()
+        rollout = self._open({RolloutState.AWAITING_APPROVAL, RolloutState.APPROVED}, "wait for")
+        inbox = ClickInbox(self.store, approvals, self.clock)
+        # Clicks stored before a crash are decided first, and the message catches up with the state.
+        inbox.decide_pending()
+        approvals.refresh_message(self._get(rollout.id))
+        deadline = time.monotonic() + timeout_s
+        receiver.start()
+        try:
+            while self._get(rollout.id).state == RolloutState.AWAITING_APPROVAL and time.monotonic() < deadline:
+                time.sleep(poll_s)
+        finally:
+            receiver.stop()
+        rollout = self._get(rollout.id)
+        if rollout.state == RolloutState.REJECTED:
+            # The stack file still names the rejected stage since its preview; put the deployed one back.
+            self.deployer.set_stage(rollout.from_stage)
+            self.audit.append(who="gpuctl", what="stack.config", decision="restored", rollout=rollout.id,
+                              stage=rollout.from_stage, detail={"reason": "request rejected"}, at=self.clock())
+        return rollout
+
+    def apply(self) -> Rollout:
+        """Apply the approved plan (or resume an apply); done, rolled back, or held."""
+        rollout = self._open({RolloutState.APPROVED, RolloutState.APPLYING}, "apply")
+        steps = {"check_approvals": self._check_approvals, "check_plan": self._check_plan,
+                 "check_gates_before_apply": self._check_gates_before_apply, "deploy": self._deploy,
+                 "verify": self._verify}
+        return self._run(rollout, [(name, steps[name]) for name in APPLY_STEPS])
+
+    def rollback(self, stage: str, operator: str, reason: str) -> Rollout:
+        """Break-glass: converge the stack on an earlier stage now, without Slack; audited."""
+        if stage not in self.order:
+            raise RolloutRefusedError(f'no stage named "{stage}" (stages: {", ".join(self.order)})')
+        open_rollout = self.store.open_rollout()
+        if open_rollout is not None and open_rollout.id.startswith(BREAK_GLASS_PREFIX):
+            rollout = open_rollout
+        else:
+            deployed = self.deployer.deployed_stage() or stage
+            if self.order.index(stage) > self.order.index(deployed):
+                raise RolloutRefusedError(f"{stage} is not before the deployed stage {deployed}: rollback goes back")
+            n = sum(r.id.startswith(BREAK_GLASS_PREFIX) for r in self.store.rollouts()) + 1
+            rollout = Rollout(f"{BREAK_GLASS_PREFIX}{n}", deployed, stage, operator, self.clock(),
+                              RolloutState.APPLYING)
+            superseded = [open_rollout.id] if open_rollout else []
+            self.store.add_rollout(rollout, supersede=superseded)
+            self.audit.append(who=operator, what="break_glass.rollback", decision="started", rollout=rollout.id,
+                              stage=stage, detail={"reason": reason, "from": deployed, "superseded": superseded},
+                              at=self.clock())
+        return self._run(rollout, [(ROLLBACK_STEP, self._converge_back)])
+
+    def status(self) -> Status:
+        deployed = self.deployer.deployed_stage()
+        since = self.deployer.stage_since(deployed) if deployed else None
+        current = next((s for s in self.site.stages if s.name == deployed), None)
+        at = self.order.index(deployed) if deployed in self.order else -1
+        rollout = self.store.open_rollout() or next(iter(reversed(self.store.rollouts())), None)
+        approvers = [a.user for a in self.approvals.counted(rollout.id)] if rollout and self.approvals else []
+        return Status(
+            deployed_stage=deployed, live_since=since, soak_days=current.min_soak_days if current else 0,
+            next_stage=self.order[at + 1] if 0 <= at < len(self.order) - 1 else None, rollout=rollout,
+            steps=self.store.steps(rollout.id) if rollout else [], approvers=approvers,
+            approvals_required=self.site.slack.approvals_required,
+        )
+
+    def teams_of(self, stage: str) -> tuple[list[str], list[str]]:
+        """(teams `stage` onboards, all teams onboarded once it is live)."""
+        upto = self.order.index(stage)
+        total = [t.name for t in self.site.teams if self.order.index(t.stage) <= upto]
+        return [t.name for t in self.site.teams if t.stage == stage], total
+
+    # --- the runner ----------------------------------------------------------------------------
+
+    def _run(self, rollout: Rollout, steps: list[tuple[str, Callable[[Rollout], StepResult]]]) -> Rollout:
+        for name, run in steps:
+            recorded = self.store.step(rollout.id, name)
+            if recorded is not None and recorded.finished_at is not None:
+                if recorded.detail.get("rollback"):
+                    return self._run(rollout, [(ROLLBACK_STEP, self._roll_back)])
+                continue
+            self.store.step_started(rollout.id, name, self.clock())
+            self.events(StepEvent(rollout.id, name, "begin"))
+            try:
+                result = run(rollout)
+            except _HoldError as hold:
+                self.store.update_rollout(rollout.id, hold=f"{name}: {hold}", **hold.changes)
+                self.audit.append(who="gpuctl", what=f"step.{name}", decision="held", rollout=rollout.id,
+                                  stage=rollout.to_stage, plan_digest=rollout.plan_digest,
+                                  gates=hold.changes.get("gates"), detail={"reason": str(hold)}, at=self.clock())
+                raise StepHeldError(name, str(hold)) from None
+            except _HaltError as halt:
+                self.store.update_rollout(rollout.id, state=halt.state, hold=f"{name}: {halt}")
+                self.audit.append(who="gpuctl", what=f"step.{name}", decision=halt.state.value, rollout=rollout.id,
+                                  stage=rollout.to_stage, plan_digest=rollout.plan_digest,
+                                  detail={"reason": str(halt)}, at=self.clock())
+                raise RolloutHaltedError(name, str(halt), halt.state) from None
+            self.events(StepEvent(rollout.id, name, "end"))
+            detail = {**result.detail, **({"rollback": result.rollback} if result.rollback else {})}
+            self.store.step_finished(rollout.id, name, self.clock(), detail, **result.changes)
+            rollout = self._get(rollout.id)
+            if result.rollback:
+                return self._run(rollout, [(ROLLBACK_STEP, self._roll_back)])
+        return rollout
+
+    # --- request steps -------------------------------------------------------------------------
+
+    def _new_rollout(self, stage: str, requester: str, superseding: Rollout | None) -> Rollout:
+        if stage not in self.order:
+            raise RolloutRefusedError(f'no stage named "{stage}" (stages: {", ".join(self.order)})')
+        deployed = self.deployer.deployed_stage()
+        if deployed is None:
+            raise RolloutRefusedError("the stack has no `stage` output: deploy the first stage with `pulumi up` first")
+        if self.order.index(stage) != self.order.index(deployed) + 1:
+            raise RolloutRefusedError(f"{deployed} is deployed: the next stage is "
+                          f"{self.order[self.order.index(deployed) + 1] if deployed != self.order[-1] else 'none'}"
+                          f", not {stage}")
+        n = sum(r.to_stage == stage for r in self.store.rollouts()) + 1
+        rollout = Rollout(f"{stage}-{n}", deployed, stage, requester, self.clock(), RolloutState.REQUESTING)
+        superseded = [superseding.id] if superseding is not None else []
+        self.store.add_rollout(rollout, supersede=superseded)
+        self.audit.append(who=requester, what="rollout.request", decision="started", rollout=rollout.id, stage=stage,
+                          detail={"from": deployed, "superseded": superseded}, at=self.clock())
+        return rollout
+
+    def _check_soak(self, rollout: Rollout) -> StepResult:
+        since = self.deployer.stage_since(rollout.from_stage)
+        if since is None:
+            raise _HoldError(f"no successful update of stage {rollout.from_stage} in the stack history")
+        need = next(s.min_soak_days for s in self.site.stages if s.name == rollout.from_stage)
+        soaked = self.clock() - since
+        if soaked < timedelta(days=need):
+            raise _HoldError(f"{rollout.from_stage} has soaked {soaked.total_seconds() / 86400:.1f} of {need} days "
+                        f"(live since {since:%Y-%m-%d %H:%M} UTC; ready {since + timedelta(days=need):%Y-%m-%d %H:%M})")
+        return StepResult({"live_since": since.isoformat(), "soaked_days": round(soaked.total_seconds() / 86400, 2)})
+
+    def _gate(self) -> GateSnapshot:
+        snapshot = self.gates.check()
+        if not snapshot.passed:
+            reasons = "; ".join(f"{r.gate} {r.verdict.value}: {r.reason}" for r in snapshot.holding())
+            raise _HoldError(reasons, gates=snapshot.as_record())
+        return snapshot
+
+    def _check_gates(self, rollout: Rollout) -> StepResult:
+        snapshot = self._gate()
+        return StepResult({"passed": True}, {"gates": snapshot.as_record()})
+
+    def _preview(self, rollout: Rollout) -> StepResult:
+        saved = self.deployer.preview(rollout.to_stage, self.plans_dir / f"{rollout.id}.plan.json")
+        return StepResult({"changes": saved.changes}, {"plan_path": str(saved.path), "plan_digest": saved.digest})
+
+    def _post_request(self, rollout: Rollout) -> StepResult:
+        awaiting = dataclasses.replace(rollout, state=RolloutState.AWAITING_APPROVAL)
+        try:
+            channel, ts = self._slack().post_request(awaiting)
+        except SlackApiError as error:
+            # invalid_auth, channel_not_found, ...: fix the app or token, then request again to resume here.
+            raise _HoldError(f"Slack refused chat.postMessage: {error.response.get('error')}") from None
+        self.audit.append(who=rollout.requester, what="rollout.request", decision="awaiting_approval",
+                          rollout=rollout.id, stage=rollout.to_stage, plan_digest=rollout.plan_digest,
+                          gates=rollout.gates, detail={"channel": channel, "ts": ts}, at=self.clock())
+        return StepResult({"channel": channel, "ts": ts},
+                          {"channel": channel, "message_ts": ts, "state": RolloutState.AWAITING_APPROVAL})
+
+    # --- apply steps ---------------------------------------------------------------------------
+
+    def _check_approvals(self, rollout: Rollout) -> StepResult:
+        valid, dropped = self._slack().approvers_before_apply(rollout)
+        need = self.site.slack.approvals_required
+        if len(valid) < need:
+            raise _HoldError(f"{len(valid)} of {need} approvals still count"
+                        + (f" ({'; '.join(dropped)})" if dropped else "") + ": request the stage again")
+        return StepResult({"approvers": [a.user for a in valid], "dropped": dropped})
+
+    def _check_plan(self, rollout: Rollout) -> StepResult:
+        path = Path(rollout.plan_path or "")
+        actual = plan_digest(path) if path.is_file() else "missing"
+        if actual != rollout.plan_digest:
+            raise _HaltError(f"plan digest mismatch: approved {rollout.plan_digest}, the plan file now is {actual}")
+        return StepResult({"plan_digest": actual})
+
+    def _check_gates_before_apply(self, rollout: Rollout) -> StepResult:
+        return StepResult({"gates": self._gate().as_record()})
+
+    def _deploy(self, rollout: Rollout) -> StepResult:
+        message = f"gpuctl rollout {rollout.id}: {rollout.from_stage} -> {rollout.to_stage}"
+        self.store.update_rollout(rollout.id, state=RolloutState.APPLYING)
+        try:
+            deployment = self._deploy_once(message, lambda: self.deployer.apply(Path(str(rollout.plan_path)), message))
+        except _UpdateFailedError as failed:
+            self.audit.append(who="gpuctl", what="pulumi.up", decision="failed", rollout=rollout.id,
+                              stage=rollout.to_stage, plan_digest=rollout.plan_digest,
+                              detail={"error": str(failed)}, at=self.clock())
+            return StepResult({"error": str(failed)}, rollback=f"pulumi up failed: {failed}")
+        self.audit.append(who="gpuctl", what="pulumi.up", decision="deployed", rollout=rollout.id,
+                          stage=rollout.to_stage, plan_digest=rollout.plan_digest,
+                          detail={"outputs": deployment.outputs, "summary": deployment.summary}, at=self.clock())
+        return StepResult({"message": message}, {"outputs": deployment.outputs, "summary": deployment.summary})
+
+    def _deploy_once(self, message: str, run: Callable[[], Deployment]) -> Deployment:
+        """The update named `message`: the one in the stack history if a crashed run got that far, else a new one."""
+        existing = self.deployer.update(message)
+        if existing is None:
+            try:
+                return run()
+            except CommandError as error:
+                raise _UpdateFailedError(_last_line(error)) from None
+        if existing.result == "in-progress":
+            raise _HoldError(f'update "{message}" is still running (started {existing.start_time:%Y-%m-%d %H:%M})')
+        if existing.result != "succeeded":
+            raise _UpdateFailedError(f'update "{message}" ended {existing.result}')
+        return self.deployer.finished(message)
+
+    def _verify(self, rollout: Rollout) -> StepResult:
+        deployed = (rollout.outputs or {}).get("stage")
+        if deployed != rollout.to_stage:
+            return StepResult({"stage_output": deployed},
+                              rollback=f"the stack reports stage {deployed}, not {rollout.to_stage}")
+        alerts = next(r for r in self.gates.check().results if r.gate == "critical_alerts")
+        if alerts.verdict == Verdict.INCONCLUSIVE:
+            raise _HoldError(f"cannot verify: {alerts.reason}")
+        if alerts.verdict == Verdict.FAIL:
+            return StepResult({"critical_alerts": alerts.reason}, rollback=f"after deploy: {alerts.reason}")
+        self.audit.append(who="gpuctl", what="rollout.verify", decision="done", rollout=rollout.id,
+                          stage=rollout.to_stage, plan_digest=rollout.plan_digest,
+                          detail={"outputs": rollout.outputs, "critical_alerts": alerts.reason}, at=self.clock())
+        return StepResult({"stage_output": deployed, "critical_alerts": alerts.reason}, {"state": RolloutState.DONE})
+
+    def _roll_back(self, rollout: Rollout) -> StepResult:
+        message = f"gpuctl rollout {rollout.id}: roll back to {rollout.from_stage}"
+        try:
+            deployment = self._deploy_once(message, lambda: self.deployer.converge(rollout.from_stage, message))
+        except _UpdateFailedError as failed:
+            raise _HaltError(f"the rollback failed too ({failed}): use `gpuctl rollout rollback`") from None
+        self.audit.append(who="gpuctl", what="rollout.rollback", decision="rolled_back", rollout=rollout.id,
+                          stage=rollout.from_stage, plan_digest=rollout.plan_digest,
+                          detail={"outputs": deployment.outputs, "summary": deployment.summary}, at=self.clock())
+        self._tell_slack(rollout.id)
+        return StepResult({"message": message}, {"state": RolloutState.ROLLED_BACK, "outputs": deployment.outputs})
+
+    def _converge_back(self, rollout: Rollout) -> StepResult:
+        message = f"gpuctl rollout {rollout.id}: break-glass rollback to {rollout.to_stage}"
+        try:
+            deployment = self._deploy_once(message, lambda: self.deployer.converge(rollout.to_stage, message))
+        except _UpdateFailedError as failed:
+            raise _HaltError(f"{failed}: fix the cause and run the rollback again") from None
+        self.audit.append(who=rollout.requester, what="break_glass.rollback", decision="rolled_back",
+                          rollout=rollout.id, stage=rollout.to_stage,
+                          detail={"outputs": deployment.outputs, "summary": deployment.summary}, at=self.clock())
+        return StepResult({"message": message}, {"state": RolloutState.ROLLED_BACK, "outputs": deployment.outputs,
+                                                 "summary": deployment.summary})
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _slack(self) -> SlackApprovals:
+        if self.approvals is None:
+            raise RolloutRefusedError("Slack is not configured (SLACK_BOT_TOKEN): approvals need it; rollback does not")
+        return self.approvals
+
+    def _tell_slack(self, rollout_id: str) -> None:
+        if self.approvals is not None:
+            self.approvals.refresh_message(self._get(rollout_id))
+
+    def _open(self, states: set[RolloutState], verb: str) -> Rollout:
+        rollout = self.store.open_rollout()
+        if rollout is None or rollout.state not in states:
+            state = rollout.state.value if rollout else "no open rollout"
+            raise RolloutRefusedError(f"nothing to {verb}: {rollout.id + ' is ' if rollout else ''}{state}")
+        return rollout
+
+    def _get(self, rollout_id: str) -> Rollout:
+        rollout = self.store.rollout(rollout_id)
+        assert rollout is not None, rollout_id
+        return rollout
+
+
+def _last_line(error: CommandError) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[-1][:500] if lines else "unknown error"
+

@@ -1,0 +1,205 @@
+"""Fixtures: a fake clock, the fake Slack Web API and Socket Mode endpoint, the fake Pulumi CLI, and two
+real Prometheus worlds (healthy, unhealthy) shared by the session."""
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.site import Site
+from runbooks.rollout.approvals import SlackApprovals, web_client
+from runbooks.rollout.audit import AuditLog
+from runbooks.rollout.deploy import StackDeployer
+from runbooks.rollout.gates import PrometheusGates
+from runbooks.rollout.machine import Runbook
+from runbooks.rollout.receivers import ClickInbox
+from runbooks.rollout.store import Store
+from tests.builders import REPO, parse, prod_values, with_changes
+from tests.runbooks.rollout.fake_pulumi import FakePulumiCommand
+from tests.runbooks.rollout.fake_slack import FakeSlack
+from tests.runbooks.rollout.fake_socket_mode import FakeSocketMode
+from tests.runbooks.rollout.prometheus_world import HEALTHY, UNHEALTHY, PrometheusWorld
+
+BOT_TOKEN = "xoxb-test-bot-token-never-printed"
+APP_TOKEN = "xapp-test-app-token-never-printed"
+SIGNING_SECRET = "test-signing-secret-never-printed"
+SECRETS = (BOT_TOKEN, APP_TOKEN, SIGNING_SECRET)
+REQUESTER = "U0REQUESTER"
+APPROVERS = ("U0ALICE", "U0BOB", "U0CAROL")
+GATE_WINDOW_MINUTES = 0.25
+"""15 s: the fake exporter's counters give rate() data within seconds of the first scrape."""
+WORLDS_TIMEOUT_S = 45.0
+START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+"""When canary went live in these tests."""
+
+
+class FakeClock:
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+def rollout_site(prometheus_url: str = "http://127.0.0.1:9", **changes: Any) -> Site:
+    values = with_changes(prod_values(), **changes)
+    values["rollout"] = {"prometheus_url": prometheus_url, "gate_window_minutes": GATE_WINDOW_MINUTES,
+                         **values.get("rollout", {})}
+    return parse(values)
+
+
+@dataclass
+class Worlds:
+    healthy: PrometheusWorld
+    unhealthy: PrometheusWorld
+
+
+@pytest.fixture(scope="session")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    site = rollout_site()
+    started = [PrometheusWorld(site, HEALTHY, tmp_path_factory.mktemp("healthy"))]
+    try:
+        started.append(PrometheusWorld(site, UNHEALTHY, tmp_path_factory.mktemp("unhealthy")))
+        healthy, unhealthy = started
+        healthy.wait_ready()
+        unhealthy.wait_ready()
+        _wait_until_conclusive(site, healthy, unhealthy)
+        yield Worlds(healthy, unhealthy)
+    finally:
+        for world in started:
+            world.stop()
+
+
+def _wait_until_conclusive(site: Site, healthy: PrometheusWorld, unhealthy: PrometheusWorld) -> None:
+    """Until the healthy world passes every gate and the unhealthy one has its alert firing and its rates."""
+    deadline = time.monotonic() + WORLDS_TIMEOUT_S
+    good = PrometheusGates(healthy.url, site.rollout.gates, GATE_WINDOW_MINUTES)
+    bad = PrometheusGates(unhealthy.url, site.rollout.gates, GATE_WINDOW_MINUTES)
+    while time.monotonic() < deadline:
+        verdicts = {r.gate: r.verdict.value for r in bad.check().results}
+        if good.check().passed and verdicts["critical_alerts"] == "fail" and verdicts["inference_error_rate"] == "fail":
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"the Prometheus worlds were not conclusive within {WORLDS_TIMEOUT_S} s: "
+                       f"healthy {good.check().as_record()}, unhealthy {bad.check().as_record()}")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START + timedelta(days=15))
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    fake = FakeSlack(members={REQUESTER, *APPROVERS}).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def socket_mode(slack: FakeSlack) -> Iterator[FakeSocketMode]:
+    server = FakeSocketMode().start()
+    slack.socket_url = server.url
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    directory = tmp_path / "project"
+    directory.mkdir()
+    for name in ("Pulumi.yaml", "Pulumi.prod.yaml"):
+        shutil.copy(REPO / name, directory / name)
+    return directory
+
+
+@dataclass
+class Harness:
+    site: Site
+    audit: AuditLog
+    pulumi: FakePulumiCommand
+    slack: FakeSlack
+    clock: FakeClock
+    state_dir: Path
+    store: Store = field(init=False)
+    runbook: Runbook = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.build()
+
+    def build(self) -> Runbook:
+        """A fresh Runbook over the same state: what a restarted `gpuctl rollout` process gets."""
+        if hasattr(self, "store"):
+            self.store.close()
+        self.store = Store(self.state_dir / "rollout.sqlite")
+        deployer = StackDeployer(self._stack(), self.site.rollout.policy_pack)
+        gates = PrometheusGates(self.site.rollout.prometheus_url, self.site.rollout.gates,
+                                self.site.rollout.gate_window_minutes, self.clock)
+        runbook = Runbook(self.site, self.store, self.audit, deployer, gates, None, self.state_dir / "plans",
+                          self.clock)
+        runbook.approvals = SlackApprovals(web_client(BOT_TOKEN, self.slack.base_url), self.site.slack, self.store,
+                                           self.audit, self.clock, runbook.teams_of)
+        self.runbook = runbook
+        return runbook
+
+    def _stack(self) -> Any:
+        return StackDeployer.open(self.project_dir, "prod", self.site.rollout.policy_pack, self.pulumi).stack
+
+    @property
+    def project_dir(self) -> Path:
+        return self.state_dir.parent / "project"
+
+    @property
+    def approvals(self) -> SlackApprovals:
+        assert self.runbook.approvals is not None
+        return self.runbook.approvals
+
+    def inbox(self) -> ClickInbox:
+        return ClickInbox(self.store, self.approvals, self.clock)
+
+    def click(self, user: str, action: str = "approve", value: dict[str, Any] | None = None) -> None:
+        """A click delivered straight to the inbox (the transports have their own tests)."""
+        inbox = self.inbox()
+        inbox.receive(block_actions(self.slack, user, action, value), "test")
+        inbox.decide_pending()
+
+
+def button_value(slack: FakeSlack) -> dict[str, Any]:
+    """The Approve button's value on the newest message that still has buttons."""
+    for message in reversed(list(slack.messages.values())):
+        for block in message.get("blocks", []):
+            if block.get("type") == "actions":
+                return dict(json.loads(block["elements"][0]["value"]))
+    raise AssertionError("no message with buttons")
+
+
+_action_ts = [0]
+
+
+def block_actions(slack: FakeSlack, user: str, action: str, value: dict[str, Any] | None = None) -> dict[str, Any]:
+    _action_ts[0] += 1
+    return {
+        "type": "block_actions", "user": {"id": user}, "team": {"id": "T0INSTITUTE"}, "api_app_id": "A0ROLLOUT",
+        "container": {"type": "message", "channel_id": "C0ROLLOUT"},
+        "actions": [{"action_id": action, "block_id": "rollout-decision",
+                     "value": json.dumps(value if value is not None else button_value(slack)),
+                     "action_ts": f"1700000100.{_action_ts[0]:06d}"}],
+    }
+
+
+@pytest.fixture
+def harness(tmp_path: Path, project: Path, slack: FakeSlack, clock: FakeClock, worlds: Worlds) -> Iterator[Harness]:
+    site = rollout_site(worlds.healthy.url)
+    pulumi = FakePulumiCommand(clock, deployed_stage="canary", deployed_at=START)
+    made = Harness(site, AuditLog(tmp_path / "state" / "audit.jsonl"), pulumi, slack, clock, tmp_path / "state")
+    yield made
+    made.store.close()

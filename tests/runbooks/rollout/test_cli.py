@@ -1,0 +1,69 @@
+"""`gpuctl rollout` through Typer: request, status while approvals come in, break-glass rollback without Slack."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from runbooks.rollout import cli
+from runbooks.rollout.cli import app
+from tests.runbooks.rollout.conftest import APPROVERS, BOT_TOKEN, GATE_WINDOW_MINUTES, REQUESTER, SECRETS, Harness
+
+
+@pytest.fixture
+def gpuctl(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    stack_file = harness.project_dir / "Pulumi.prod.yaml"
+    stack = yaml.safe_load(stack_file.read_text())
+    stack["config"]["gpu-cluster:rollout"] = {"prometheus_url": harness.site.rollout.prometheus_url,
+                                              "gate_window_minutes": GATE_WINDOW_MINUTES}
+    stack_file.write_text(yaml.safe_dump(stack))
+    monkeypatch.setattr(cli, "pulumi_command", lambda: harness.pulumi)
+    monkeypatch.setattr(cli, "now", harness.clock)
+    monkeypatch.setenv("SLACK_BOT_TOKEN", BOT_TOKEN)
+    monkeypatch.setenv("SLACK_API_URL", harness.slack.base_url)
+    return harness
+
+
+def run(harness: Harness, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["--project-dir", str(harness.project_dir), "--state-dir",
+                                      str(harness.state_dir), *args])
+    text = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert not any(secret in text for secret in SECRETS)
+    return result.exit_code, text
+
+
+def test_should_request_a_stage_and_show_it_awaiting_approvals(gpuctl: Harness) -> None:
+    code, text = run(gpuctl, "request", "half", "--requester", REQUESTER)
+    assert code == 0, text
+    assert "half-1: awaiting approval" in text
+    gpuctl.build()
+    gpuctl.click(APPROVERS[0])
+    code, text = run(gpuctl, "status")
+    assert code == 0, text
+    assert "stage canary deployed, live since 2026-03-02 09:00 UTC (15.0 of 14 soak days)" in text
+    assert "next stage: half (onboards vision, multimodal, rl, code-llm; 6 of 12 teams)" in text
+    assert "rollout half-1 canary -> half: awaiting_approval" in text
+    assert f"approvals 1 of 2: {APPROVERS[0]}" in text
+    assert "hash chain intact" in text
+
+
+def test_should_refuse_a_stage_out_of_order_with_exit_2(gpuctl: Harness) -> None:
+    code, text = run(gpuctl, "request", "full", "--requester", REQUESTER)
+    assert code == 2
+    assert "the next stage is half, not full" in text
+
+
+def test_should_hold_a_request_before_the_soak_is_over_with_exit_3(gpuctl: Harness) -> None:
+    gpuctl.clock.now = gpuctl.clock.now.replace(day=10)
+    code, text = run(gpuctl, "request", "half", "--requester", REQUESTER)
+    assert code == 3
+    assert "canary has soaked 8.0 of 14 days" in text
+
+
+def test_should_break_glass_without_slack(gpuctl: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLACK_BOT_TOKEN")
+    code, text = run(gpuctl, "rollback", "--to", "canary", "--operator", "alice", "--reason", "drill")
+    assert code == 0, text
+    assert "rollback-1: rolled_back to canary" in text
+    assert Path(gpuctl.state_dir / "audit.jsonl").exists()
