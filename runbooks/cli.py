@@ -15,6 +15,7 @@ from rich.table import Table
 
 from components.problems import SiteSpecError
 from runbooks import plan as planning
+from runbooks.config_checks import run_checks
 from runbooks.offline_engine import ProgramError, StackConfigError
 from runbooks.policy_check import PolicyPackError
 from runbooks.rollout.cli import app as rollout_app
@@ -79,10 +80,26 @@ def plan(
     if out_dir is not None:
         summary.files = planning.write_plan(result.site, result.graph, out_dir)
     _print_summary(summary, out_dir)
+    out.print(f"policy pack: {len(summary.policies)} policies judged {len(result.graph.resources)} resources "
+              f"in {result.policy_seconds:.2f} s")
+    if out_dir is not None and not _consumers_accept(out_dir):
+        raise typer.Exit(1)
     if result.blocking:
         err.print(f"[red]{len(result.blocking)} mandatory policy violation(s)[/]: `pulumi preview --policy-pack "
                   "policy` would stop here")
         raise typer.Exit(EXIT_POLICY_VIOLATION)
+
+
+def _consumers_accept(out_dir: Path) -> bool:
+    """Run the generated configuration past its real consumers; a rejected file is our bug (exit 1)."""
+    outcomes = run_checks(out_dir)
+    table = Table("file", "consumer", "result", title="Generated configuration, judged by its consumers")
+    colour = {"passed": "green", "failed": "red", "skipped": "yellow"}
+    for outcome in outcomes:
+        table.add_row(outcome.check.artifact, outcome.check.consumer,
+                      f"[{colour[outcome.status]}]{outcome.status}[/] {escape(outcome.detail)}")
+    out.print(table)
+    return all(o.status != "failed" for o in outcomes)
 
 
 def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
@@ -146,7 +163,9 @@ def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
     out.print(policies)
     for policy in summary.policies:
         for finding in policy.violations:
-            out.print(f"  {policy.name} ({finding.enforcement_level}): {escape(finding.message)}", highlight=False)
+            where = f" [{finding.urn}]" if finding.urn else ""
+            out.print(f"  {policy.name} ({finding.enforcement_level}): {escape(finding.message + where)}",
+                      highlight=False)
     resources = Table("type", "count", title="Resources by type")
     for type_, count in summary.resources_by_type.items():
         resources.add_row(type_, str(count))

@@ -7,6 +7,7 @@ not recomputed from the spec, so the plan shows what the engine and the policy p
 import json
 import re
 import shutil
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -123,6 +124,8 @@ class Plan:
     site: Site
     graph: ResourceGraph
     policies: list[PolicyResult]
+    policy_seconds: float
+    """Wall time of the policy pack run: start, Analyze per resource, AnalyzeStack."""
 
     @property
     def blocking(self) -> list[Finding]:
@@ -140,8 +143,9 @@ def plan(project_dir: Path, stack: str, policy_config: dict[str, Any] | None = N
     progress("running the program under the offline engine")
     graph = run_program(project_dir, stack, config)
     progress("judging the resources with the policy pack (its real gRPC entry point)")
+    started = time.monotonic()
     policies = check_policies(graph, policy_config, project_dir / "policy")
-    return Plan(site, graph, policies)
+    return Plan(site, graph, policies, time.monotonic() - started)
 
 
 def summarize(result: Plan) -> Summary:

@@ -38,6 +38,7 @@ from components.alertmanager_config import ONCALL_TOKEN_FILE, SLACK_API_URL_FILE
 from components.monitoring import COLD_WRITE_URL, cold_tier_values, prometheus_values
 from components.site import Site
 from tests.builders import parse, prod_values, with_changes
+from tests.conftest import FIGURES
 
 PROMETHEUS, ALERTMANAGER, VICTORIA_METRICS = "prometheus", "prometheus-alertmanager", "victoria-metrics"
 """Debian's executable names, also the daemons' keys in `Stack`."""
@@ -303,7 +304,7 @@ def test_should_page_oncall_and_the_incident_channel_at_90_c_and_stay_quiet_at_8
     raised = time.monotonic()
     stack.wait("the page for GPU 1 at 90 C", lambda: bool(recorder.about(ALERT, "/oncall")), DELIVERY_TIMEOUT_S)
     page = recorder.about(ALERT, "/oncall")[0]
-    print(f"\n{ALERT} delivered {page.at - raised:.1f} s after the exporter reported 90 C")
+    FIGURES.append(f"{ALERT} delivered {page.at - raised:.1f} s after the exporter reported 90 C")
 
     assert page.authorization == f"Bearer {ONCALL_TOKEN}"
     [alert] = page.body["alerts"]
@@ -332,6 +333,6 @@ def test_should_copy_recorded_per_gpu_series_to_the_cold_tier(stack: Stack) -> N
     stack.exporter.set(0, util_pct=42)
     written = time.monotonic()
     stack.wait("GPU 0's new utilization in VictoriaMetrics", lambda: cold() == ["42"], COLD_TIMEOUT_S)
-    print(f"\n{Record.GPU_UTIL} took {time.monotonic() - written:.1f} s from the exporter to the cold tier")
+    FIGURES.append(f"{Record.GPU_UTIL} took {time.monotonic() - written:.1f} s from the exporter to the cold tier")
     [series] = stack.instant(VICTORIA_METRICS, query, nocache="1")
     assert series["metric"] == {"__name__": Record.GPU_UTIL, **stack.exporter.gpu_labels[0]}

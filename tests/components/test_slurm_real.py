@@ -36,6 +36,7 @@ from components.slurm_config import (
     slurm_nodes,
 )
 from tests.builders import parse, prod_values
+from tests.conftest import FIGURES
 
 BINARIES = ("munged", "mariadb-install-db", "mariadbd", "mariadb", "slurmdbd", "slurmctld", "slurmd",
             "sacctmgr", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
@@ -58,7 +59,8 @@ def _missing() -> str | None:
 
 
 _reason = _missing()
-pytestmark = [pytest.mark.slurm, *([pytest.mark.skip(reason=_reason)] if _reason else [])]
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("module_timer"),
+              *([pytest.mark.skip(reason=_reason)] if _reason else [])]
 
 
 def free_ports(count: int) -> list[int]:
@@ -265,7 +267,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for phase, ended in phases.items():
             steps.append(f"{phase} {ended - last:.1f} s")
             last = ended
-        print(f"\nslurm cluster up in {last - started:.1f} s with {len(nodes)} slurmd: {', '.join(steps)}")
+        FIGURES.append(f"slurm cluster up in {last - started:.1f} s with {len(nodes)} slurmd: {', '.join(steps)}")
         yield cluster
     finally:
         cluster.stop()
