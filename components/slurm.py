@@ -1,7 +1,10 @@
 """Slurm beside Kubernetes, deployed with pulumi-command over SSH from the rendered configuration.
 
-The controller gets slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf; every Slurm node gets the
-first three. Each command carries the files' content, so the daemons restart only when it changes.
+The controller gets slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf; its command carries their
+content, so the daemons restart (and `scontrol reconfigure` pushes the change) only when it changes.
+Nodes run configless (slurm.conf(5) SlurmctldParameters=enable_configless; slurmd --conf-server):
+they fetch the files from slurmctld, so no node holds a copy that can drift and a node's command
+stays the same size however many nodes the site has.
 Accounting (QoS and team accounts) is applied on the controller with idempotent sacctmgr calls. A
 node the node check failed is drained with the check's reason (`sinfo -R` shows it), so Slurm
 schedules nothing on it; a validated node is resumed.
@@ -33,18 +36,30 @@ from components.slurm_config import (
 
 SLURM_TYPE = "gpucluster:slurm:Slurm"
 CONFIG_DIR = "/etc/slurm"
+SLURMD_DEFAULTS = "/etc/default/slurmd"
 
 
-def install_script(files: dict[str, tuple[str, int]], restart: str, config_dir: str = CONFIG_DIR) -> str:
-    """A shell script that writes each file (content, mode) under config_dir, then restarts `restart`.
-    Content travels base64-encoded so no quoting can change it."""
-    steps = [f"install -d -m 0755 {config_dir}"]
-    for name, (content, mode) in files.items():
+def install_script(files: dict[str, tuple[str, int]], then: str) -> str:
+    """A shell script that writes each file (path: content, mode), then runs `then`. Content travels
+    base64-encoded so no quoting can change it; each file is replaced atomically."""
+    steps = [f"install -d -m 0755 {directory}" for directory in sorted({path.rsplit('/', 1)[0] for path in files})]
+    for path, (content, mode) in files.items():
         encoded = base64.b64encode(content.encode()).decode()
-        path = f"{config_dir}/{name}"
         steps.append(f"echo {encoded} | base64 -d > {path}.new && chmod {mode:o} {path}.new && mv {path}.new {path}")
-    steps.append(f"systemctl restart {restart}")
+    steps.append(then)
     return " && ".join(steps)
+
+
+def controller_files(site: Site) -> dict[str, tuple[str, int]]:
+    files = {"slurm.conf": (render_slurm_conf(site), 0o644), "gres.conf": (render_gres_conf(site), 0o644),
+             "cgroup.conf": (render_cgroup_conf(), 0o644), "slurmdbd.conf": (render_slurmdbd_conf(site), 0o600)}
+    return {f"{CONFIG_DIR}/{name}": content for name, content in files.items()}
+
+
+def node_files(site: Site) -> dict[str, tuple[str, int]]:
+    """Debian's slurmd.service reads SLURMD_OPTIONS from /etc/default/slurmd."""
+    server = f"{site.slurm.controller_host}:{site.slurm.slurmctld_port}"
+    return {SLURMD_DEFAULTS: (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644)}
 
 
 def accounting_script(site: Site) -> str:
@@ -78,9 +93,7 @@ class Slurm(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions) -> None:
         facts = slurm_facts(site)
         super().__init__(SLURM_TYPE, name, facts, opts)
-        node_files = {"slurm.conf": (render_slurm_conf(site), 0o644), "gres.conf": (render_gres_conf(site), 0o644),
-                      "cgroup.conf": (render_cgroup_conf(), 0o644)}
-        controller_files = {**node_files, "slurmdbd.conf": (render_slurmdbd_conf(site), 0o600)}
+        on_controller, on_nodes = controller_files(site), node_files(site)
 
         def connection(host: str) -> command.remote.ConnectionArgs:
             return command.remote.ConnectionArgs(host=host, user=site.ssh_user, private_key=ssh_private_key)
@@ -88,8 +101,8 @@ class Slurm(pulumi.ComponentResource):
         controller = connection(site.slurm.controller_host)
         configured = command.remote.Command(
             f"{name}-controller-config", connection=controller,
-            create=install_script(controller_files, "slurmdbd slurmctld"),
-            triggers=[_digest(controller_files)], opts=pulumi.ResourceOptions(parent=self),
+            create=install_script(on_controller, "systemctl restart slurmdbd slurmctld && scontrol reconfigure"),
+            triggers=[_digest(on_controller)], opts=pulumi.ResourceOptions(parent=self),
         )
         command.remote.Command(
             f"{name}-accounting", connection=controller, create=accounting_script(site),
@@ -99,7 +112,8 @@ class Slurm(pulumi.ComponentResource):
         for node in slurm_nodes(site):
             installed = command.remote.Command(
                 f"{name}-{node.name}-config", connection=connection(node.ssh_host),
-                create=install_script(node_files, "slurmd"), triggers=[_digest(node_files)],
+                create=install_script(on_nodes, "systemctl enable slurmd && systemctl restart slurmd"),
+                triggers=[_digest(on_nodes)],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[configured]),
             )
             command.remote.Command(

@@ -118,6 +118,9 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
         conf.record(SlurmctldPort=overlay.slurmctld_port)
         conf.record(SlurmUser=overlay.slurm_user)
     conf.record(AuthType="auth/munge")
+    # slurm.conf(5) SlurmctldParameters=enable_configless: slurmd started with --conf-server fetches
+    # slurm.conf, gres.conf and cgroup.conf from slurmctld, so only the controller holds the files.
+    conf.record(SlurmctldParameters="enable_configless")
     if overlay is not None:
         # slurm.conf(5) AuthInfo: socket= is the MUNGE socket the daemons and clients talk to.
         conf.record(AuthInfo=f"socket={overlay.munge_socket}")

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from components.node_validation import Verdict
-from components.slurm import accounting_script, admission_command, install_script, slurm_facts
+from components.slurm import (
+    accounting_script,
+    admission_command,
+    controller_files,
+    install_script,
+    node_files,
+    slurm_facts,
+)
 from tests.builders import parse
 
 
@@ -27,12 +34,12 @@ def run(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
 
 def test_should_install_each_file_byte_for_byte_with_its_mode(tmp_path: Path) -> None:
     fake(tmp_path, "systemctl", f'echo "$@" > {tmp_path}/restarted')
-    files = {"slurm.conf": ("NodeName=a Gres=gpu:a800:8 # 'quotes' $(not run)\n", 0o644),
-             "slurmdbd.conf": ("StorageUser=slurm\n", 0o600)}
-    result = run(tmp_path, install_script(files, "slurmdbd slurmctld", str(tmp_path / "etc")))
+    files = {f"{tmp_path}/etc/slurm.conf": ("NodeName=a Gres=gpu:a800:8 # 'quotes' $(not run)\n", 0o644),
+             f"{tmp_path}/etc/slurmdbd.conf": ("StorageUser=slurm\n", 0o600)}
+    result = run(tmp_path, install_script(files, "systemctl restart slurmdbd slurmctld"))
     assert result.returncode == 0, result.stderr
     for name, (content, mode) in files.items():
-        path = tmp_path / "etc" / name
+        path = Path(name)
         assert path.read_text() == content
         assert stat.S_IMODE(path.stat().st_mode) == mode
     assert (tmp_path / "restarted").read_text() == "restart slurmdbd slurmctld\n"
@@ -70,3 +77,11 @@ def test_should_report_the_qos_table_for_the_policy_pack(prod: dict[str, Any]) -
     assert qos["train_high"]["preempt"] == ["train_normal", "train_preemptible"]
     assert all("inference" not in q["preempt"] and "critical" not in q["preempt"] for q in facts["qos"])
     assert {p["name"] for p in facts["partitions"]} == {"a800-train", "a800-flex"}
+
+
+def test_should_keep_a_nodes_command_the_same_size_however_many_nodes(prod: dict[str, Any]) -> None:
+    # Configless: nodes fetch the files from slurmctld, so a node's command never carries slurm.conf.
+    site = parse(prod)
+    server = f"{site.slurm.controller_host}:{site.slurm.slurmctld_port}"
+    assert node_files(site) == {"/etc/default/slurmd": (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644)}
+    assert "SlurmctldParameters=enable_configless" in controller_files(site)["/etc/slurm/slurm.conf"][0]
