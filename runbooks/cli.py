@@ -61,10 +61,7 @@ def plan(
         policy_config = json.loads(policy_pack_config.read_text()) if policy_pack_config else None
         with err.status("planning") as status:
             result = planning.plan(project, stack, policy_config, progress=lambda step: status.update(step))
-    except (OSError, json.JSONDecodeError, PolicyPackError) as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_INVALID_INPUT) from None
-    except StackConfigError as error:
+    except (OSError, json.JSONDecodeError, PolicyPackError, StackConfigError) as error:
         err.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(EXIT_INVALID_INPUT) from None
     except SiteSpecError as error:
