@@ -150,6 +150,9 @@ class NfsHotTier(Spec):
     """The model registry on the first server, the source of the NVMe prefetch."""
     fill_alert_pct: Percent = defaults.HOT_FILL_ALERT_PCT
     """% full at which a hot-tier server raises a warning (the mover frees space every run)."""
+    mount_root: AbsolutePath = "/mnt/ckpt-hot"
+    """Where hosts mount the hot tier: each server's export_root at <mount_root>/<server>, so a team's share is
+    <mount_root>/<server>/<team> on every Slurm node (and on pods that mount the same way)."""
 
 
 class CephColdTier(Spec):
@@ -159,6 +162,8 @@ class CephColdTier(Spec):
     """days after which a checkpoint moves from hot to cold."""
     mover_schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")] = defaults.MOVER_SCHEDULE
     """Cron schedule of the checkpoint mover (five fields)."""
+    mount_path: AbsolutePath = "/mnt/ckpt-cold"
+    """Where hosts mount the CephFS cold filesystem's root; a team's archive is <mount_path>/<team>."""
 
 
 class Storage(Spec):

@@ -4,7 +4,9 @@ The controller gets slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf; its co
 content, so the daemons restart (and `scontrol reconfigure` pushes the change) only when it changes.
 Nodes run configless (slurm.conf(5) SlurmctldParameters=enable_configless; slurmd --conf-server):
 they fetch the files from slurmctld, so no node holds a copy that can drift and a node's command
-stays the same size however many nodes the site has.
+stays the same size however many nodes the site has. 22.05 does not ship the Prolog and Epilog, so
+each node's command installs them, the checkpoint mover they start, and the mount units of the hot
+and cold tiers (at the spec's mount points).
 Accounting (QoS and team accounts) is applied on the controller with idempotent sacctmgr calls. A
 node the node check failed is drained with the check's reason (`sinfo -R` shows it), so Slurm
 schedules nothing on it; a validated node is resumed.
@@ -20,32 +22,45 @@ import pulumi
 import pulumi_command as command
 
 from components.facility import GpuNode
+from components.gpu_operator import HPC_JOB_MAPPING_DIR
 from components.node_validation import Verdict
+from components.onboarding import NFS_MOUNT_OPTIONS
 from components.preemption import slurm_qos
 from components.site import Site
 from components.slurm_config import (
     ALREADY_PRESENT,
+    EPILOG,
+    MOVER,
+    PROLOG,
     partitions,
     render_accounting_commands,
     render_cgroup_conf,
+    render_epilog,
     render_gres_conf,
+    render_prolog,
     render_slurm_conf,
     render_slurmdbd_conf,
+    render_tier_mounts,
     slurm_nodes,
 )
+from components.storage import COLD_FILESYSTEM, MOVER_SOURCE
 
 SLURM_TYPE = "gpucluster:slurm:Slurm"
 CONFIG_DIR = "/etc/slurm"
 SLURMD_DEFAULTS = "/etc/default/slurmd"
+SYSTEMD_UNIT_DIR = "/etc/systemd/system"
 
 
 def install_script(files: dict[str, tuple[str, int]], then: str) -> str:
     """A shell script that writes each file (path: content, mode), then runs `then`. Content travels
-    base64-encoded so no quoting can change it; each file is replaced atomically."""
-    steps = [f"install -d -m 0755 {directory}" for directory in sorted({path.rsplit('/', 1)[0] for path in files})]
+    base64-encoded so no quoting can change it; each file is replaced atomically. Paths are quoted: systemd
+    unit names hold backslashes."""
+    directories = sorted({path.rsplit("/", 1)[0] for path in files})
+    steps = [f"install -d -m 0755 {shlex.quote(directory)}" for directory in directories]
     for path, (content, mode) in files.items():
         encoded = base64.b64encode(content.encode()).decode()
-        steps.append(f"echo {encoded} | base64 -d > {path}.new && chmod {mode:o} {path}.new && mv {path}.new {path}")
+        new, final = shlex.quote(f"{path}.new"), shlex.quote(path)
+        steps.append(f"echo {encoded} | base64 -d > {new} && chmod {mode:o} {new} && mv {new} {final}")
     steps.append(then)
     return " && ".join(steps)
 
@@ -57,9 +72,27 @@ def controller_files(site: Site) -> dict[str, tuple[str, int]]:
 
 
 def node_files(site: Site) -> dict[str, tuple[str, int]]:
-    """Debian's slurmd.service reads SLURMD_OPTIONS from /etc/default/slurmd."""
+    """What every Slurm node holds, the same on each: Debian's slurmd.service reads SLURMD_OPTIONS from
+    /etc/default/slurmd; the job scripts and the mover they start; the tier mount units."""
     server = f"{site.slurm.controller_host}:{site.slurm.slurmctld_port}"
-    return {SLURMD_DEFAULTS: (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644)}
+    files = {SLURMD_DEFAULTS: (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644),
+             PROLOG: (render_prolog(HPC_JOB_MAPPING_DIR), 0o755),
+             EPILOG: (render_epilog(site, HPC_JOB_MAPPING_DIR), 0o755),
+             MOVER: (MOVER_SOURCE.read_text(), 0o644)}
+    for unit, content in tier_mounts(site).items():
+        files[f"{SYSTEMD_UNIT_DIR}/{unit}"] = (content, 0o644)
+    return files
+
+
+def tier_mounts(site: Site) -> dict[str, str]:
+    return render_tier_mounts(site, NFS_MOUNT_OPTIONS, COLD_FILESYSTEM)
+
+
+def node_command(site: Site) -> str:
+    """Mounts the tiers (enabling a mounted unit again is a no-op), then (re)starts slurmd."""
+    units = " ".join(shlex.quote(unit) for unit in tier_mounts(site))
+    return (f"systemctl daemon-reload && systemctl enable --now {units} "
+            "&& systemctl enable slurmd && systemctl restart slurmd")
 
 
 def accounting_script(site: Site) -> str:
@@ -112,7 +145,7 @@ class Slurm(pulumi.ComponentResource):
         for node in slurm_nodes(site):
             installed = command.remote.Command(
                 f"{name}-{node.name}-config", connection=connection(node.ssh_host),
-                create=install_script(on_nodes, "systemctl enable slurmd && systemctl restart slurmd"),
+                create=install_script(on_nodes, node_command(site)),
                 triggers=[_digest(on_nodes)],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[configured]),
             )

@@ -11,6 +11,7 @@ https://slurm.schedmd.com/archive/slurm-22.05.8/.
 
 import math
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,23 @@ GPU_DEVICES = "/dev/nvidia"
 
 ACCOUNTING_DB = "slurm_acct_db"
 """MariaDB database slurmdbd keeps accounting in (the slurmdbd.conf(5) StorageLoc default)."""
+
+PROLOG = "/etc/slurm/prolog.sh"
+EPILOG = "/etc/slurm/epilog.sh"
+"""On every node: 22.05 configless slurmd fetches slurm.conf, gres.conf and cgroup.conf, never the scripts
+(shipping them arrived in 23.02), so the node command installs them at these paths."""
+MOVER = "/usr/local/lib/gpucluster/checkpoint_tiering.py"
+"""The checkpoint mover (runbooks/checkpoint_tiering.py, stdlib only) on every node, for the epilog."""
+MOVER_TIMEOUT_S = 3600
+"""s an epilog's mover may run before `timeout` stops it (SIGTERM, SIGKILL 60 s later). Stopping it is safe:
+a partial copy is removed by a later run and a finished one is verified and completed; the CronJob moves the rest."""
+MOVER_LOCK = ".checkpoint-mover.lock"
+"""Lock file in each hot export root: one epilog mover per NFS server at a time, cluster-wide (flock(1) locks
+reach the server on NFSv4). The mover skips names starting with '.'."""
+CEPH_CLIENT = "slurm-nodes"
+"""CephX user the nodes mount the cold tier as; its keyring is /etc/ceph/ceph.client.slurm-nodes.keyring."""
+SCRIPT_SEARCH_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+"""slurmd runs Prolog and Epilog without a search path (Prolog and Epilog Guide, slurm.schedmd.com)."""
 
 _GPU_MODEL_QUALIFIERS = re.compile(r"^(SXM\d*|PCIE|NVL|\d+GB)$", re.IGNORECASE)
 
@@ -55,6 +73,33 @@ class LoopbackOverlay:
     @property
     def dev_dir(self) -> Path:
         return self.root / "dev"
+
+    @property
+    def prolog(self) -> Path:
+        return self.root / "etc" / "prolog.sh"
+
+    @property
+    def epilog(self) -> Path:
+        return self.root / "etc" / "epilog.sh"
+
+    @property
+    def mover(self) -> Path:
+        return self.root / "etc" / "checkpoint_tiering.py"
+
+    @property
+    def mapping_dir(self) -> Path:
+        """Stands in for the GPU Operator's DCGM job mapping directory."""
+        return self.root / "dcgm-hpc-jobs"
+
+    @property
+    def hot_root(self) -> Path:
+        """Stands in for storage.nfs_hot.mount_root: one directory per NFS server."""
+        return self.root / "hot"
+
+    @property
+    def cold_root(self) -> Path:
+        """Stands in for storage.ceph_cold.mount_path."""
+        return self.root / "cold"
 
 
 class ConfigFile:
@@ -142,6 +187,13 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
         # slurm.conf(5) SlurmdParameters=config_overrides: every emulated node claims its production
         # CPUs, memory and GRES instead of what the small test machine really has.
         conf.record(SlurmdParameters="config_overrides")
+
+    conf.section("Job scripts: the GPU-to-job mapping for DCGM and the checkpoint mover")
+    conf.record(Prolog=str(overlay.prolog) if overlay else PROLOG)
+    conf.record(Epilog=str(overlay.epilog) if overlay else EPILOG)
+    # slurm.conf(5) PrologFlags=Alloc: the prolog runs on every node at allocation, not only where a step
+    # starts later, so all of a multi-node batch job's GPUs carry its label from the start.
+    conf.record(PrologFlags="Alloc")
 
     conf.section("Scheduling: QoS preemption with requeue, multifactor priority with fairshare")
     conf.record(SchedulerType="sched/backfill")
@@ -236,6 +288,106 @@ def render_cgroup_conf() -> str:
     conf.record(ConstrainRAMSpace="yes")
     conf.record(ConstrainDevices="yes")
     return conf.render()
+
+
+def render_prolog(mapping_dir: str) -> str:
+    """Writes `<mapping_dir>/<GPU index>` holding the job id for each GPU the job got on this node; the DCGM
+    exporter labels that GPU's metrics `hpc_job` from it (one job id per line)."""
+    return f"""#!/bin/sh
+# Slurm Prolog, see slurm.conf(5): slurmd runs it as root on each node of a job at allocation
+# (PrologFlags=Alloc). SLURM_JOB_GPUS holds the node's GPU indices the job got (Prolog and Epilog only).
+# It always exits 0: a failing prolog drains the node and holds the job, too much for a metrics label.
+export PATH={SCRIPT_SEARCH_PATH}
+mapping_dir={shlex.quote(mapping_dir)}
+[ -n "${{SLURM_JOB_GPUS:-}}" ] || exit 0
+mkdir -p "$mapping_dir" || exit 0
+for gpu in $(echo "$SLURM_JOB_GPUS" | tr , ' '); do
+    # Replaced atomically: the exporter may read the file at any moment.
+    printf '%s\\n' "$SLURM_JOB_ID" > "$mapping_dir/.$gpu.new" && mv -f "$mapping_dir/.$gpu.new" "$mapping_dir/$gpu"
+done
+exit 0
+"""
+
+
+def render_epilog(site: Site, mapping_dir: str, overlay: LoopbackOverlay | None = None) -> str:
+    """Removes the job's GPU mapping, then starts the checkpoint mover for the job's team (its account).
+
+    The node stays COMPLETING until the epilog exits (slurm.conf(5) Epilog), so the epilog does only local file
+    work and returns in milliseconds: everything that touches NFS or CephFS, which can hang, runs detached
+    (`setsid -f`) under `timeout` (MOVER_TIMEOUT_S). For each NFS server whose export root holds the team's
+    share, the mover sweeps that root, as the CronJob does (the mover's --hot is a tier root, <team>/<run>/...),
+    unless another node's epilog holds the server's lock. No --metrics-file: a node's file would go stale once
+    the team stops using the node and fire the last-success alert; the CronJob's metrics stay the signal.
+    """
+    storage = site.storage
+    mover = str(overlay.mover) if overlay else MOVER
+    hot_root = str(overlay.hot_root) if overlay else storage.nfs_hot.mount_root
+    cold_root = str(overlay.cold_root) if overlay else storage.ceph_cold.mount_path
+    log_dir = str(overlay.root / "log") if overlay else site.slurm.log_dir
+    move = (f'flock -n "$root/{MOVER_LOCK}" python3 "$mover" --hot "$root" --cold "$cold_root" '
+            f"--keep {storage.nfs_hot.keep_checkpoints} --archive-after-days {storage.ceph_cold.archive_after_days}")
+    return f"""#!/bin/sh
+# Slurm Epilog, see slurm.conf(5): slurmd runs it as root on every node of the job when the job ends; the
+# node takes no new job until it exits. SLURM_JOB_GPUS and SLURM_JOB_ACCOUNT: see "PROLOG AND EPILOG SCRIPTS".
+export PATH={SCRIPT_SEARCH_PATH}
+mapping_dir={shlex.quote(mapping_dir)}
+for gpu in $(echo "${{SLURM_JOB_GPUS:-}}" | tr , ' '); do
+    # Only this job's file: never one a later job's prolog has written.
+    [ "$(cat "$mapping_dir/$gpu" 2>/dev/null)" = "$SLURM_JOB_ID" ] && rm -f "$mapping_dir/$gpu"
+done
+
+# Team accounts are DNS labels; anything else names no share (root's jobs, for one, have none).
+team=${{SLURM_JOB_ACCOUNT:-}}
+case $team in ''|.*|*/*) exit 0 ;; esac
+export team mover={shlex.quote(mover)} hot_root={shlex.quote(hot_root)} cold_root={shlex.quote(cold_root)}
+setsid -f timeout --kill-after=60 {MOVER_TIMEOUT_S} sh -c '
+for share in "$hot_root"/*/"$team"; do
+    [ -d "$share" ] || continue
+    root=${{share%/*}}
+    echo "$(date -Is) job $SLURM_JOB_ID ($team) ended: moving checkpoints on $root"
+    {move}
+done' >>{shlex.quote(f"{log_dir}/checkpoint-mover.log")} 2>&1 </dev/null
+exit 0
+"""
+
+
+def systemd_path_unit(path: str, kind: str) -> str:
+    """The unit name systemd requires for a path (`systemd-escape --path --suffix=<kind>`, systemd.unit(5)):
+    '/' between parts becomes '-', any other byte but [A-Za-z0-9:_.] and a leading '.' become \\xNN."""
+
+    def escape(index: int, char: str) -> str:
+        plain = char.isascii() and (char.isalnum() or char in ":_.") and not (index == 0 and char == ".")
+        return char if plain else "".join(f"\\x{byte:02x}" for byte in char.encode())
+
+    name = path.strip("/")
+    return "".join("-" if c == "/" else escape(i, c) for i, c in enumerate(name)) + f".{kind}"
+
+
+def render_tier_mounts(site: Site, nfs_options: list[str], cold_filesystem: str) -> dict[str, str]:
+    """systemd.mount(5) units, by unit name, that mount each NFS server's export root at
+    <nfs_hot.mount_root>/<server> and the CephFS `cold_filesystem` at ceph_cold.mount_path.
+
+    `nfs_options` are those the teams' NFS StorageClasses give pods (components.onboarding). mount.ceph(8)
+    reads the monitors from /etc/ceph/ceph.conf and the key from the CEPH_CLIENT keyring, so no address or
+    secret is written here.
+    Enabling a mounted unit again changes nothing; a changed unit applies at the next (re)mount.
+    """
+    nfs, cold = site.storage.nfs_hot, site.storage.ceph_cold
+    mounts = [(f"{nfs.mount_root}/{server}", f"{server}:{nfs.export_root}", "nfs", ",".join(nfs_options),
+               f"Checkpoint hot tier on {server}") for server in nfs.servers]
+    mounts.append((cold.mount_path, ":/", "ceph", f"name={CEPH_CLIENT},fs={cold_filesystem},noatime",
+                   f"Checkpoint cold tier (CephFS {cold_filesystem})"))
+    units = {}
+    for where, what, fs_type, options, description in mounts:
+        units[systemd_path_unit(where, "mount")] = "\n".join([
+            "# Generated from the site spec by gpu-cluster: edit Pulumi.<stack>.yaml.",
+            "[Unit]", f"Description={description}",
+            # _netdev and network-online: mount only once the network is up (systemd.mount(5)).
+            "Wants=network-online.target", "After=network-online.target", "",
+            "[Mount]", f"What={what}", f"Where={where}", f"Type={fs_type}", f"Options=_netdev,{options}", "",
+            "[Install]", "WantedBy=remote-fs.target", "",
+        ])
+    return units
 
 
 def render_slurmdbd_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:

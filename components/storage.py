@@ -26,6 +26,7 @@ from components.helm import release
 from components.node_validation import POOL_TAINT, UNVALIDATED_TAINT
 from components.onboarding import team_shares
 from components.site import Site
+from components.slurm_config import MOVER_LOCK
 
 STORAGE_TYPE = "gpucluster:storage:Tiers"
 NAMESPACE = "storage"
@@ -122,7 +123,9 @@ def prefetch_daemonset(site: Site) -> dict[str, Any]:
 def mover_cronjob(site: Site, server: str, index: int) -> dict[str, Any]:
     """One mover per NFS server: its teams' run directories, to the CephFS archive."""
     nfs, cold = site.storage.nfs_hot, site.storage.ceph_cold
-    args = ["python3", "/mover/checkpoint_tiering.py", "--hot", "/hot", "--cold", "/cold",
+    # The same lock the Slurm epilog's mover takes on this export, so the two never sweep one server at once.
+    args = ["flock", "-n", f"/hot/{MOVER_LOCK}",
+            "python3", "/mover/checkpoint_tiering.py", "--hot", "/hot", "--cold", "/cold",
             "--keep", str(nfs.keep_checkpoints), "--archive-after-days", str(cold.archive_after_days),
             "--hot-fill-threshold-pct", f"{nfs.fill_alert_pct:g}",
             "--metrics-file", f"/metrics/checkpoint-tiering-{index}.prom"]

@@ -14,10 +14,13 @@ from components.slurm import (
     admission_command,
     controller_files,
     install_script,
+    node_command,
     node_files,
     slurm_facts,
+    tier_mounts,
 )
-from tests.builders import parse
+from components.storage import MOVER_SOURCE
+from tests.builders import parse, with_changes
 
 
 def fake(tmp_path: Path, name: str, script: str) -> None:
@@ -79,9 +82,31 @@ def test_should_report_the_qos_table_for_the_policy_pack(prod: dict[str, Any]) -
     assert {p["name"] for p in facts["partitions"]} == {"a800-train", "a800-flex"}
 
 
-def test_should_keep_a_nodes_command_the_same_size_however_many_nodes(prod: dict[str, Any]) -> None:
+def test_should_keep_a_nodes_command_the_same_however_many_nodes(prod: dict[str, Any]) -> None:
     # Configless: nodes fetch the files from slurmctld, so a node's command never carries slurm.conf.
     site = parse(prod)
+    fewer = parse(with_changes(prod, node_groups__0__nodes=prod["node_groups"][0]["nodes"][:1]))
+    assert node_files(site) == node_files(fewer) and node_command(site) == node_command(fewer)
     server = f"{site.slurm.controller_host}:{site.slurm.slurmctld_port}"
-    assert node_files(site) == {"/etc/default/slurmd": (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644)}
+    assert node_files(site)["/etc/default/slurmd"] == (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644)
     assert "SlurmctldParameters=enable_configless" in controller_files(site)["/etc/slurm/slurm.conf"][0]
+
+
+def test_should_install_the_job_scripts_and_the_mover_on_every_node(prod: dict[str, Any]) -> None:
+    files = node_files(parse(prod))
+    assert files["/etc/slurm/prolog.sh"][1] == files["/etc/slurm/epilog.sh"][1] == 0o755
+    assert files["/usr/local/lib/gpucluster/checkpoint_tiering.py"] == (MOVER_SOURCE.read_text(), 0o644)
+
+
+def test_should_write_mount_units_despite_backslashes_and_mount_them_before_slurmd(tmp_path: Path,
+                                                                                 prod: dict[str, Any]) -> None:
+    fake(tmp_path, "systemctl", f'echo "$@" >> {tmp_path}/systemctl')
+    site = parse(prod)
+    units = {f"{tmp_path}/{unit}": (content, 0o644) for unit, content in tier_mounts(site).items()}
+    result = run(tmp_path, install_script(units, node_command(site)))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.mount")) == sorted(tier_mounts(site))
+    calls = (tmp_path / "systemctl").read_text().splitlines()
+    assert calls[0] == "daemon-reload"
+    assert calls[1] == f"enable --now {' '.join(tier_mounts(site))}"
+    assert calls[2:] == ["enable slurmd", "restart slurmd"]

@@ -1,22 +1,34 @@
 """Slurm rendering rules, checked on the rendered text and commands (real daemons: test_slurm_real.py)."""
 
+import os
 import re
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from components.gpu_operator import HPC_JOB_MAPPING_DIR
+from components.onboarding import NFS_MOUNT_OPTIONS, team_shares
 from components.site import Site
 from components.slurm_config import (
+    MOVER_TIMEOUT_S,
+    LoopbackOverlay,
     accounting_step_succeeded,
     gres_type,
     real_memory_mib,
     render_accounting_commands,
     render_cgroup_conf,
+    render_epilog,
     render_gres_conf,
+    render_prolog,
     render_slurm_conf,
     render_slurmdbd_conf,
+    render_tier_mounts,
+    slurm_nodes,
+    systemd_path_unit,
 )
 from tests.builders import parse, with_changes
 
@@ -58,6 +70,10 @@ Render = Callable[[Site], str]
         pytest.param("gres.conf", render_gres_conf, id="prod gres.conf matches its golden copy"),
         pytest.param("cgroup.conf", lambda _: render_cgroup_conf(), id="cgroup.conf matches its golden copy"),
         pytest.param("slurmdbd.conf", render_slurmdbd_conf, id="prod slurmdbd.conf matches its golden copy"),
+        pytest.param("prolog.sh", lambda _: render_prolog(HPC_JOB_MAPPING_DIR),
+                     id="prod prolog matches its golden copy"),
+        pytest.param("epilog.sh", lambda site: render_epilog(site, HPC_JOB_MAPPING_DIR),
+                     id="prod epilog matches its golden copy"),
     ],
 )
 def test_should_render_prod_files_as_reviewed(prod: dict[str, Any], file: str, render: Render) -> None:
@@ -121,7 +137,7 @@ def test_should_name_the_gres_type_after_the_gpu_not_its_form_factor(model: str,
         "PreemptType=preempt/qos", "PreemptMode=REQUEUE", "PriorityType=priority/multifactor",
         "PriorityWeightFairshare=10000", "AccountingStorageType=accounting_storage/slurmdbd",
         "AccountingStorageTRES=gres/gpu", "AccountingStorageEnforce=associations,limits,qos", "GresTypes=gpu",
-        "DefMemPerGPU=98304",
+        "DefMemPerGPU=98304", "Prolog=/etc/slurm/prolog.sh", "Epilog=/etc/slurm/epilog.sh", "PrologFlags=Alloc",
     ],
     ids=lambda s: f"slurm.conf sets {s}",
 )
@@ -194,3 +210,118 @@ def test_should_render_the_slurm_qos_from_the_one_table_only(prod: dict[str, Any
 )
 def test_should_treat_an_add_of_an_existing_object_as_done(returncode: int, output: str, succeeded: bool) -> None:
     assert accounting_step_succeeded(returncode, output) is succeeded
+
+
+def loopback(root: Path, site: Site) -> LoopbackOverlay:
+    """An overlay for rendering only: nothing listens on its ports."""
+    return LoopbackOverlay(root=root, slurmctld_port=1, slurmd_ports={n.name: 10 for n in slurm_nodes(site)},
+                           slurmdbd_port=2, munge_socket=root / "m", storage_port=3, storage_user="slurm",
+                           storage_pass="x")
+
+
+def run_script(script: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(script)], env={**os.environ, **env}, capture_output=True, text=True, timeout=10)
+
+
+def test_should_point_a_loopback_clusters_job_scripts_into_its_root(prod: dict[str, Any], tmp_path: Path) -> None:
+    site = parse(prod)
+    conf = render_slurm_conf(site, loopback(tmp_path, site)).splitlines()
+    assert f"Prolog={tmp_path}/etc/prolog.sh" in conf and f"Epilog={tmp_path}/etc/epilog.sh" in conf
+
+
+def test_should_map_each_gpu_of_the_job_to_its_id_in_the_prolog(tmp_path: Path) -> None:
+    prolog = tmp_path / "prolog.sh"
+    prolog.write_text(render_prolog(str(tmp_path / "map")))
+    prolog.chmod(0o755)
+    assert run_script(prolog, SLURM_JOB_ID="41", SLURM_JOB_GPUS="0,3").returncode == 0
+    assert {f.name: f.read_text() for f in (tmp_path / "map").iterdir()} == {"0": "41\n", "3": "41\n"}
+
+
+def test_should_exit_0_and_write_nothing_for_a_job_without_gpus(tmp_path: Path) -> None:
+    prolog = tmp_path / "prolog.sh"
+    prolog.write_text(render_prolog(str(tmp_path / "map")))
+    prolog.chmod(0o755)
+    assert run_script(prolog, SLURM_JOB_ID="41", SLURM_JOB_GPUS="").returncode == 0
+    assert not (tmp_path / "map").exists()
+
+
+def epilog_in(tmp_path: Path, prod: dict[str, Any], mover: str) -> tuple[Path, LoopbackOverlay]:
+    """A loopback epilog whose mover is a stand-in Python script."""
+    overlay = loopback(tmp_path, parse(prod))
+    for directory in (overlay.root / "etc", overlay.root / "log", overlay.mapping_dir, overlay.cold_root):
+        directory.mkdir(parents=True)
+    overlay.epilog.write_text(render_epilog(parse(prod), str(overlay.mapping_dir), overlay))
+    overlay.epilog.chmod(0o755)
+    overlay.mover.write_text(mover)
+    return overlay.epilog, overlay
+
+
+def test_should_unmap_only_the_ending_jobs_gpus_in_the_epilog(tmp_path: Path, prod: dict[str, Any]) -> None:
+    epilog, overlay = epilog_in(tmp_path, prod, "")
+    for gpu, job in (("0", "41"), ("1", "41"), ("2", "42")):
+        (overlay.mapping_dir / gpu).write_text(f"{job}\n")
+    assert run_script(epilog, SLURM_JOB_ID="41", SLURM_JOB_GPUS="0,1,2", SLURM_JOB_ACCOUNT="root").returncode == 0
+    assert sorted(f.name for f in overlay.mapping_dir.iterdir()) == ["2"]
+
+
+def test_should_return_at_once_while_the_teams_mover_runs_detached(tmp_path: Path, prod: dict[str, Any]) -> None:
+    site = parse(prod)
+    gate, done = tmp_path / "gate", tmp_path / "mover-args"
+    # The stand-in mover blocks until the test opens the gate, as a long copy would.
+    epilog, overlay = epilog_in(tmp_path, prod, (
+        f"import os, sys, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+        f"open({str(done)!r}, 'w').write(' '.join(sys.argv[1:]))\n"))
+    (server,) = [s.server for s in team_shares(site) if s.team == "speech"]
+    (overlay.hot_root / server / "speech").mkdir(parents=True)
+    started = time.monotonic()
+    assert run_script(epilog, SLURM_JOB_ID="41", SLURM_JOB_ACCOUNT="speech").returncode == 0
+    assert time.monotonic() - started < 3
+    gate.touch()
+    deadline = time.monotonic() + 10
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert done.read_text() == (f"--hot {overlay.hot_root / server} --cold {overlay.cold_root} --keep 3 "
+                                "--archive-after-days 7")
+    assert (overlay.hot_root / server / ".checkpoint-mover.lock").exists()
+
+
+def test_should_bound_the_mover_and_never_give_it_a_metrics_file(prod: dict[str, Any]) -> None:
+    epilog = render_epilog(parse(prod), HPC_JOB_MAPPING_DIR)
+    assert f"setsid -f timeout --kill-after=60 {MOVER_TIMEOUT_S} sh -c" in epilog
+    assert "--metrics-file" not in epilog
+
+
+def test_should_mount_each_nfs_export_root_under_the_hot_mount_root_as_pods_do(prod: dict[str, Any]) -> None:
+    units = render_tier_mounts(parse(prod), NFS_MOUNT_OPTIONS, "ckpt-cold")
+    unit = units["mnt-ckpt\\x2dhot-nfs\\x2dhot\\x2d02.dc1.internal.mount"].splitlines()
+    assert {"What=nfs-hot-02.dc1.internal:/exports", "Where=/mnt/ckpt-hot/nfs-hot-02.dc1.internal", "Type=nfs",
+            f"Options=_netdev,{','.join(NFS_MOUNT_OPTIONS)}"} <= set(unit)
+    assert len(units) == 3
+
+
+def test_should_mount_the_cold_cephfs_by_name_with_no_address_or_secret(prod: dict[str, Any]) -> None:
+    unit = render_tier_mounts(parse(prod), NFS_MOUNT_OPTIONS, "ckpt-cold")["mnt-ckpt\\x2dcold.mount"]
+    assert {"What=:/", "Where=/mnt/ckpt-cold", "Type=ceph", "Options=_netdev,name=slurm-nodes,fs=ckpt-cold,noatime"} \
+        <= set(unit.splitlines())
+    assert "secret" not in unit
+
+
+def test_should_follow_moved_mount_points_in_the_spec(prod: dict[str, Any]) -> None:
+    moved = with_changes(prod, storage__nfs_hot__mount_root="/ckpt/hot", storage__ceph_cold__mount_path="/ckpt/cold")
+    site = parse(moved)
+    assert set(render_tier_mounts(site, NFS_MOUNT_OPTIONS, "ckpt-cold")) == {
+        "ckpt-hot-nfs\\x2dhot\\x2d01.dc1.internal.mount", "ckpt-hot-nfs\\x2dhot\\x2d02.dc1.internal.mount",
+        "ckpt-cold.mount"}
+    assert 'hot_root=/ckpt/hot cold_root=/ckpt/cold' in render_epilog(site, HPC_JOB_MAPPING_DIR)
+
+
+@pytest.mark.parametrize(
+    ("path", "unit"),
+    [
+        pytest.param("/mnt/ckpt-cold", "mnt-ckpt\\x2dcold.mount", id="escapes a dash"),
+        pytest.param("/mnt/.x/a b", "mnt-.x-a\\x20b.mount", id="keeps an inner dot and escapes a space"),
+        pytest.param("/.a/\u00fc", "\\x2ea-\\xc3\\xbc.mount", id="escapes a leading dot and each utf-8 byte"),
+    ],
+)
+def test_should_name_a_mount_unit_as_systemd_escape_does(path: str, unit: str) -> None:
+    assert systemd_path_unit(path, "mount") == unit

@@ -12,7 +12,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from components.onboarding import team_shares
 from components.preemption import slurm_qos, team_qos
 from components.site import Site
 from components.slurm_config import (
@@ -29,14 +29,18 @@ from components.slurm_config import (
     accounting_step_succeeded,
     render_accounting_commands,
     render_cgroup_conf,
+    render_epilog,
     render_gres_conf,
+    render_prolog,
     render_slurm_conf,
     render_slurmdbd_conf,
     slurm_groups,
     slurm_nodes,
 )
+from components.storage import MOVER_SOURCE
 from tests.builders import parse, prod_values
 from tests.conftest import FIGURES
+from tests.daemons import free_ports, wait_for
 
 BINARIES = ("munged", "mariadb-install-db", "mariadbd", "mariadb", "slurmdbd", "slurmctld", "slurmd",
             "sacctmgr", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
@@ -63,22 +67,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("module_timer"),
               *([pytest.mark.skip(reason=_reason)] if _reason else [])]
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(interval_s)
 
 
 @dataclass
@@ -178,7 +166,7 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
 def bring_up(cluster: Cluster) -> dict[str, float]:
     """Starts everything; returns when each phase ended (time.monotonic())."""
     overlay, root = cluster.overlay, cluster.overlay.root
-    for sub in ("state", "spool", "run", "log", "dev", "munge", "mysql"):
+    for sub in ("state", "spool", "run", "log", "dev", "munge", "mysql", "hot", "cold"):
         (root / sub).mkdir()
     (root / "munge").chmod(0o755)
     for group in slurm_groups(cluster.site):
@@ -190,6 +178,9 @@ def bring_up(cluster: Cluster) -> dict[str, float]:
     write(cluster.conf_dir / "gres.conf", render_gres_conf(cluster.site, overlay))
     write(cluster.conf_dir / "cgroup.conf", render_cgroup_conf())
     write(cluster.conf_dir / "slurmdbd.conf", render_slurmdbd_conf(cluster.site, overlay), 0o600)
+    write(overlay.prolog, render_prolog(str(overlay.mapping_dir)), 0o755)
+    write(overlay.epilog, render_epilog(cluster.site, str(overlay.mapping_dir), overlay), 0o755)
+    write(overlay.mover, MOVER_SOURCE.read_text())
 
     phases = {"configs": time.monotonic()}
     key = root / "munge" / "munge.key"
@@ -444,3 +435,60 @@ def test_should_load_the_tables_qos_set_and_fairshare(slurm: Cluster) -> None:
                        "format=account,fairshare,qos").stdout
     teams = {line.split("|")[0]: line.split("|")[1:] for line in shares.splitlines()}
     assert teams["speech"] == ["1", ",".join(sorted(team_qos(slurm.site)))]
+
+
+def gpu_indices(slurm: Cluster, job_id: str) -> list[str]:
+    """The node-local GPU indices of a one-node job (`scontrol -d show job`: GRES=gpu:a800:2(IDX:0-1))."""
+    detail = slurm.run("scontrol", "--details", "--oneliner", "show", "job", job_id).stdout
+    match = re.search(r"\bGRES=gpu:\w+:\d+\(IDX:([-\d,]+)\)", detail)
+    assert match, detail
+    indices = []
+    for part in match.group(1).split(","):
+        first, _, last = part.partition("-")
+        indices += [str(i) for i in range(int(first), int(last or first) + 1)]
+    return indices
+
+
+def mapped(slurm: Cluster) -> dict[str, str]:
+    """GPU index -> the job id its DCGM mapping file holds (one emulated node's GPUs per test)."""
+    directory = slurm.overlay.mapping_dir
+    return {f.name: f.read_text().strip() for f in directory.iterdir() if not f.name.startswith(".")} \
+        if directory.exists() else {}
+
+
+def test_should_map_each_gpu_to_its_running_job_for_dcgm_and_unmap_it_when_the_job_ends(slurm: Cluster) -> None:
+    job = slurm.sbatch("-A", "speech", "-w", "gpu-a800-01", "-p", "a800-train", "--gres=gpu:a800:2",
+                       "--wrap=sleep 300")
+    slurm.wait_state(job, "RUNNING")
+    indices = gpu_indices(slurm, job)
+    assert len(indices) == 2
+    wait_for("the prolog's mapping files", lambda: all(mapped(slurm).get(i) == job for i in indices), timeout_s=10)
+    slurm.run("scancel", job)
+    wait_for("the epilog to remove the mapping", lambda: not set(mapped(slurm).items()) & {(i, job) for i in indices},
+             timeout_s=20)
+
+
+DAY_S = 86_400
+
+
+def test_should_move_the_teams_old_checkpoints_to_cold_when_its_job_ends(slurm: Cluster) -> None:
+    site, overlay = slurm.site, slurm.overlay
+    (server,) = [s.server for s in team_shares(site) if s.team == "speech"]
+    checkpoint = overlay.hot_root / server / "speech" / "run-1" / "step-000100"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "shard-0.bin").write_bytes(b"weights" * 1000)
+    (checkpoint / "COMPLETE").touch()
+    # Older than archive_after_days: it leaves hot though it is the run's newest.
+    old = time.time() - (site.storage.ceph_cold.archive_after_days + 1) * DAY_S
+    for path in (checkpoint / "shard-0.bin", checkpoint / "COMPLETE", checkpoint):
+        os.utime(path, (old, old))
+    archived = overlay.cold_root / "speech" / "run-1" / "step-000100" / "shard-0.bin"
+    job = slurm.sbatch("-A", "speech", "-p", "a800-train", "--gres=gpu:a800:1", "--wrap=true")
+    slurm.wait_state(job, "COMPLETED")
+    log = overlay.root / "log" / "checkpoint-mover.log"
+    try:
+        wait_for("the epilog's mover to archive the checkpoint", lambda: archived.exists() and not checkpoint.exists(),
+                 timeout_s=30)
+    except TimeoutError as err:
+        raise AssertionError(log.read_text() if log.exists() else "the epilog started no mover") from err
+    assert archived.read_bytes() == b"weights" * 1000

@@ -39,6 +39,8 @@ def test_should_run_the_mover_with_the_specs_keep_and_age(prod: dict[str, Any]) 
     assert container["command"][container["command"].index("--keep") + 1] == "5"
     assert container["command"][container["command"].index("--archive-after-days") + 1] == "14"
     assert job["spec"]["schedule"] == "*/30 * * * *"
+    # The lock the Slurm epilog's mover takes too: never two sweeps of one NFS server at once.
+    assert container["command"][:3] == ["flock", "-n", "/hot/.checkpoint-mover.lock"]
     assert job["spec"]["concurrencyPolicy"] == "Forbid"
 
 

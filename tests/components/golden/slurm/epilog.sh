@@ -1,0 +1,22 @@
+#!/bin/sh
+# Slurm Epilog, see slurm.conf(5): slurmd runs it as root on every node of the job when the job ends; the
+# node takes no new job until it exits. SLURM_JOB_GPUS and SLURM_JOB_ACCOUNT: see "PROLOG AND EPILOG SCRIPTS".
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+mapping_dir=/var/run/dcgm-hpc-jobs
+for gpu in $(echo "${SLURM_JOB_GPUS:-}" | tr , ' '); do
+    # Only this job's file: never one a later job's prolog has written.
+    [ "$(cat "$mapping_dir/$gpu" 2>/dev/null)" = "$SLURM_JOB_ID" ] && rm -f "$mapping_dir/$gpu"
+done
+
+# Team accounts are DNS labels; anything else names no share (root's jobs, for one, have none).
+team=${SLURM_JOB_ACCOUNT:-}
+case $team in ''|.*|*/*) exit 0 ;; esac
+export team mover=/usr/local/lib/gpucluster/checkpoint_tiering.py hot_root=/mnt/ckpt-hot cold_root=/mnt/ckpt-cold
+setsid -f timeout --kill-after=60 3600 sh -c '
+for share in "$hot_root"/*/"$team"; do
+    [ -d "$share" ] || continue
+    root=${share%/*}
+    echo "$(date -Is) job $SLURM_JOB_ID ($team) ended: moving checkpoints on $root"
+    flock -n "$root/.checkpoint-mover.lock" python3 "$mover" --hot "$root" --cold "$cold_root" --keep 3 --archive-after-days 7
+done' >>/var/log/slurm/checkpoint-mover.log 2>&1 </dev/null
+exit 0
