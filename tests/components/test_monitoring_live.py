@@ -17,7 +17,6 @@ import contextlib
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -39,6 +38,7 @@ from components.monitoring import COLD_WRITE_URL, cold_tier_values, prometheus_v
 from components.site import Site
 from tests.builders import parse, prod_values, with_changes
 from tests.conftest import FIGURES
+from tests.daemons import free_ports, wait_for
 
 PROMETHEUS, ALERTMANAGER, VICTORIA_METRICS = "prometheus", "prometheus-alertmanager", "victoria-metrics"
 """Debian's executable names, also the daemons' keys in `Stack`."""
@@ -73,19 +73,6 @@ MODEL_NAME = "NVIDIA A800-SXM4-80GB"
 """dcgm-exporter's modelName for the node's A800-SXM4-80GB."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(interval_s)
 
 
 def answering(url: str) -> Callable[[], bool]:
@@ -262,7 +249,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         (secrets / SLACK_API_URL_FILE).write_text(recorder.url("/slack"))
         (secrets / ONCALL_TOKEN_FILE).write_text(ONCALL_TOKEN)
         site = live_site(recorder, secrets)
-        ports = {daemon: free_port() for daemon in (PROMETHEUS, ALERTMANAGER, VICTORIA_METRICS)}
+        ports = dict(zip((PROMETHEUS, ALERTMANAGER, VICTORIA_METRICS), free_ports(3), strict=True))
         for name, content in [("rules.yaml", render_rule_groups(site, LIVE_TIMING)),
                               ("alertmanager.yaml", alertmanager_config(site)),
                               ("prometheus.yaml", prometheus_config(exporter, ports))]:

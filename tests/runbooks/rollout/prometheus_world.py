@@ -6,7 +6,6 @@ firing, a slow queue, a high error rate, and no GPU utilization series at all).
 """
 
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -19,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from components.alert_rules import render_rule_groups
 from components.site import Site
+from tests.daemons import free_ports
 
 PROMETHEUS = shutil.which("prometheus")
 STARTUP_TIMEOUT_S = 20.0
@@ -89,7 +89,7 @@ class PrometheusWorld:
             "rule_files": [str(directory / "rules.yaml")],
             "scrape_configs": [{"job_name": "fake", "static_configs": [{"targets": [self.exporter.target]}]}],
         }))
-        self.port = _free_port()
+        (self.port,) = free_ports(1)
         assert PROMETHEUS is not None, "the prometheus binary is needed (apt-get install prometheus)"
         self.process = subprocess.Popen(
             [PROMETHEUS, f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={directory / 'data'}",
@@ -119,8 +119,3 @@ class PrometheusWorld:
             self.process.wait(timeout=5)
         self.exporter.stop()
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

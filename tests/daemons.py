@@ -1,0 +1,25 @@
+"""What every real-daemon test needs: free loopback ports and bounded waits."""
+
+import socket
+import time
+from collections.abc import Callable
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 now (held open together so none is handed out twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [int(s.getsockname()[1]) for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> None:
+    """Poll `check` until it holds; past the deadline, fail naming what never happened."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(interval_s)
