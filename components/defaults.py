@@ -58,6 +58,13 @@ GPU_UTIL_LOW_WINDOW_H: Final = 24
 GPU_TEMP_INCIDENT_C: Final = 85.0
 """C; GPU core temperature above which an incident is raised."""
 
+HBM_TEMP_INCIDENT_C: Final = 95.0
+"""C; HBM temperature above which an incident is raised (A100/A800 SXM4 report Memory Max Operating Temp
+95 C in `nvidia-smi -q -d TEMPERATURE`)."""
+
+THERMAL_THROTTLE_PCT: Final = 10.0
+"""% of the last 10 minutes a GPU may spend clocked down for heat before a warning."""
+
 # --- storage --------------------------------------------------------------------------------
 
 HOT_CHECKPOINT_KEEP: Final = 3
@@ -71,6 +78,12 @@ HOT_FILL_ALERT_PCT: Final = 85.0
 
 MOVER_SCHEDULE: Final = "*/30 * * * *"
 """cron; every 30 minutes keeps at most half an hour of superseded checkpoints on the hot tier."""
+
+NFS_MOUNT_ROOT: Final = "/mnt/ckpt-hot"
+"""Slurm nodes mount each NFS hot server at <root>/<server>."""
+
+CEPH_MOUNT_PATH: Final = "/mnt/ckpt-cold"
+"""Slurm nodes mount the CephFS cold tier here."""
 
 NVME_DISKS_PATH: Final = "/mnt/nvme-disks"
 NVME_CACHE_PATH: Final = "/var/lib/gpucluster/model-cache"
@@ -127,6 +140,9 @@ GATE_MAX_TRAIN_QUEUE_MINUTES: Final = 60.0
 GATE_MAX_INFERENCE_ERROR_PCT: Final = 1.0
 """% of inference requests answered with an error."""
 
+GATE_WINDOW_MINUTES: Final = 60.0
+"""minutes of history the utilization, queue-time and error-rate gates average over."""
+
 APPROVALS_REQUIRED: Final = 2
 """distinct approvers (never the requester) a stage advance needs."""
 
@@ -163,3 +179,17 @@ COOLING_MAX_KW: Final[dict[str, float]] = {
     "immersion": 200.0,
 }
 """kW of heat one rack can remove, per cooling type."""
+
+# --- Slurm ----------------------------------------------------------------------------------
+
+SLURM_OS_MEMORY_RESERVE_PCT: Final = 5.0
+"""% of a node's memory kept out of RealMemory: the kernel's page map alone is ~1.6 % (64 B per 4 KiB
+page), plus firmware holes, the OS, slurmd, the GPU driver's pinned buffers and the NFS page cache."""
+
+SLURM_DEF_MEM_PER_GPU_GIB: Final = 96
+"""GiB of host memory per allocated GPU when a job does not ask (--mem): 2 TiB less the reserve over 8
+GPUs leaves room; without it a 1-GPU job would take the whole node's memory."""
+
+SLURM_PRIORITY_WEIGHT_QOS: Final = 100_000
+SLURM_PRIORITY_WEIGHT_FAIRSHARE: Final = 10_000
+"""Multifactor priority weights: QoS orders the queue first, fairshare orders jobs of one QoS."""

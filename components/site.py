@@ -150,7 +150,7 @@ class NfsHotTier(Spec):
     """The model registry on the first server, the source of the NVMe prefetch."""
     fill_alert_pct: Percent = defaults.HOT_FILL_ALERT_PCT
     """% full at which a hot-tier server raises a warning (the mover frees space every run)."""
-    mount_root: AbsolutePath = "/mnt/ckpt-hot"
+    mount_root: AbsolutePath = defaults.NFS_MOUNT_ROOT
     """Where hosts mount the hot tier: each server's export_root at <mount_root>/<server>, so a team's share is
     <mount_root>/<server>/<team> on every Slurm node (and on pods that mount the same way)."""
 
@@ -162,7 +162,7 @@ class CephColdTier(Spec):
     """days after which a checkpoint moves from hot to cold."""
     mover_schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")] = defaults.MOVER_SCHEDULE
     """Cron schedule of the checkpoint mover (five fields)."""
-    mount_path: AbsolutePath = "/mnt/ckpt-cold"
+    mount_path: AbsolutePath = defaults.CEPH_MOUNT_PATH
     """Where hosts mount the CephFS cold filesystem's root; a team's archive is <mount_path>/<team>."""
 
 
@@ -295,7 +295,7 @@ class Rollout(Spec):
         "http://prometheus-operated.monitoring.svc:9090"
     )
     """Prometheus whose HTTP API the gates query (the Prometheus Operator's service; example host: set it)."""
-    gate_window_minutes: Annotated[float, Field(gt=0, le=10080)] = 60.0
+    gate_window_minutes: Annotated[float, Field(gt=0, le=10080)] = defaults.GATE_WINDOW_MINUTES
     """minutes of history the utilization, queue-time and error-rate gates average over."""
     policy_pack: Annotated[str, Field(min_length=1)] = "policy"
     """Directory of the policy pack, relative to the project, that every rollout preview and update runs."""
@@ -374,10 +374,10 @@ class Alerting(Spec):
     """The on-call pager's Alertmanager webhook (not secret; its token is read from a file)."""
     secrets_dir: Annotated[str, Field(pattern=r"^/\S+[^/]$")] = "/etc/alertmanager/secrets"
     """Directory mounted into Alertmanager holding `slack-api-url` and `oncall-token` (never inline)."""
-    hbm_temp_incident_c: Annotated[float, Field(gt=0)] = 95.0
+    hbm_temp_incident_c: Annotated[float, Field(gt=0)] = defaults.HBM_TEMP_INCIDENT_C
     """C; HBM temperature that raises an incident (A100/A800 SXM4 report Memory Max Operating Temp
     95 C in `nvidia-smi -q -d TEMPERATURE`)."""
-    thermal_throttle_pct: Percent = 10.0
+    thermal_throttle_pct: Percent = defaults.THERMAL_THROTTLE_PCT
     """% of the last 10 minutes a GPU may spend clocked down for heat before a warning."""
     xid_hardware: tuple[Annotated[int, Field(gt=0)], ...] = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
     """XIDs that mean the GPU, its memory, NVLink or GSP failed (NVIDIA XID catalog,
@@ -415,16 +415,16 @@ class SlurmSettings(Spec):
     """Where each slurmd keeps batch scripts and its state (Debian's slurmd package default)."""
     log_dir: Annotated[str, Field(pattern=r"^/")] = "/var/log/slurm"
     """Where the daemons write their logs (Debian's slurm-wlm default)."""
-    os_memory_reserve_pct: Annotated[float, Field(ge=0, lt=50)] = 5.0
+    os_memory_reserve_pct: Annotated[float, Field(ge=0, lt=50)] = defaults.SLURM_OS_MEMORY_RESERVE_PCT
     """% of a node's installed memory kept out of RealMemory: the kernel's page map alone is ~1.6 %
     (64 B per 4 KiB page), plus firmware holes, the OS, slurmd, the GPU driver's pinned buffers and the
     NFS page cache. A RealMemory above what slurmd detects would drain the node."""
-    def_mem_per_gpu_gib: Annotated[int, Field(gt=0)] = 96
+    def_mem_per_gpu_gib: Annotated[int, Field(gt=0)] = defaults.SLURM_DEF_MEM_PER_GPU_GIB
     """GiB of host memory a job gets per allocated GPU unless it asks (--mem); without it a 1-GPU job
     would be given the whole node's memory and block the other 7 GPUs."""
-    priority_weight_qos: Annotated[int, Field(ge=0)] = 100_000
+    priority_weight_qos: Annotated[int, Field(ge=0)] = defaults.SLURM_PRIORITY_WEIGHT_QOS
     """Weight of the QoS factor in multifactor priority; larger than fairshare so QoS orders the queue first."""
-    priority_weight_fairshare: Annotated[int, Field(ge=0)] = 10_000
+    priority_weight_fairshare: Annotated[int, Field(ge=0)] = defaults.SLURM_PRIORITY_WEIGHT_FAIRSHARE
     """Weight of the fairshare factor; orders jobs of one QoS by how little each account has used lately."""
 
 
