@@ -95,7 +95,16 @@ def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, 
     site = _site(context)
     store = Store(context.state_dir / "rollout.sqlite")
     audit = AuditLog(context.state_dir / "audit.jsonl")
-    deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack, pulumi_command())
+    try:
+        deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack, pulumi_command())
+    except FileNotFoundError:
+        # The Automation API drives the real CLI; without it nothing about the stack can be known.
+        err.print("[red]error:[/] the Pulumi CLI (`pulumi`) is not on PATH: `gpuctl rollout` reads and updates the "
+                  "stack through it (https://www.pulumi.com/docs/install/). `gpuctl plan` works without it.")
+        raise typer.Exit(EXIT_REFUSED) from None
+    except auto.CommandError as error:
+        err.print(f"[red]error:[/] pulumi could not open stack {context.stack}: {escape(str(error).strip()[-300:])}")
+        raise typer.Exit(EXIT_REFUSED) from None
     gates = PrometheusGates(site.rollout.prometheus_url, site.rollout.gates, site.rollout.gate_window_minutes, now)
     token = os.environ.get("SLACK_BOT_TOKEN")
     if token is None and slack_required:

@@ -67,3 +67,12 @@ def test_should_break_glass_without_slack(gpuctl: Harness, monkeypatch: pytest.M
     assert code == 0, text
     assert "rollback-1: rolled_back to canary" in text
     assert Path(gpuctl.state_dir / "audit.jsonl").exists()
+
+
+def test_should_refuse_clearly_without_the_pulumi_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `pulumi` anywhere
+    result = CliRunner().invoke(app, ["--project-dir", str(Path(__file__).resolve().parents[3]),
+                                      "--state-dir", str(tmp_path / "state"), "status"])
+    assert result.exit_code == 2
+    assert "the Pulumi CLI (`pulumi`) is not on PATH" in result.output
+    assert "Traceback" not in result.output
