@@ -1,6 +1,8 @@
 """What every real-daemon test needs: free loopback ports and bounded waits."""
 
+import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -23,3 +25,15 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float, interval_s:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout_s:g} s")
         time.sleep(interval_s)
+
+
+def stop_all(processes: "list[subprocess.Popen[bytes]] | list[subprocess.Popen[str]]") -> None:
+    """Each still-running daemon by its PID, in reverse start order, waiting for each (SIGKILL after 10 s)."""
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)

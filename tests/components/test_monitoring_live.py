@@ -16,7 +16,6 @@ stopped by its PID when the module ends, pass or fail; every wait is bounded. Se
 import contextlib
 import json
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -38,7 +37,7 @@ from components.monitoring import COLD_WRITE_URL, cold_tier_values, prometheus_v
 from components.site import Site
 from tests.builders import parse, prod_values, with_changes
 from tests.conftest import FIGURES
-from tests.daemons import free_ports, wait_for
+from tests.daemons import free_ports, stop_all, wait_for
 
 PROMETHEUS, ALERTMANAGER, VICTORIA_METRICS = "prometheus", "prometheus-alertmanager", "victoria-metrics"
 """Debian's executable names, also the daemons' keys in `Stack`."""
@@ -184,14 +183,7 @@ class Stack:
 
     def stop(self) -> None:
         """Each daemon by its PID, in reverse start order, waiting for each."""
-        for process in reversed(list(self.daemons.values())):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=5)
+        stop_all(list(self.daemons.values()))
 
     def instant(self, daemon: str, query: str, **params: str) -> list[dict[str, Any]]:
         """An instant query through the Prometheus HTTP API, which VictoriaMetrics serves too."""

@@ -11,7 +11,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import time
@@ -40,7 +39,7 @@ from components.slurm_config import (
 from components.storage import MOVER_SOURCE
 from tests.builders import parse, prod_values
 from tests.conftest import FIGURES
-from tests.daemons import free_ports, wait_for
+from tests.daemons import free_ports, stop_all, wait_for
 
 BINARIES = ("munged", "mariadb-install-db", "mariadbd", "mariadb", "slurmdbd", "slurmctld", "slurmd",
             "sacctmgr", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
@@ -110,14 +109,7 @@ class Cluster:
             self.run("scancel", "--full", "--user=root", check=False)
             with contextlib.suppress(TimeoutError):
                 wait_for("running jobs to end", lambda: not self.jobs(ACTIVE), timeout_s=15)
-        for process in reversed(list(self.daemons.values())):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=5)
+        stop_all(list(self.daemons.values()))
         for node in slurm_nodes(self.site):
             # cgroup v1 leaves one directory per emulated node behind.
             for leftover in Path("/sys/fs/cgroup").glob(f"*/slurm_{node.name}"):
