@@ -28,12 +28,11 @@ from components.onboarding import NFS_MOUNT_OPTIONS
 from components.preemption import slurm_qos
 from components.site import Site
 from components.slurm_config import (
-    ALREADY_PRESENT,
     EPILOG,
     MOVER,
     PROLOG,
+    accounting_script,
     partitions,
-    render_accounting_commands,
     render_cgroup_conf,
     render_epilog,
     render_gres_conf,
@@ -93,16 +92,6 @@ def node_command(site: Site) -> str:
     units = " ".join(shlex.quote(unit) for unit in tier_mounts(site))
     return (f"systemctl daemon-reload && systemctl enable --now {units} "
             "&& systemctl enable slurmd && systemctl restart slurmd")
-
-
-def accounting_script(site: Site) -> str:
-    """Runs every sacctmgr command; an `add` that finds its object there already (exit 1) counts as done."""
-    already = " ".join(f"-e {shlex.quote(marker)}" for marker in ALREADY_PRESENT)
-    steps = []
-    for argv in render_accounting_commands(site):
-        steps.append(f"out=$({shlex.join(argv)} 2>&1) || printf '%s' \"$out\" | grep -qF {already} "
-                     f"|| {{ printf '%s\\n' \"$out\" >&2; exit 1; }}")
-    return "set -u; " + "; ".join(steps)
 
 
 def admission_command(node: str, verdict: Verdict) -> str:

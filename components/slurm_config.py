@@ -429,17 +429,11 @@ ALREADY_PRESENT = ("Nothing new added.", "already exists")
 """What sacctmgr 22.05 prints, with exit status 1, when `add` finds everything there already."""
 
 
-def accounting_step_succeeded(returncode: int, output: str) -> bool:
-    """Whether a command of `render_accounting_commands` did its job: an `add` that found its object
-    already there counts as done, so the whole list can be run on every deploy."""
-    return returncode == 0 or (returncode == 1 and any(marker in output for marker in ALREADY_PRESENT))
-
-
 def render_accounting_commands(site: Site) -> list[list[str]]:
     """sacctmgr commands that make the database match the spec; running them again changes nothing.
 
     `add` only creates (of something that exists it changes nothing, but exits 1: see
-    `accounting_step_succeeded`); every setting is then written with `modify ... set`, so a changed
+    `accounting_script`); every setting is then written with `modify ... set`, so a changed
     spec converges on the next run. Not converged: an account or QoS dropped from the spec is left in
     place, and a preempt list emptied in the spec must be cleared by hand (see below).
     """
@@ -472,3 +466,12 @@ def render_accounting_commands(site: Site) -> list[list[str]]:
     commands.append([*sacctmgr, "modify", "account", "where", "name=root", f"cluster={cluster}",
                      "set", f"qos={','.join(q.name for q in table)}"])
     return commands
+
+
+def accounting_script(site: Site) -> str:
+    """The accounting commands as the one shell script the controller runs on every deploy: an `add` that
+    finds its object there already (sacctmgr exits 1 and says so) counts as done; any other failure stops it."""
+    already = " ".join(f"-e {shlex.quote(marker)}" for marker in ALREADY_PRESENT)
+    steps = [f"out=$({shlex.join(argv)} 2>&1) || printf '%s' \"$out\" | grep -qF {already} "
+             f"|| {{ printf '%s\\n' \"$out\" >&2; exit 1; }}" for argv in render_accounting_commands(site)]
+    return "set -u; " + "; ".join(steps)

@@ -25,8 +25,9 @@ from components.facility import GPU_NODE_TYPE, RACK_TYPE
 from components.scheduling import SCHEDULING_TYPE
 from components.site import Site
 from components.site_config import parse_site
-from components.slurm import SLURM_TYPE, accounting_script
+from components.slurm import SLURM_TYPE
 from components.slurm_config import (
+    accounting_script,
     render_cgroup_conf,
     render_gres_conf,
     render_slurm_conf,

@@ -16,7 +16,6 @@ from components.site import Site
 from components.slurm_config import (
     MOVER_TIMEOUT_S,
     LoopbackOverlay,
-    accounting_step_succeeded,
     gres_type,
     real_memory_mib,
     render_accounting_commands,
@@ -196,20 +195,6 @@ def test_should_render_the_slurm_qos_from_the_one_table_only(prod: dict[str, Any
     settings = qos_settings(parse(prod))
     assert list(settings) == ["train_preemptible", "train_normal", "train_high", "inference", "critical"]
     assert settings["inference"] == {"priority": "50000", "preempt": "train_preemptible"}
-
-
-@pytest.mark.parametrize(
-    ("returncode", "output", "succeeded"),
-    [
-        pytest.param(0, " Adding QOS(s)\n  train_high\n", True, id="a new object succeeds"),
-        pytest.param(1, " Nothing new added.\n", True, id="an add of an existing QoS or account succeeds"),
-        pytest.param(1, " This cluster ai-institute-dc1 already exists.  Not adding.\n", True,
-                     id="an add of an existing cluster succeeds"),
-        pytest.param(1, "sacctmgr: error: QOS Preemption loop detected\n", False, id="a real error fails"),
-    ],
-)
-def test_should_treat_an_add_of_an_existing_object_as_done(returncode: int, output: str, succeeded: bool) -> None:
-    assert accounting_step_succeeded(returncode, output) is succeeded
 
 
 def loopback(root: Path, site: Site) -> LoopbackOverlay:
