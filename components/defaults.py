@@ -111,8 +111,8 @@ to pull a multi-GB image and load weights from NVMe, short enough that a half-pl
 (the Kueue docs' example uses 10m; its default is 5m)."""
 
 TEAM_GPU_QUOTA: Final = 8
-"""GPUs per GPU model a team's namespace may request on Kubernetes unless the spec says otherwise: one 8-GPU
-node's worth, so no single team can take a whole inference pool."""
+"""GPUs per Kueue flavor a team's jobs may hold on Kubernetes unless the spec says otherwise: one 8-GPU node's
+worth, so no single team can take a whole inference pool."""
 
 TEAM_FAIRSHARE: Final = 1
 """Slurm fairshare shares per team account (sacctmgr's default): every team counts the same."""

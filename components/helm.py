@@ -1,4 +1,5 @@
-"""One way to install a pinned chart: every Helm release in the stack goes through `release`."""
+"""Pinned charts and rendered manifests become Kubernetes resources here: every Helm release goes through
+`release`, every custom resource's arguments through `custom`."""
 
 from typing import Any
 
@@ -20,3 +21,9 @@ def release(name: str, chart: Chart, namespace: str, values: dict[str, Any], par
         values=values,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
     )
+
+
+def custom(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A custom resource's manifest as CustomResource arguments."""
+    return {"api_version": manifest["apiVersion"], "kind": manifest["kind"], "metadata": manifest["metadata"],
+            "spec": manifest["spec"]}

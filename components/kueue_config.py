@@ -6,10 +6,14 @@ LocalQueue; config.kueue.x-k8s.io/v1beta1: Configuration) as served by the pinne
 
 - One ResourceFlavor per GPU model and pool, selecting nodes by the labels the node admission sets
   (`gpucluster.io/gpu-model`, `gpucluster.io/pool`).
-- One ClusterQueue per pool Kubernetes may use (kubernetes, flex), all in one cohort: preemption of
-  lower-priority workloads within a queue, and reclaim of lent quota from lower-priority borrowers in the cohort.
-- The flex pool is Slurm's until lent: its queue lends nothing (`lendingLimit: 0`) until the lending runbook
-  raises it; the kubernetes queue can then borrow the flex flavor.
+- One ClusterQueue per pool Kubernetes may use (kubernetes, flex), all in one cohort. A pool's queue holds the
+  pool's capacity as nominal quota, less what teams are guaranteed, and lends it; no namespace submits to it.
+  The flex pool is Slurm's until lent: its queue lends nothing (`lendingLimit: 0`).
+- One ClusterQueue per team in the same cohort, which is where a team's GPUs are capped per flavor: nominal
+  quota = the team's guaranteed GPUs, borrowing limit = the rest of its quota. Kueue admits a workload only
+  within nominal + borrowing limit for each flavor, so the per-flavor cap holds for every queued job.
+- Preemption follows the one preemption table: only ever lower-priority workloads, and never one above the
+  highest preemptible Kubernetes class, so inference is never evicted by a training job inside Kueue.
 - All-or-nothing admission: `waitForPodsReady` in the manager's configuration (it is a manager setting, not a
   queue field): a workload whose pods are not all ready within the timeout is evicted and requeued.
 """
@@ -28,16 +32,16 @@ API_VERSION = "kueue.x-k8s.io/v1beta1"
 NAMESPACE = "kueue-system"
 COHORT = "gpu-cluster"
 GPU_RESOURCE = "nvidia.com/gpu"
+TEAM_LABEL = f"{LABEL_PREFIX}/team"
+"""Marks a team's namespace and queue; the policy pack's serving-after-monitoring rule keys on it too."""
 KUBERNETES_POOLS = (Pool.KUBERNETES, Pool.FLEX)
 """Pools whose nodes Kubernetes may schedule GPU work on; the slurm pool is Slurm's alone."""
-TEAM_QUEUE = "gpu"
-"""Each team namespace's LocalQueue (`kueue.x-k8s.io/queue-name: gpu` on a Job)."""
-TEAM_CLUSTER_QUEUE = f"gpu-{Pool.KUBERNETES.value}"
-"""The ClusterQueue every team's LocalQueue submits to; it borrows the flex flavor when flex is lent."""
-TEAM_NAMESPACES = {"matchExpressions": [{"key": f"{LABEL_PREFIX}/team", "operator": "Exists"}]}
-"""Only team namespaces (labelled by their Team component) may submit to the ClusterQueues."""
+TEAM_QUEUE = "default"
+"""Each team namespace's LocalQueue. Kueue's LocalQueueDefaulting (beta, on by default since 0.12) gives a Job
+that names no queue the queue called `default` of its namespace, so every team Job is held to the team's caps."""
 REQUEUE_BACKOFF_LIMIT = 5
 """PodsReady evictions after which Kueue deactivates a workload instead of requeueing it again."""
+LOWER_PRIORITY = "LowerPriority"
 
 
 @dataclass(frozen=True)
@@ -76,53 +80,112 @@ def resource_flavor(flavor: Flavor) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor.name}, "spec": spec}
 
 
-def _quota(flavor: Flavor, nominal: bool, lending_limit: bool) -> dict[str, Any]:
-    # Kueue admits a workload only if its queue covers every resource it requests, so CPU and memory are
-    # covered too; a borrowed flavor has no quota of its own (0) and is lent by its pool's queue.
-    amounts = {"cpu": flavor.cpus, "memory": f"{flavor.memory_gib}Gi", GPU_RESOURCE: flavor.gpus}
+def guaranteed_gpus(site: Site) -> dict[str, int]:
+    """GPUs per flavor that onboarded teams are guaranteed: their queues' nominal quota, taken from the pools'."""
+    totals = {f.name: 0 for f in flavors(site)}
+    for team in site.teams_onboarded():
+        for flavor, gpus in team.gpu_guaranteed.items():
+            totals[flavor] += gpus
+    return totals
+
+
+def _resource_group(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Kueue admits a workload only if its queue covers every resource it requests, so CPU and memory are covered
+    # too; each flavor lists the covered resources in the same order (a rule of the ClusterQueue CRD).
+    return [{"coveredResources": ["cpu", "memory", GPU_RESOURCE], "flavors": entries}]
+
+
+def _pool_flavor(flavor: Flavor, guaranteed: int) -> dict[str, Any]:
+    amounts = {"cpu": flavor.cpus, "memory": f"{flavor.memory_gib}Gi", GPU_RESOURCE: flavor.gpus - guaranteed}
     resources = []
     for resource, amount in amounts.items():
-        entry: dict[str, Any] = {"name": resource, "nominalQuota": amount if nominal else 0}
-        if lending_limit:
+        entry: dict[str, Any] = {"name": resource, "nominalQuota": amount}
+        if flavor.pool == Pool.FLEX:
             entry["lendingLimit"] = 0
         resources.append(entry)
     return {"name": flavor.name, "resources": resources}
 
 
-def cluster_queue(site: Site, pool: Pool) -> dict[str, Any]:
-    own = [f for f in flavors(site) if f.pool == pool]
-    borrowed = [f for f in flavors(site) if f.pool != pool and pool == Pool.KUBERNETES]
-    lends_nothing = pool == Pool.FLEX
+def pool_cluster_queue(site: Site, pool: Pool) -> dict[str, Any]:
+    """The pool's capacity, lent to the team queues in the cohort. No namespaceSelector: Kueue reads a missing one
+    as "no namespace", so nothing is queued here directly."""
+    guaranteed = guaranteed_gpus(site)
     return {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
         "metadata": {"name": f"gpu-{pool.value}"},
         "spec": {
             "cohort": COHORT,
-            "namespaceSelector": TEAM_NAMESPACES,
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [{
-                "coveredResources": ["cpu", "memory", GPU_RESOURCE],
-                "flavors": [*(_quota(f, True, lends_nothing) for f in own),
-                            *(_quota(f, False, False) for f in borrowed)],
-            }],
-            # LowerPriority on both: a workload only ever preempts lower-priority ones, so the class order
-            # (components.preemption) holds inside Kueue too; reclaiming lent quota never evicts inference.
-            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"},
+            "resourceGroups": _resource_group([_pool_flavor(f, guaranteed[f.name])
+                                               for f in flavors(site) if f.pool == pool]),
         },
     }
 
 
 def cluster_queues(site: Site) -> Iterator[dict[str, Any]]:
+    """The pools' queues, one per pool Kubernetes may use that has nodes."""
     pools = {f.pool for f in flavors(site)}
     for pool in KUBERNETES_POOLS:
         if pool in pools:
-            yield cluster_queue(site, pool)
+            yield pool_cluster_queue(site, pool)
+
+
+def lendable_gpus(site: Site) -> dict[str, int]:
+    """GPUs per flavor the pools' queues lend to the team queues now."""
+    lendable = {}
+    for queue in cluster_queues(site):
+        for flavor in queue["spec"]["resourceGroups"][0]["flavors"]:
+            (gpu,) = (r for r in flavor["resources"] if r["name"] == GPU_RESOURCE)
+            lendable[flavor["name"]] = gpu.get("lendingLimit", gpu["nominalQuota"])
+    return lendable
+
+
+def team_cluster_queue_name(team: str) -> str:
+    return f"team-{team}"
+
+
+def borrow_threshold(site: Site) -> int | None:
+    """The highest priority a borrowing workload may preempt: that of the highest preemptible Kubernetes class."""
+    values = [c.kubernetes_priority for c in site.scheduling.classes
+              if c.kubernetes_priority is not None and c.preemptible]
+    return max(values) if values else None
+
+
+def team_cluster_queue(site: Site, team: str, quota: dict[str, int], guaranteed: dict[str, int]) -> dict[str, Any]:
+    """A team's caps: per flavor, nominal quota = guaranteed GPUs, borrowing limit = quota - guaranteed. CPU and
+    memory are borrowed without a limit of their own (the GPUs bound them). Kubernetes-pool flavors come first, so
+    a job takes flex GPUs only when the kubernetes pool has none left for it."""
+    ordered = sorted(flavors(site), key=lambda f: KUBERNETES_POOLS.index(f.pool))
+    entries = [{"name": f.name, "resources": [
+        {"name": "cpu", "nominalQuota": 0},
+        {"name": "memory", "nominalQuota": 0},
+        {"name": GPU_RESOURCE, "nominalQuota": floor, "borrowingLimit": quota[f.name] - floor},
+    ]} for f in ordered for floor in [guaranteed[f.name]]]
+    threshold = borrow_threshold(site)
+    borrow: dict[str, Any] = {"policy": "Never"}
+    if threshold is not None:
+        borrow = {"policy": LOWER_PRIORITY, "maxPriorityThreshold": threshold}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": team_cluster_queue_name(team), "labels": {TEAM_LABEL: team}},
+        "spec": {
+            "cohort": COHORT,
+            "namespaceSelector": {"matchLabels": {TEAM_LABEL: team}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": _resource_group(entries),
+            # withinClusterQueue: a team's own lower-priority work yields first. reclaimWithinCohort: a team under
+            # its guarantee takes it back from lower-priority borrowers. borrowWithinCohort: above its guarantee a
+            # team may evict other teams' lower-priority borrowed work, never anything above the threshold.
+            "preemption": {"withinClusterQueue": LOWER_PRIORITY, "reclaimWithinCohort": LOWER_PRIORITY,
+                           "borrowWithinCohort": borrow},
+        },
+    }
 
 
 def local_queue(namespace: str) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "LocalQueue", "metadata": {"name": TEAM_QUEUE, "namespace": namespace},
-            "spec": {"clusterQueue": TEAM_CLUSTER_QUEUE}}
+            "spec": {"clusterQueue": team_cluster_queue_name(namespace)}}
 
 
 def manager_config(site: Site) -> dict[str, Any]:
@@ -144,7 +207,8 @@ def manager_config(site: Site) -> dict[str, Any]:
             "blockAdmission": True,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": REQUEUE_BACKOFF_LIMIT},
         },
-        # Jobs without a queue name are left to kube-scheduler: inference Deployments are never queued.
+        # A Job outside the team namespaces that names no queue is left to kube-scheduler (inside them the
+        # `default` LocalQueue names itself); Deployments are no integration here, so inference is never queued.
         "manageJobsWithoutQueueName": False,
         "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]},
     }

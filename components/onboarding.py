@@ -1,5 +1,5 @@
-"""What each onboarded team gets, as plain data: namespace, GPU quota, Kueue queue, NFS share, Slurm account,
-and where its dashboards and alerts already are.
+"""What each onboarded team gets, as plain data: namespace, GPU quotas per flavor, Kueue queues, NFS share, Slurm
+account, and where its dashboards and alerts already are.
 
 Pure. Everything about a team depends only on the team's own entry and its place in `teams` (never on the
 stage or on who else is onboarded), so advancing the stage adds teams and leaves earlier ones untouched.
@@ -11,13 +11,17 @@ from typing import Any
 from components import defaults
 from components.alertmanager_config import team_receiver
 from components.dashboards import TEAM_USAGE_UID, TEAMS_FOLDER
-from components.kueue_config import KUBERNETES_POOLS, TEAM_QUEUE, local_queue
-from components.node_validation import LABEL_PREFIX
+from components.kueue_config import (
+    TEAM_LABEL,
+    TEAM_QUEUE,
+    flavors,
+    local_queue,
+    team_cluster_queue,
+    team_cluster_queue_name,
+)
 from components.preemption import team_qos
 from components.site import Site, Team
 
-TEAM_LABEL = f"{LABEL_PREFIX}/team"
-"""Marks a team namespace; the policy pack's serving-after-monitoring rule and Kueue's queues key on it."""
 GPU_QUOTA = "gpu-quota"
 NFS_MOUNT_OPTIONS = ["nfsvers=4.1", "hard", "nconnect=8"]
 """nconnect spreads one client's traffic over several TCP connections (nfs(5)); hard never loses a write."""
@@ -46,22 +50,15 @@ class SlurmAccount:
 class TeamPlan:
     team: Team
     gpu_quota: dict[str, int]
-    """GPUs per GPU model the namespace may request."""
+    """Most GPUs per Kueue flavor the team's jobs may hold."""
+    gpu_guaranteed: dict[str, int]
+    """GPUs per flavor the team can always reclaim; part of gpu_quota."""
     share: TeamShare
     slurm: SlurmAccount
 
     @property
     def name(self) -> str:
         return self.team.name
-
-
-def kubernetes_gpu_models(site: Site) -> dict[str, int]:
-    """GPUs per model on the nodes Kubernetes may schedule GPU work on (kubernetes and flex pools)."""
-    models: dict[str, int] = {}
-    for group in site.node_groups:
-        if group.pool in KUBERNETES_POOLS:
-            models[group.gpu_model] = models.get(group.gpu_model, 0) + len(group.nodes) * group.gpus_per_node
-    return models
 
 
 def team_shares(site: Site) -> list[TeamShare]:
@@ -77,12 +74,13 @@ def team_shares(site: Site) -> list[TeamShare]:
 def team_plans(site: Site) -> list[TeamPlan]:
     """One plan per onboarded team, in spec order."""
     shares = {s.team: s for s in team_shares(site)}
-    models = kubernetes_gpu_models(site)
+    names = [f.name for f in flavors(site)]
     qos = team_qos(site)
     return [
         TeamPlan(
             team=team,
-            gpu_quota={model: team.gpu_quota.get(model, defaults.TEAM_GPU_QUOTA) for model in models},
+            gpu_quota={name: team.gpu_quota.get(name, defaults.TEAM_GPU_QUOTA) for name in names},
+            gpu_guaranteed={name: team.gpu_guaranteed.get(name, 0) for name in names},
             share=shares[team.name],
             slurm=SlurmAccount(team.name, team.fairshare, qos, site.scheduling.team_default_class),
         )
@@ -95,14 +93,19 @@ def namespace_manifest(plan: TeamPlan) -> dict[str, Any]:
 
 
 def resource_quota_manifest(plan: TeamPlan) -> dict[str, Any]:
-    """A namespace quota counts GPUs of every model alike (it cannot select nodes), so it holds the team's total;
-    the per-model figures are what the spec grants and the plan shows."""
+    """A namespace quota counts GPUs of every flavor alike (it cannot select nodes), so it holds the team's total,
+    which also bounds GPU pods that no queue admits (inference Deployments); the per-flavor caps are the team's
+    ClusterQueue's."""
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": {"name": GPU_QUOTA, "namespace": plan.name, "labels": {TEAM_LABEL: plan.name}},
         "spec": {"hard": {"requests.nvidia.com/gpu": str(sum(plan.gpu_quota.values()))}},
     }
+
+
+def cluster_queue_manifest(site: Site, plan: TeamPlan) -> dict[str, Any]:
+    return team_cluster_queue(site, plan.name, plan.gpu_quota, plan.gpu_guaranteed)
 
 
 def local_queue_manifest(plan: TeamPlan) -> dict[str, Any]:
@@ -130,6 +133,8 @@ def team_facts(plan: TeamPlan) -> dict[str, Any]:
         "stage": plan.team.stage,
         "namespace": plan.name,
         "gpu_quota": dict(plan.gpu_quota),
+        "gpu_guaranteed": dict(plan.gpu_guaranteed),
+        "cluster_queue": team_cluster_queue_name(plan.name),
         "local_queue": TEAM_QUEUE,
         "storage_class": plan.share.storage_class,
         "nfs_share": f"{plan.share.server}:{plan.share.share}",

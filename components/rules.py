@@ -2,11 +2,11 @@
 
 from collections.abc import Callable, Iterable
 
-from components import power
-from components.onboarding import kubernetes_gpu_models
+from components import defaults, power
+from components.kueue_config import flavors
 from components.preemption import check_preemption
 from components.problems import Problem
-from components.site import Site
+from components.site import Pool, Site
 
 Rule = Callable[[Site], list[Problem]]
 
@@ -110,17 +110,36 @@ def check_team_onboarding(site: Site) -> list[Problem]:
 
 
 def check_team_quotas(site: Site) -> list[Problem]:
-    """A team's GPU quota names a GPU model Kubernetes schedules, and no more GPUs than Kubernetes has of it."""
-    models = kubernetes_gpu_models(site)
+    """A team's quota and guarantee name Kueue flavors of this site and fit in them; a guarantee is part of the
+    quota, only on kubernetes-pool flavors, and the guarantees of all teams (every stage) fit the flavor."""
+    capacity = {f.name: f for f in flavors(site)}
+    guaranteed = dict.fromkeys(capacity, 0)
     problems = []
     for i, team in enumerate(site.teams):
-        for model, gpus in team.gpu_quota.items():
-            path = f"teams[{i}].gpu_quota.{model}"
-            if model not in models:
-                problems.append(_dangling(path, "GPU model on Kubernetes nodes", model, models))
-            elif gpus > models[model]:
-                problems.append(Problem(path, f"{gpus} GPUs exceed the {models[model]} {model} GPUs Kubernetes "
-                                        "schedules", "team-quotas"))
+        for name, gpus in team.gpu_quota.items():
+            path = f"teams[{i}].gpu_quota.{name}"
+            if name not in capacity:
+                problems.append(_dangling(path, "Kueue GPU flavor", name, capacity))
+            elif gpus > capacity[name].gpus:
+                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name].gpus} GPUs of flavor {name}",
+                                        "team-quotas"))
+        for name, gpus in team.gpu_guaranteed.items():
+            path = f"teams[{i}].gpu_guaranteed.{name}"
+            quota = team.gpu_quota.get(name, defaults.TEAM_GPU_QUOTA)
+            if name not in capacity:
+                problems.append(_dangling(path, "Kueue GPU flavor", name, capacity))
+            elif capacity[name].pool != Pool.KUBERNETES:
+                problems.append(Problem(path, f"{name} GPUs are Slurm's until lent, so none can be guaranteed",
+                                        "team-quotas"))
+            elif gpus > quota:
+                problems.append(Problem(path, f"{gpus} guaranteed GPUs exceed the team's quota of {quota} on {name}",
+                                        "team-quotas"))
+            else:
+                before, guaranteed[name] = guaranteed[name], guaranteed[name] + gpus
+                if before <= capacity[name].gpus < guaranteed[name]:
+                    problems.append(Problem(path, f"with this team the guarantees on {name} add up to "
+                                            f"{guaranteed[name]} GPUs, more than its {capacity[name].gpus}",
+                                            "team-quotas"))
     return problems
 
 

@@ -10,8 +10,8 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import KUEUE
-from components.helm import release
-from components.kueue_config import NAMESPACE, chart_values, cluster_queues, flavors, resource_flavor
+from components.helm import custom, release
+from components.kueue_config import NAMESPACE, chart_values, cluster_queues, flavors, lendable_gpus, resource_flavor
 from components.preemption import priority_class_manifest, priority_classes
 from components.site import Site
 
@@ -28,6 +28,7 @@ def scheduling_facts(site: Site) -> dict[str, Any]:
                   "pods_ready_timeout_minutes": site.scheduling.pods_ready_timeout_minutes},
         "flavors": {f.name: f.gpus for f in flavors(site)},
         "cluster_queues": [q["metadata"]["name"] for q in cluster_queues(site)],
+        "lendable_gpus": lendable_gpus(site),
     }
 
 
@@ -46,16 +47,11 @@ class Scheduling(pulumi.ComponentResource):
                                           opts=pulumi.ResourceOptions(parent=self))
         kueue = release(f"{name}-kueue", KUEUE, NAMESPACE, chart_values(site), self, [ns], release_name=KUEUE_RELEASE)
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[kueue])
-        made = [kubernetes.apiextensions.CustomResource(f"{name}-flavor-{f.name}", **_custom(resource_flavor(f)),
+        made = [kubernetes.apiextensions.CustomResource(f"{name}-flavor-{f.name}", **custom(resource_flavor(f)),
                                                         opts=after_kueue) for f in flavors(site)]
         for queue in cluster_queues(site):
             kubernetes.apiextensions.CustomResource(
-                f"{name}-{queue['metadata']['name']}", **_custom(queue),
+                f"{name}-{queue['metadata']['name']}", **custom(queue),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[kueue, *made]),
             )
         self.register_outputs(facts)
-
-
-def _custom(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {"api_version": manifest["apiVersion"], "kind": manifest["kind"], "metadata": manifest["metadata"],
-            "spec": manifest["spec"]}

@@ -99,6 +99,10 @@ def _consumers_accept(out_dir: Path) -> bool:
     return all(o.status != "failed" for o in outcomes)
 
 
+def _cap(quota: int, guaranteed: int) -> str:
+    return f"{quota} ({guaranteed} guaranteed)" if guaranteed else str(quota)
+
+
 def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
     out.print(
         f"[bold]stack {summary.stack}[/]: {summary.gpus} GPUs on {summary.nodes} nodes in "
@@ -133,15 +137,18 @@ def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
                     f"mover `{tiers['ceph_cold']['mover_schedule']}`, older than "
                     f"{tiers['ceph_cold']['archive_after_days']:g} days")
     out.print(storage)
-    models = sorted({model for t in summary.teams for model in t.gpu_quota})
-    teams = Table("team", "onboarded by", *(f"{m} GPUs" for m in models), "GPU quota", "NFS class", "Slurm default QoS",
-                  "fairshare", title=f"Teams onboarded at stage {summary.stage}: quotas")
+    flavors = list(dict.fromkeys(f for t in summary.teams for f in t.gpu_quota))
+    teams = Table("team", "stage", *flavors, "total", "NFS class", "Slurm default QoS", "fairshare",
+                  title=f"Teams onboarded at stage {summary.stage}: GPU quota per Kueue flavor, and in total")
     for t in summary.teams:
-        teams.add_row(t.team, t.stage, *(str(t.gpu_quota.get(m, 0)) for m in models), str(t.gpu_total),
-                      t.storage_class, t.slurm_default_qos, str(t.fairshare))
+        teams.add_row(t.team, t.stage, *(_cap(t.gpu_quota.get(f, 0), t.gpu_guaranteed.get(f, 0)) for f in flavors),
+                      str(t.gpu_total), t.storage_class, t.slurm_default_qos, str(t.fairshare))
     out.print(teams)
     for shared in sorted({(t.local_queue, ", ".join(t.slurm_qos)) for t in summary.teams}):
-        out.print(f"each team: Kueue LocalQueue {shared[0]}, Slurm QoS {shared[1]}", highlight=False)
+        out.print(f"each team: Slurm QoS {shared[1]}; Kueue LocalQueue {shared[0]} -> ClusterQueue team-<team>, "
+                  "which holds the team to these quotas", highlight=False)
+    lendable = ", ".join(f"{f} {int(n)}" for f, n in summary.scheduling["lendable_gpus"].items())
+    out.print(f"GPUs the pools lend to team queues now: {lendable}", highlight=False)
     classes = Table("PriorityClass", "value", "preemption", "default", title="Preemption: Kubernetes classes")
     for pc in summary.scheduling["priority_classes"]:
         default = "yes" if pc["global_default"] else ""

@@ -79,7 +79,10 @@ class TeamRow:
     stage: str
     """The stage that onboarded the team."""
     gpu_quota: dict[str, int]
-    """GPUs per GPU model the team's namespace may request on Kubernetes."""
+    """Most GPUs per Kueue flavor the team's jobs may hold on Kubernetes."""
+    gpu_guaranteed: dict[str, int]
+    """GPUs per flavor the team can always reclaim (part of gpu_quota)."""
+    cluster_queue: str
     local_queue: str
     storage_class: str
     slurm_default_qos: str
@@ -182,7 +185,8 @@ def summarize(result: Plan) -> Summary:
         team = by_team[name]
         account = team["slurm_account"]
         teams.append(TeamRow(
-            team=name, stage=team["stage"], gpu_quota={m: int(n) for m, n in team["gpu_quota"].items()},
+            team=name, stage=team["stage"], gpu_quota={f: int(n) for f, n in team["gpu_quota"].items()},
+            gpu_guaranteed={f: int(n) for f, n in team["gpu_guaranteed"].items()}, cluster_queue=team["cluster_queue"],
             local_queue=team["local_queue"], storage_class=team["storage_class"],
             slurm_default_qos=account["default_qos"], slurm_qos=account["qos"], fairshare=int(account["fairshare"]),
         ))

@@ -55,7 +55,7 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         "kubernetes:core/v1:PersistentVolumeClaim": 1,  # the CephFS checkpoint archive
         "kubernetes:scheduling.k8s.io/v1:PriorityClass": 4,  # inference, production, staging, dev
         "kubernetes:kueue.x-k8s.io/v1beta1:ResourceFlavor": 3,  # A800 and RTX 4090 on kubernetes, A800 on flex
-        "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue": 2,  # one per pool Kubernetes uses
+        "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue": 4,  # one per pool Kubernetes uses, one per team
         "kubernetes:core/v1:ResourceQuota": 2, "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue": 2,  # per team
     }
 
@@ -169,7 +169,8 @@ def test_should_onboard_exactly_the_stages_teams(stages: dict[str, ResourceGraph
     kinds = Counter(r.type for r in team_resources(graph).values())
     assert kinds == dict.fromkeys([TEAM_TYPE, "kubernetes:core/v1:Namespace", "kubernetes:core/v1:ResourceQuota",
                                    "kubernetes:storage.k8s.io/v1:StorageClass",
-                                   "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue"], len(teams))
+                                   "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue",
+                                   "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue"], len(teams))
     (slurm,) = graph.of_type(SLURM_TYPE)
     (accounting,) = [r for r in graph.resources.values() if r.name == "prod-slurm-accounting"]
     assert f"add account {','.join(teams)} " in accounting.inputs["create"]

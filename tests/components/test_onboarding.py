@@ -4,8 +4,9 @@ from typing import Any
 
 import pytest
 
-from components.kueue_config import cluster_queues, flavors, local_queue, manager_config, resource_flavor
 from components.onboarding import (
+    cluster_queue_manifest,
+    local_queue_manifest,
     nfs_storage_class,
     resource_quota_manifest,
     team_facts,
@@ -38,12 +39,30 @@ def test_should_keep_a_teams_plan_when_the_stage_advances(prod: dict[str, Any], 
     assert {name: later[name] for name in canary} == canary
 
 
-def test_should_default_each_gpu_model_quota_to_one_node(prod: dict[str, Any]) -> None:
-    site = parse(with_changes(prod, teams__1__gpu_quota={"RTX-4090": 16}))
-    quotas = {p.name: p.gpu_quota for p in team_plans(site)}
-    assert quotas == {"nlp-foundation": {"A800-SXM4-80GB": 8, "RTX-4090": 8},
-                      "speech": {"A800-SXM4-80GB": 8, "RTX-4090": 16}}
-    assert resource_quota_manifest(team_plans(site)[1])["spec"] == {"hard": {"requests.nvidia.com/gpu": "24"}}
+def test_should_default_each_flavor_quota_to_one_node_and_guarantee_nothing(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, teams__1__gpu_quota={"rtx4090-kubernetes": 16},
+                              teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4}))
+    plans = {p.name: p for p in team_plans(site)}
+    assert plans["nlp-foundation"].gpu_quota == {"a800-flex": 8, "a800-kubernetes": 8, "rtx4090-kubernetes": 8}
+    assert plans["nlp-foundation"].gpu_guaranteed == {"a800-flex": 0, "a800-kubernetes": 0, "rtx4090-kubernetes": 0}
+    assert plans["speech"].gpu_quota["rtx4090-kubernetes"] == 16
+    assert plans["speech"].gpu_guaranteed["rtx4090-kubernetes"] == 4
+    # The namespace quota cannot tell flavors apart: it holds the team's total (8 + 16 + 8).
+    assert resource_quota_manifest(plans["speech"])["spec"] == {"hard": {"requests.nvidia.com/gpu": "32"}}
+
+
+def test_should_hold_each_team_to_its_quota_in_its_own_cluster_queue(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, teams__1__gpu_quota={"rtx4090-kubernetes": 16},
+                              teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4}))
+    speech = team_plans(site)[1]
+    queue = cluster_queue_manifest(site, speech)
+    assert queue["metadata"]["name"] == "team-speech" == local_queue_manifest(speech)["spec"]["clusterQueue"]
+    assert local_queue_manifest(speech)["metadata"] == {"name": "default", "namespace": "speech"}
+    assert team_facts(speech)["cluster_queue"] == "team-speech"
+    gpus = {f["name"]: next(r for r in f["resources"] if r["name"] == "nvidia.com/gpu")
+            for f in queue["spec"]["resourceGroups"][0]["flavors"]}
+    assert gpus["rtx4090-kubernetes"] == {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 12}
+    assert gpus["a800-kubernetes"] == {"name": "nvidia.com/gpu", "nominalQuota": 0, "borrowingLimit": 8}
 
 
 def test_should_record_the_existing_dashboard_route_and_account(prod: dict[str, Any]) -> None:
@@ -53,32 +72,3 @@ def test_should_record_the_existing_dashboard_route_and_account(prod: dict[str, 
     assert facts["slurm_account"] == {"name": "nlp-foundation", "fairshare": 1, "default_qos": "train_normal",
                                       "qos": ["inference", "train_high", "train_normal", "train_preemptible"]}
 
-
-def test_should_select_flavor_nodes_by_the_labels_node_admission_sets(prod: dict[str, Any]) -> None:
-    site = parse(prod)
-    assert {f.name: f.gpus for f in flavors(site)} == {"a800-flex": 16, "a800-kubernetes": 16,
-                                                       "rtx4090-kubernetes": 32}
-    flex = resource_flavor(flavors(site)[0])["spec"]
-    assert flex["nodeLabels"] == {"gpucluster.io/gpu-model": "A800-SXM4-80GB", "gpucluster.io/pool": "flex"}
-    assert flex["tolerations"] == [{"key": "gpucluster.io/pool", "operator": "Equal", "value": "flex",
-                                    "effect": "NoSchedule"}]
-
-
-def test_should_put_one_queue_per_pool_in_one_cohort_preempting_only_lower_priority(prod: dict[str, Any]) -> None:
-    queues = {q["metadata"]["name"]: q["spec"] for q in cluster_queues(parse(prod))}
-    assert list(queues) == ["gpu-kubernetes", "gpu-flex"]
-    assert {spec["cohort"] for spec in queues.values()} == {"gpu-cluster"}
-    assert all(spec["preemption"] == {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority"}
-               for spec in queues.values())
-    # Flex is Slurm's until lent: its queue lends nothing; the kubernetes queue borrows its flavor (quota 0).
-    (flex,) = queues["gpu-flex"]["resourceGroups"][0]["flavors"]
-    assert {r["lendingLimit"] for r in flex["resources"]} == {0}
-    borrowed = queues["gpu-kubernetes"]["resourceGroups"][0]["flavors"][-1]
-    assert borrowed["name"] == "a800-flex" and {r["nominalQuota"] for r in borrowed["resources"]} == {0}
-    assert local_queue("speech")["spec"] == {"clusterQueue": "gpu-kubernetes"}
-
-
-def test_should_admit_all_or_nothing_with_wait_for_pods_ready(prod: dict[str, Any]) -> None:
-    config = manager_config(parse(with_changes(prod, scheduling={"pods_ready_timeout_minutes": 15})))
-    assert config["waitForPodsReady"] == {"enable": True, "timeout": "15m", "blockAdmission": True,
-                                          "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 5}}

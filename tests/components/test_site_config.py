@@ -81,15 +81,39 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
             id="rejects a stage name that is not a DNS label",
         ),
         pytest.param(
-            {"teams__0__gpu_quota": {"H100-SXM5-80GB": 8}},
-            ['teams[0].gpu_quota.H100-SXM5-80GB: no GPU model on Kubernetes nodes named "H100-SXM5-80GB" '
-             "(known: A800-SXM4-80GB, RTX-4090)"],
-            id="rejects a quota for a GPU model Kubernetes does not schedule",
+            {"teams__0__gpu_quota": {"A800-SXM4-80GB": 8}},
+            ['teams[0].gpu_quota.A800-SXM4-80GB: no Kueue GPU flavor named "A800-SXM4-80GB" '
+             "(known: a800-flex, a800-kubernetes, rtx4090-kubernetes)"],
+            id="rejects a quota that names a GPU model, not a flavor",
         ),
         pytest.param(
-            {"teams__0__gpu_quota": {"RTX-4090": 40}},
-            ["teams[0].gpu_quota.RTX-4090: 40 GPUs exceed the 32 RTX-4090 GPUs Kubernetes schedules"],
-            id="rejects a quota above the GPUs Kubernetes has",
+            {"teams__0__gpu_quota": {"rtx4090-kubernetes": 40}},
+            ["teams[0].gpu_quota.rtx4090-kubernetes: 40 GPUs exceed the 32 GPUs of flavor rtx4090-kubernetes"],
+            id="rejects a quota above the flavor's GPUs",
+        ),
+        pytest.param(
+            {"teams__0__gpu_guaranteed": {"a800-flex": 2}},
+            ["teams[0].gpu_guaranteed.a800-flex: a800-flex GPUs are Slurm's until lent, so none can be guaranteed"],
+            id="rejects a guarantee on the flex pool",
+        ),
+        pytest.param(
+            {"teams__0__gpu_guaranteed": {"a800-kubernetes": 9}},
+            ["teams[0].gpu_guaranteed.a800-kubernetes: 9 guaranteed GPUs exceed the team's quota of 8 on "
+             "a800-kubernetes"],
+            id="rejects a guarantee above the team's quota",
+        ),
+        pytest.param(
+            {"teams__0__gpu_guaranteed": {"h100-kubernetes": 1}},
+            ['teams[0].gpu_guaranteed.h100-kubernetes: no Kueue GPU flavor named "h100-kubernetes" '
+             "(known: a800-flex, a800-kubernetes, rtx4090-kubernetes)"],
+            id="rejects a guarantee on an unknown flavor",
+        ),
+        pytest.param(
+            # Guarantees are summed over every team in the spec, onboarded or not, so the last stage fits too.
+            {f"teams__{i}__gpu_guaranteed": {"a800-kubernetes": 6} for i in (0, 5, 11)},
+            ["teams[11].gpu_guaranteed.a800-kubernetes: with this team the guarantees on a800-kubernetes add up to "
+             "18 GPUs, more than its 16"],
+            id="rejects guarantees that add up to more than the flavor",
         ),
         pytest.param(
             {"node_groups__3__nodes__0__name": "gpu-a800-01"},

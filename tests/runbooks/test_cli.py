@@ -150,14 +150,19 @@ def test_should_judge_the_plan_with_the_stacks_policy_config(tmp_path: Path, con
 def test_should_list_the_onboarded_teams_and_quotas_per_stage(tmp_path: Path, stage: str, teams: list[str]) -> None:
     def at_stage(config: dict[str, Any]) -> None:
         config["gpu-cluster:stage"] = stage
-        config["gpu-cluster:teams"][1]["gpu_quota"] = {"RTX-4090": 16}
+        config["gpu-cluster:teams"][1]["gpu_quota"] = {"rtx4090-kubernetes": 16}
+        config["gpu-cluster:teams"][1]["gpu_guaranteed"] = {"rtx4090-kubernetes": 4}
 
     result = CliRunner().invoke(app, ["plan", "--project-dir", str(copy_project(tmp_path, at_stage))])
     assert result.exit_code == 0, result.output
-    assert f"Teams onboarded at stage {stage}: quotas" in result.output
+    assert f"Teams onboarded at stage {stage}: GPU quota per Kueue flavor, and in total" in result.output
     rows = [line.split("│")[1:-1] for line in result.output.splitlines() if line.startswith("│ ")]
     listed = {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows if cells[0].strip() in teams}
     assert list(listed) == teams
-    assert listed["speech"][:4] == ["canary", "8", "16", "24"]  # onboarded by, A800, RTX 4090, total
-    assert listed["nlp-foundation"][:4] == ["canary", "8", "8", "16"]
+    # stage, a800-kubernetes, rtx4090-kubernetes, a800-flex, total
+    assert listed["speech"][:5] == ["canary", "8", "16 (4 guaranteed)", "8", "32"]
+    assert listed["nlp-foundation"][:5] == ["canary", "8", "8", "8", "24"]
+    # The kubernetes pool lends what the onboarded teams are not guaranteed; flex lends nothing until lent.
+    assert "GPUs the pools lend to team queues now: a800-kubernetes 16, rtx4090-kubernetes 28, a800-flex 0" in (
+        result.output)
     assert listed[teams[-1]][0] == stage
