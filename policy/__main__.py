@@ -5,10 +5,11 @@ import hygiene
 import observability
 import preemption
 import storage
+import teams
 import wiring
 from pulumi_policy import EnforcementLevel, PolicyPack
 
 ALL_POLICIES = [*cooling.POLICIES, *observability.POLICIES, *wiring.POLICIES, *storage.POLICIES,
-                *hygiene.POLICIES, *preemption.POLICIES]
+                *hygiene.POLICIES, *preemption.POLICIES, *teams.POLICIES]
 
 PolicyPack("gpu-cluster", enforcement_level=EnforcementLevel.MANDATORY, policies=ALL_POLICIES)

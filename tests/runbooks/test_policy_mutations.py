@@ -51,10 +51,15 @@ def drop(graph: ResourceGraph, type_: str) -> None:
 
 
 def unmonitored_team_namespace(graph: ResourceGraph) -> None:
-    urn = f"{graph.stack_urn.rsplit('::', 2)[0]}::kubernetes:core/v1:Namespace::team-rogue"
-    graph.resources[urn] = Resource(urn, "kubernetes:core/v1:Namespace", "team-rogue", True, graph.stack_urn,
-                                    {"metadata": {"name": "rogue", "labels": {"gpucluster.io/team": "rogue"}}},
-                                    {"metadata": {"name": "rogue", "labels": {"gpucluster.io/team": "rogue"}}})
+    namespace = one(graph, "kubernetes:core/v1:Namespace", "prod-team-speech-namespace")
+    namespace.parent, namespace.dependencies = graph.stack_urn, []
+
+
+def uncapped_team_queue(graph: ResourceGraph) -> None:
+    queue = one(graph, "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue", "prod-team-speech-cluster-queue")
+    for spec in (queue.inputs["spec"], queue.outputs["spec"]):
+        for flavor in spec["resourceGroups"][0]["flavors"]:
+            flavor["resources"][-1].pop("borrowingLimit")
 
 
 def orphan_gpu_node(graph: ResourceGraph) -> None:
@@ -97,6 +102,7 @@ MATRIX: list[Any] = [
                  id="no LLM cost dashboard"),
     pytest.param(unmonitored_team_namespace, "serving-after-monitoring",
                  id="a team namespace not depending on monitoring"),
+    pytest.param(uncapped_team_queue, "team-gpus-capped", id="a team queue with no GPU limit"),
     pytest.param(lambda g: rack(g).update(cooling_type="air"), "dense-gpus-in-dense-racks",
                  id="A800 in an air-cooled rack"),
     pytest.param(lambda g: rack(g).update(cooling_capacity_kw=15), "rack-heat-within-cooling",
