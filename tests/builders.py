@@ -3,8 +3,11 @@
 import copy
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from components.problems import SiteSpecError
 from components.site import DEFAULT_CLASSES, Site
@@ -76,3 +79,15 @@ def scheduling_with(**rows: dict[str, Any]) -> dict[str, Any]:
         else:
             table.append({"name": name, **fields})
     return {"classes": table}
+
+
+def copy_project(tmp_path: Path, change: Any = None) -> Path:
+    """The repo's project files in tmp_path, with `change(config)` applied to Pulumi.prod.yaml's config."""
+    for name in ("Pulumi.yaml", "Pulumi.prod.yaml", "__main__.py"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "policy", tmp_path / "policy", ignore=shutil.ignore_patterns("__pycache__"))
+    if change is not None:
+        stack = yaml.safe_load((tmp_path / "Pulumi.prod.yaml").read_text())
+        change(stack["config"])
+        (tmp_path / "Pulumi.prod.yaml").write_text(yaml.safe_dump(stack))
+    return tmp_path

@@ -33,3 +33,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("measured figures")
         for line in FIGURES:
             terminalreporter.line(line)
+
+
+# The real Slurm cluster's fixtures, for every module that marks itself with slurm_marks(); imported last, as
+# the module imports FIGURES from here.
+from tests.slurm_cluster import cluster, slurm  # noqa: E402, F401

@@ -13,21 +13,9 @@ from typer.testing import CliRunner
 from runbooks.cli import app
 from runbooks.offline_engine import run_program
 from runbooks.plan import artifacts
-from tests.builders import REPO, parse, prod_values
+from tests.builders import REPO, copy_project, parse, prod_values
 
 GPUCTL = REPO / ".venv" / "bin" / "gpuctl"
-
-
-def copy_project(tmp_path: Path, change: Any = None) -> Path:
-    """The repo's project files in tmp_path, with `change(config)` applied to Pulumi.prod.yaml's config."""
-    for name in ("Pulumi.yaml", "Pulumi.prod.yaml", "__main__.py"):
-        shutil.copy(REPO / name, tmp_path / name)
-    shutil.copytree(REPO / "policy", tmp_path / "policy", ignore=shutil.ignore_patterns("__pycache__"))
-    if change is not None:
-        stack = yaml.safe_load((tmp_path / "Pulumi.prod.yaml").read_text())
-        change(stack["config"])
-        (tmp_path / "Pulumi.prod.yaml").write_text(yaml.safe_dump(stack))
-    return tmp_path
 
 
 @pytest.mark.skipif(not GPUCTL.exists(), reason="needs the project's .venv (make test creates it)")
