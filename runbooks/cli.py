@@ -16,6 +16,7 @@ from rich.table import Table
 from components.problems import SiteSpecError
 from runbooks import plan as planning
 from runbooks.config_checks import run_checks
+from runbooks.flex_cli import app as flex_app
 from runbooks.offline_engine import ProgramError, StackConfigError
 from runbooks.policy_check import PolicyPackError
 from runbooks.rollout.cli import app as rollout_app
@@ -25,6 +26,7 @@ EXIT_POLICY_VIOLATION = 3
 
 app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(flex_app, name="flex")
 # Piped output (CI logs, files) gets room for the rack table instead of rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 150)
 err = Console(stderr=True)

@@ -20,10 +20,7 @@ from pulumi import automation as auto
 from rich.console import Console
 from rich.markup import escape
 
-from components.problems import SiteSpecError
 from components.site import Site, SlackReceiver
-from components.site_config import parse_site
-from runbooks.offline_engine import StackConfigError, load_stack_config
 from runbooks.rollout.approvals import SlackApprovals, web_client
 from runbooks.rollout.audit import AuditChainBrokenError, AuditLog
 from runbooks.rollout.deploy import StackDeployer
@@ -37,6 +34,7 @@ from runbooks.rollout.machine import (
 )
 from runbooks.rollout.receivers import ClickInbox, HttpReceiver, SocketModeReceiver
 from runbooks.rollout.store import RolloutState, Store
+from runbooks.stack_site import site_or_exit
 
 EXIT_REFUSED = 2
 EXIT_HELD = 3
@@ -78,16 +76,7 @@ def main(
 
 
 def _site(context: Context) -> Site:
-    try:
-        return parse_site(*load_stack_config(context.project_dir, context.stack).project_values())
-    except StackConfigError as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_REFUSED) from None
-    except SiteSpecError as error:
-        err.print(f"[red]invalid site spec[/] in Pulumi.{context.stack}.yaml:")
-        for problem in error.problems:
-            err.print(f"  - {escape(str(problem))}", highlight=False)
-        raise typer.Exit(EXIT_REFUSED) from None
+    return site_or_exit(context.project_dir, context.stack, err)
 
 
 def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, Site]:

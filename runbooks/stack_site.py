@@ -1,0 +1,27 @@
+"""The site of a stack, for the operator commands: Pulumi.<stack>.yaml read and parsed, or exit 2 saying why."""
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from components.problems import SiteSpecError
+from components.site import Site
+from components.site_config import parse_site
+from runbooks.offline_engine import StackConfigError, load_stack_config
+
+EXIT_BAD_INPUT = 2
+
+
+def site_or_exit(project_dir: Path, stack: str, err: Console) -> Site:
+    try:
+        return parse_site(*load_stack_config(project_dir, stack).project_values())
+    except StackConfigError as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except SiteSpecError as error:
+        err.print(f"[red]invalid site spec[/] in Pulumi.{stack}.yaml:")
+        for problem in error.problems:
+            err.print(f"  - {escape(str(problem))}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
