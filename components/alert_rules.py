@@ -9,7 +9,8 @@ Source metrics, and where their names come from:
   _ECC_DBE_VOL_TOTAL, _THERMAL_VIOLATION (us) and _NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL
   are commented out there and must be enabled in the exporter's counters CSV. Labels: Hostname, gpu,
   UUID, modelName, plus namespace/pod/container (Kubernetes mapping) or hpc_job (Slurm mapping).
-- kube-state-metrics: kube_node_status_condition{node, condition, status}.
+- kube-state-metrics: kube_node_status_condition{node, condition, status}; kube_node_labels{node, label_<name>}
+  for the labels allowlisted in its chart values (components/monitoring.py), names sanitized to [a-zA-Z0-9_].
 - vpenso/prometheus-slurm-exporter: slurm_nodes_down, slurm_nodes_drain, slurm_nodes_fail.
 - guilbaults/slurm-job-exporter: slurm_job_memory_usage{slurmjobid, account} (job -> Slurm account).
 - LiteLLM proxy (litellm/types/integrations/prometheus.py): litellm_input_tokens_metric and
@@ -23,8 +24,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from components.node_validation import FLEX_LENT_LABEL
 from components.site import LlmMeter, Pool, Site
 
+KSM_FLEX_LENT = "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", FLEX_LENT_LABEL)
+"""The flex-lent node label as kube-state-metrics names it on kube_node_labels."""
 GPU = ("Hostname", "gpu", "UUID", "modelName")
 """dcgm-exporter labels that name one physical GPU; pod, namespace and hpc_job change with its tenant."""
 
@@ -233,10 +237,13 @@ def pool_alerts(site: Site) -> list[dict[str, Any]]:
         f'label_replace(kube_node_status_condition{{condition="Ready", status="true", node=~"{kube_nodes}"}},'
         f' "Hostname", "$1", "node", "(.+)") == 0'
     )
+    # A flex node lent to inference is drained in Slurm on purpose (runbooks/flex.py): it is not missing.
+    lent = f'kube_node_labels{{{KSM_FLEX_LENT}="true"}}'
+    unavailable = f"slurm_nodes_down + slurm_nodes_drain + slurm_nodes_fail - on() (count({lent}) or vector(0)) > 0"
     return [
-        _alert(site, "SlurmNodesUnavailable", "slurm_nodes_down + slurm_nodes_drain + slurm_nodes_fail > 0",
-               Severity.WARNING,
-               f"{{{{ $value }}}} of {len(slurm_nodes)} Slurm GPU nodes are down, drained or failed", "15m"),
+        _alert(site, "SlurmNodesUnavailable", unavailable, Severity.WARNING,
+               f"{{{{ $value }}}} of {len(slurm_nodes)} Slurm GPU nodes are down, drained or failed (flex nodes "
+               "lent to inference not counted)", "15m"),
         _alert(site, "KubernetesGpuNodeNotReady", not_ready, Severity.CRITICAL,
                "Kubernetes GPU node {{ $labels.Hostname }} is not Ready", "5m"),
     ]

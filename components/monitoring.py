@@ -17,6 +17,7 @@ from components.alertmanager_config import ONCALL, render_alertmanager_config
 from components.charts import KUBE_PROMETHEUS_STACK, VICTORIA_METRICS_SINGLE
 from components.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL, dashboard_configmaps, render_dashboards
 from components.helm import release
+from components.node_validation import FLEX_LENT_LABEL
 from components.site import Site
 
 MONITORING_TYPE = "gpucluster:monitoring:Stack"
@@ -47,6 +48,9 @@ def prometheus_values(site: Site) -> dict[str, Any]:
                 "volumeMounts": [{"name": "notify", "mountPath": secrets_dir, "readOnly": True}],
             },
         },
+        # kube_node_labels carries only allowlisted labels (kube-state-metrics chart, metricLabelsAllowlist);
+        # SlurmNodesUnavailable reads the flex-lent one to leave lent nodes out.
+        "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{FLEX_LENT_LABEL}]"]},
         # The folder annotation is honoured only with foldersFromFilesStructure (grafana chart values).
         "grafana": {"sidecar": {"dashboards": {
             "enabled": True, "label": SIDECAR_LABEL, "folderAnnotation": FOLDER_ANNOTATION,

@@ -20,6 +20,8 @@ VALIDATED_LABEL = f"{LABEL_PREFIX}/validated"
 REASON_ANNOTATION = f"{LABEL_PREFIX}/validation-reason"
 UNVALIDATED_TAINT = f"{LABEL_PREFIX}/unvalidated"
 POOL_TAINT = f"{LABEL_PREFIX}/pool"
+FLEX_LENT_LABEL = f"{LABEL_PREFIX}/flex-lent"
+"""Set to "true" by `gpuctl flex lend` on a flex node lent to Kubernetes inference (runbooks/flex.py)."""
 NODE_CHECK_FILE = Path(__file__).with_name("node_check.py")
 NODE_CHECK_SOURCE = "components/node_check.py"
 """The same file relative to the project directory, where the Pulumi CLI runs the program: asset

@@ -21,11 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from components.node_validation import LABEL_PREFIX
+from components.node_validation import FLEX_LENT_LABEL as LENT_LABEL
 from components.preemption import slurm_qos
 from components.site import Pool, Site, Workload
 
-LENT_LABEL = f"{LABEL_PREFIX}/flex-lent"
 LEND_REASON = "gpuctl flex: lent to kubernetes inference"
 COMMAND_TIMEOUT_S = 30
 RUNNING = "R,CF,CG,S"

@@ -188,7 +188,17 @@ def gpu_alert_cases() -> list[Any]:
         pytest.param(Case("SlurmNodesUnavailable", "16m", [
             series("slurm_nodes_down", {}, "1x16"), series("slurm_nodes_drain", {}, "0x16"),
             series("slurm_nodes_fail", {}, "0x16"),
-        ], [({}, "1 of 10 Slurm GPU nodes are down, drained or failed")]), id="a Slurm node down for 15 m fires"),
+        ], [({}, "1 of 10 Slurm GPU nodes are down, drained or failed (flex nodes lent to inference not counted)")]),
+            id="a Slurm node down for 15 m fires"),
+        pytest.param(Case("SlurmNodesUnavailable", "16m", [
+            series("slurm_nodes_down", {}, "0x16"), series("slurm_nodes_drain", {}, "1x16"),
+            series("slurm_nodes_fail", {}, "0x16"), lent("gpu-a800-09", "true"), lent("gpu-a800-10", "false"),
+        ]), id="a flex node drained because it is lent to inference stays quiet"),
+        pytest.param(Case("SlurmNodesUnavailable", "16m", [
+            series("slurm_nodes_down", {}, "0x16"), series("slurm_nodes_drain", {}, "2x16"),
+            series("slurm_nodes_fail", {}, "0x16"), lent("gpu-a800-09", "true"),
+        ], [({}, "1 of 10 Slurm GPU nodes are down, drained or failed (flex nodes lent to inference not counted)")]),
+            id="a drained node besides the lent one fires"),
         pytest.param(Case("SlurmNodesUnavailable", "16m", [
             series(f"slurm_nodes_{state}", {}, "0x16") for state in ("down", "drain", "fail")
         ]), id="a Slurm pool with every node up stays quiet"),
@@ -226,6 +236,11 @@ def every_node_but(s: Site, silent: str) -> list[dict[str, str]]:
 
 def ready_labels(node: str) -> dict[str, str]:
     return {"node": node, "condition": "Ready", "status": "true"}
+
+
+def lent(node: str, value: str) -> dict[str, str]:
+    """kube_node_labels of a node whose flex-lent label is `value` (an unlabelled node has no label_ key)."""
+    return series("kube_node_labels", {"node": node, "label_gpucluster_io_flex_lent": value}, "1x16")
 
 
 def node_ready(node: str, values: str) -> dict[str, str]:
