@@ -8,10 +8,11 @@ LocalQueue; config.kueue.x-k8s.io/v1beta1: Configuration) as served by the pinne
   (`gpucluster.io/gpu-model`, `gpucluster.io/pool`).
 - One ClusterQueue per pool Kubernetes may use (kubernetes, flex), all in one cohort. A pool's queue holds the
   pool's capacity as nominal quota, less what teams are guaranteed, and lends it; no namespace submits to it.
-  The flex pool is Slurm's until lent: its queue lends nothing (`lendingLimit: 0`).
-- One ClusterQueue per team in the same cohort, which is where a team's GPUs are capped per flavor: nominal
-  quota = the team's guaranteed GPUs, borrowing limit = the rest of its quota. Kueue admits a workload only
-  within nominal + borrowing limit for each flavor, so the per-flavor cap holds for every queued job.
+  The flex pool is Slurm's until lent, and then to inference: its queue lends nothing (`lendingLimit: 0`), and
+  its flavor selects only nodes `gpuctl flex lend` labelled lent.
+- One ClusterQueue per team in the same cohort, which is where a team's GPUs are capped per kubernetes-pool
+  flavor: nominal quota = the team's guaranteed share, borrowing limit = the rest of its quota. Kueue admits a
+  workload only within nominal + borrowing limit for each flavor, so the cap holds for every queued job.
 - Preemption follows the one preemption table: only ever lower-priority workloads, and never one above the
   highest preemptible Kubernetes class, so inference is never evicted by a training job inside Kueue.
 - All-or-nothing admission: `waitForPodsReady` in the manager's configuration (it is a manager setting, not a
@@ -24,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from components.node_validation import LABEL_PREFIX, POOL_TAINT
+from components.node_validation import FLEX_LENT_LABEL, LABEL_PREFIX, POOL_TAINT
 from components.site import Pool, Site
 from components.slurm_config import gres_type
 
@@ -74,18 +75,39 @@ def resource_flavor(flavor: Flavor) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeLabels": {f"{LABEL_PREFIX}/gpu-model": flavor.gpu_model,
                                            f"{LABEL_PREFIX}/pool": flavor.pool.value}}
     if flavor.pool != Pool.KUBERNETES:
+        # Only flex nodes lent to Kubernetes (runbooks/flex.py); the others are Slurm's.
+        spec["nodeLabels"][FLEX_LENT_LABEL] = "true"
         # Slurm and flex nodes carry the pool taint; Kueue adds a flavor's tolerations to the pods it admits.
         spec["tolerations"] = [{"key": POOL_TAINT, "operator": "Equal", "value": flavor.pool.value,
                                 "effect": "NoSchedule"}]
     return {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor.name}, "spec": spec}
 
 
-def guaranteed_gpus(site: Site) -> dict[str, int]:
-    """GPUs per flavor that onboarded teams are guaranteed: their queues' nominal quota, taken from the pools'."""
-    totals = {f.name: 0 for f in flavors(site)}
+def team_flavors(site: Site) -> list[Flavor]:
+    """The flavors teams get quota on: the kubernetes pool's. Flex GPUs are Slurm's until lent, and then they go to
+    inference (runbooks/flex.py), not to queued jobs."""
+    return [f for f in flavors(site) if f.pool == Pool.KUBERNETES]
+
+
+def guaranteed_share(flavor: Flavor, gpus: int) -> dict[str, int]:
+    """What a guarantee of `gpus` GPUs sets aside on a flavor: the GPUs and the same share of its CPU and memory
+    (GiB), rounded down. A guaranteed job within them is not borrowing, so Kueue lets it reclaim its quota."""
+    return {"cpu": flavor.cpus * gpus // flavor.gpus, "memory": flavor.memory_gib * gpus // flavor.gpus,
+            GPU_RESOURCE: gpus}
+
+
+def _quantities(amounts: dict[str, int]) -> dict[str, int | str]:
+    return {**amounts, "memory": f"{amounts['memory']}Gi"}
+
+
+def set_aside(site: Site) -> dict[str, dict[str, int]]:
+    """Per flavor, what onboarded teams are guaranteed: their queues' nominal quota, taken from the pool's."""
+    totals = {f.name: dict.fromkeys(("cpu", "memory", GPU_RESOURCE), 0) for f in flavors(site)}
+    by_name = {f.name: f for f in flavors(site)}
     for team in site.teams_onboarded():
-        for flavor, gpus in team.gpu_guaranteed.items():
-            totals[flavor] += gpus
+        for name, gpus in team.gpu_guaranteed.items():
+            for resource, amount in guaranteed_share(by_name[name], gpus).items():
+                totals[name][resource] += amount
     return totals
 
 
@@ -95,8 +117,9 @@ def _resource_group(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"coveredResources": ["cpu", "memory", GPU_RESOURCE], "flavors": entries}]
 
 
-def _pool_flavor(flavor: Flavor, guaranteed: int) -> dict[str, Any]:
-    amounts = {"cpu": flavor.cpus, "memory": f"{flavor.memory_gib}Gi", GPU_RESOURCE: flavor.gpus - guaranteed}
+def _pool_flavor(flavor: Flavor, reserved: dict[str, int]) -> dict[str, Any]:
+    capacity = {"cpu": flavor.cpus, "memory": flavor.memory_gib, GPU_RESOURCE: flavor.gpus}
+    amounts = _quantities({resource: capacity[resource] - reserved[resource] for resource in capacity})
     resources = []
     for resource, amount in amounts.items():
         entry: dict[str, Any] = {"name": resource, "nominalQuota": amount}
@@ -109,14 +132,14 @@ def _pool_flavor(flavor: Flavor, guaranteed: int) -> dict[str, Any]:
 def pool_cluster_queue(site: Site, pool: Pool) -> dict[str, Any]:
     """The pool's capacity, lent to the team queues in the cohort. No namespaceSelector: Kueue reads a missing one
     as "no namespace", so nothing is queued here directly."""
-    guaranteed = guaranteed_gpus(site)
+    reserved = set_aside(site)
     return {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
         "metadata": {"name": f"gpu-{pool.value}"},
         "spec": {
             "cohort": COHORT,
-            "resourceGroups": _resource_group([_pool_flavor(f, guaranteed[f.name])
+            "resourceGroups": _resource_group([_pool_flavor(f, reserved[f.name])
                                                for f in flavors(site) if f.pool == pool]),
         },
     }
@@ -152,15 +175,17 @@ def borrow_threshold(site: Site) -> int | None:
 
 
 def team_cluster_queue(site: Site, team: str, quota: dict[str, int], guaranteed: dict[str, int]) -> dict[str, Any]:
-    """A team's caps: per flavor, nominal quota = guaranteed GPUs, borrowing limit = quota - guaranteed. CPU and
-    memory are borrowed without a limit of their own (the GPUs bound them). Kubernetes-pool flavors come first, so
-    a job takes flex GPUs only when the kubernetes pool has none left for it."""
-    ordered = sorted(flavors(site), key=lambda f: KUBERNETES_POOLS.index(f.pool))
-    entries = [{"name": f.name, "resources": [
-        {"name": "cpu", "nominalQuota": 0},
-        {"name": "memory", "nominalQuota": 0},
-        {"name": GPU_RESOURCE, "nominalQuota": floor, "borrowingLimit": quota[f.name] - floor},
-    ]} for f in ordered for floor in [guaranteed[f.name]]]
+    """A team's caps on each team flavor: nominal quota = its guaranteed share, GPU borrowing limit = quota -
+    guaranteed. CPU and memory are borrowed without a limit of their own (the GPUs bound them)."""
+    entries = []
+    for f in team_flavors(site):
+        share = _quantities(guaranteed_share(f, guaranteed[f.name]))
+        entries.append({"name": f.name, "resources": [
+            {"name": "cpu", "nominalQuota": share["cpu"]},
+            {"name": "memory", "nominalQuota": share["memory"]},
+            {"name": GPU_RESOURCE, "nominalQuota": share[GPU_RESOURCE],
+             "borrowingLimit": quota[f.name] - guaranteed[f.name]},
+        ]})
     threshold = borrow_threshold(site)
     borrow: dict[str, Any] = {"policy": "Never"}
     if threshold is not None:

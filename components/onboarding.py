@@ -1,8 +1,9 @@
 """What each onboarded team gets, as plain data: namespace, GPU quotas per flavor, Kueue queues, NFS share, Slurm
 account, and where its dashboards and alerts already are.
 
-Pure. Everything about a team depends only on the team's own entry and its place in `teams` (never on the
-stage or on who else is onboarded), so advancing the stage adds teams and leaves earlier ones untouched.
+Pure. Everything about a team depends on the team's own entry, its place in `teams` and site-wide facts no stage
+changes (the flavors, the preemption table), never on the stage or on who else is onboarded, so advancing the
+stage adds teams and leaves earlier ones untouched.
 """
 
 from dataclasses import dataclass
@@ -14,10 +15,10 @@ from components.dashboards import TEAM_USAGE_UID, TEAMS_FOLDER
 from components.kueue_config import (
     TEAM_LABEL,
     TEAM_QUEUE,
-    flavors,
     local_queue,
     team_cluster_queue,
     team_cluster_queue_name,
+    team_flavors,
 )
 from components.preemption import team_qos
 from components.site import Site, Team
@@ -74,7 +75,7 @@ def team_shares(site: Site) -> list[TeamShare]:
 def team_plans(site: Site) -> list[TeamPlan]:
     """One plan per onboarded team, in spec order."""
     shares = {s.team: s for s in team_shares(site)}
-    names = [f.name for f in flavors(site)]
+    names = [f.name for f in team_flavors(site)]
     qos = team_qos(site)
     return [
         TeamPlan(

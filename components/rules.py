@@ -3,10 +3,10 @@
 from collections.abc import Callable, Iterable
 
 from components import defaults, power
-from components.kueue_config import flavors
+from components.kueue_config import flavors, team_flavors
 from components.preemption import check_preemption
 from components.problems import Problem
-from components.site import Pool, Site
+from components.site import Site
 
 Rule = Callable[[Site], list[Problem]]
 
@@ -110,36 +110,40 @@ def check_team_onboarding(site: Site) -> list[Problem]:
 
 
 def check_team_quotas(site: Site) -> list[Problem]:
-    """A team's quota and guarantee name Kueue flavors of this site and fit in them; a guarantee is part of the
-    quota, only on kubernetes-pool flavors, and the guarantees of all teams (every stage) fit the flavor."""
-    capacity = {f.name: f for f in flavors(site)}
+    """A team's quota and guarantee name kubernetes-pool flavors and fit in them; a guarantee is part of the quota,
+    and the guarantees of all teams (every stage, so the last one is known to fit) fit the flavor."""
+    known = {f.name: f for f in flavors(site)}
+    capacity = {f.name: f.gpus for f in team_flavors(site)}
     guaranteed = dict.fromkeys(capacity, 0)
     problems = []
+
+    def team_flavor(path: str, name: str) -> bool:
+        if name not in known:
+            problems.append(_dangling(path, "Kueue GPU flavor", name, capacity))
+        elif name not in capacity:
+            problems.append(Problem(path, f"{name} GPUs are Slurm's until lent to inference (gpuctl flex); teams "
+                                    "get quota on kubernetes-pool flavors only", "team-quotas"))
+        return name in capacity
+
     for i, team in enumerate(site.teams):
         for name, gpus in team.gpu_quota.items():
             path = f"teams[{i}].gpu_quota.{name}"
-            if name not in capacity:
-                problems.append(_dangling(path, "Kueue GPU flavor", name, capacity))
-            elif gpus > capacity[name].gpus:
-                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name].gpus} GPUs of flavor {name}",
+            if team_flavor(path, name) and gpus > capacity[name]:
+                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name]} GPUs of flavor {name}",
                                         "team-quotas"))
         for name, gpus in team.gpu_guaranteed.items():
             path = f"teams[{i}].gpu_guaranteed.{name}"
             quota = team.gpu_quota.get(name, defaults.TEAM_GPU_QUOTA)
-            if name not in capacity:
-                problems.append(_dangling(path, "Kueue GPU flavor", name, capacity))
-            elif capacity[name].pool != Pool.KUBERNETES:
-                problems.append(Problem(path, f"{name} GPUs are Slurm's until lent, so none can be guaranteed",
-                                        "team-quotas"))
-            elif gpus > quota:
+            if not team_flavor(path, name):
+                continue
+            if gpus > quota:
                 problems.append(Problem(path, f"{gpus} guaranteed GPUs exceed the team's quota of {quota} on {name}",
                                         "team-quotas"))
-            else:
-                before, guaranteed[name] = guaranteed[name], guaranteed[name] + gpus
-                if before <= capacity[name].gpus < guaranteed[name]:
-                    problems.append(Problem(path, f"with this team the guarantees on {name} add up to "
-                                            f"{guaranteed[name]} GPUs, more than its {capacity[name].gpus}",
-                                            "team-quotas"))
+                continue
+            before, guaranteed[name] = guaranteed[name], guaranteed[name] + gpus
+            if before <= capacity[name] < guaranteed[name]:
+                problems.append(Problem(path, f"with this team the guarantees on {name} add up to {guaranteed[name]} "
+                                        f"GPUs, more than its {capacity[name]}", "team-quotas"))
     return problems
 
 

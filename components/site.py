@@ -275,11 +275,12 @@ class Team(Spec):
     slack_channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")]
     """Where the team's tuning alerts go."""
     gpu_quota: dict[str, Annotated[int, Field(ge=0)]] = {}
-    """Most GPUs per Kueue flavor (`<gpu>-<pool>`, e.g. `a800-kubernetes`, `rtx4090-kubernetes`, `a800-flex`) the
-    team's jobs may hold on Kubernetes; a flavor left out gets components.defaults.TEAM_GPU_QUOTA."""
+    """Most GPUs per kubernetes-pool Kueue flavor (`<gpu>-kubernetes`, e.g. `a800-kubernetes`, `rtx4090-kubernetes`)
+    the team's jobs may hold; a flavor left out gets components.defaults.TEAM_GPU_QUOTA."""
     gpu_guaranteed: dict[str, Annotated[int, Field(ge=0)]] = {}
-    """GPUs per kubernetes-pool flavor the team gets back from borrowers whenever it wants them (its queue's nominal
-    quota, taken out of the pool's); part of gpu_quota, not on top of it. None unless given."""
+    """GPUs per kubernetes-pool flavor set aside for the team (its queue's nominal quota, taken out of the pool's):
+    part of gpu_quota, not on top of it. The team reclaims them from other teams' borrowed jobs of lower priority,
+    up to the highest preemptible class (never inference). None unless given."""
     fairshare: Annotated[int, Field(gt=0)] = defaults.TEAM_FAIRSHARE
     """Slurm fairshare shares of the team's account, relative to the other teams'."""
 

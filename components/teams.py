@@ -1,8 +1,8 @@
 """One Team per onboarded team: its namespace, GPU quotas, Kueue ClusterQueue and LocalQueue, NFS StorageClass.
 
 Its Slurm account is made by the Slurm accounting commands, its dashboards and alert route by the monitoring
-stack; the Team records where they are (outputs), it does not make them twice. Names and inputs depend only on
-the team, so a later stage adds Teams and leaves the earlier ones as they were.
+stack; the Team records where they are (outputs), it does not make them twice. Names and inputs depend on the
+team and on site-wide facts no stage changes, so a later stage adds Teams and leaves the earlier ones as they were.
 """
 
 import pulumi

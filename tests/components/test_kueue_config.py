@@ -48,21 +48,36 @@ def test_should_select_flavor_nodes_by_the_labels_node_admission_sets(prod: dict
     assert {f.name: f.gpus for f in flavors(site)} == {"a800-flex": 16, "a800-kubernetes": 16,
                                                        "rtx4090-kubernetes": 32}
     flex = resource_flavor(flavors(site)[0])["spec"]
-    assert flex["nodeLabels"] == {"gpucluster.io/gpu-model": "A800-SXM4-80GB", "gpucluster.io/pool": "flex"}
+    # Only flex nodes lent to Kubernetes (gpuctl flex lend labels them); the rest are Slurm's.
+    assert flex["nodeLabels"] == {"gpucluster.io/gpu-model": "A800-SXM4-80GB", "gpucluster.io/pool": "flex",
+                                  "gpucluster.io/flex-lent": "true"}
     assert flex["tolerations"] == [{"key": "gpucluster.io/pool", "operator": "Equal", "value": "flex",
                                     "effect": "NoSchedule"}]
 
 
 @pytest.mark.parametrize("stage", ["canary", "half", "full"])
-def test_should_give_the_cohort_exactly_each_flavors_gpus(guaranteed: dict[str, Any], stage: str) -> None:
+def test_should_give_the_cohort_exactly_each_flavors_capacity(guaranteed: dict[str, Any], stage: str) -> None:
     # Kueue's cohort capacity for a flavor is the sum of its queues' nominal quotas (ClusterQueue CRD,
-    # nominalQuota): guarantees move GPUs from a pool's queue to a team's, and never add any.
+    # nominalQuota): guarantees move GPUs, CPU and memory from a pool's queue to a team's, and never add any.
     site = parse(with_changes(guaranteed, stage=stage))
-    nominal = dict.fromkeys((f.name for f in flavors(site)), 0)
+    nominal = {(f.name, r): 0 for f in flavors(site) for r in ("cpu", "memory", GPU)}
     for queue in all_queues(site):
-        for name, gpu in gpu_entries(queue).items():
-            nominal[name] += gpu["nominalQuota"]
-    assert nominal == {f.name: f.gpus for f in flavors(site)}
+        for flavor in queue["spec"]["resourceGroups"][0]["flavors"]:
+            for resource in flavor["resources"]:
+                nominal[flavor["name"], resource["name"]] += quantity(resource["nominalQuota"])
+    assert nominal == {key: value for f in flavors(site)
+                       for key, value in (((f.name, "cpu"), f.cpus), ((f.name, "memory"), f.memory_gib),
+                                          ((f.name, GPU), f.gpus))}
+
+
+def test_should_set_aside_cpu_and_memory_with_a_guarantee(guaranteed: dict[str, Any]) -> None:
+    # A guaranteed job asks for CPU and memory too; with none set aside it would be borrowing, and Kueue only
+    # reclaims quota for a workload that fits its queue's nominal quota.
+    site = parse(guaranteed)
+    nlp = cluster_queue_manifest(site, team_plans(site)[0])["spec"]["resourceGroups"][0]["flavors"][0]
+    # a800-kubernetes: 2 nodes of 128 CPUs and 2,048 GiB, 16 GPUs in all; a quarter of them guaranteed.
+    assert nlp["name"] == "a800-kubernetes"
+    assert {r["name"]: r["nominalQuota"] for r in nlp["resources"]} == {"cpu": 64, "memory": "1024Gi", GPU: 4}
 
 
 def test_should_take_guarantees_only_of_onboarded_teams_from_the_pool(guaranteed: dict[str, Any]) -> None:
@@ -84,14 +99,12 @@ def test_should_let_the_pools_lend_but_take_no_workloads(prod: dict[str, Any]) -
 
 
 def test_should_cap_a_team_per_flavor_and_admit_only_its_namespace(guaranteed: dict[str, Any]) -> None:
-    site = parse(with_changes(guaranteed, teams__1__gpu_quota={"a800-kubernetes": 6, "a800-flex": 0}))
+    site = parse(with_changes(guaranteed, teams__1__gpu_quota={"a800-kubernetes": 6}))
     speech = cluster_queue_manifest(site, team_plans(site)[1])
     assert speech["spec"]["namespaceSelector"] == {"matchLabels": {"gpucluster.io/team": "speech"}}
     # Kueue admits up to nominalQuota + borrowingLimit per flavor: guarantee + the rest of the quota.
     assert {name: (gpu["nominalQuota"], gpu["borrowingLimit"]) for name, gpu in gpu_entries(speech).items()} == {
-        "a800-kubernetes": (2, 4), "rtx4090-kubernetes": (8, 0), "a800-flex": (0, 0)}
-    # Kubernetes-pool flavors first: a job takes flex GPUs only when the kubernetes pool cannot hold it.
-    assert list(gpu_entries(speech)) == ["a800-kubernetes", "rtx4090-kubernetes", "a800-flex"]
+        "a800-kubernetes": (2, 4), "rtx4090-kubernetes": (8, 0)}
 
 
 def test_should_never_let_a_borrowing_team_evict_inference(prod: dict[str, Any]) -> None:

@@ -43,12 +43,12 @@ def test_should_default_each_flavor_quota_to_one_node_and_guarantee_nothing(prod
     site = parse(with_changes(prod, teams__1__gpu_quota={"rtx4090-kubernetes": 16},
                               teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4}))
     plans = {p.name: p for p in team_plans(site)}
-    assert plans["nlp-foundation"].gpu_quota == {"a800-flex": 8, "a800-kubernetes": 8, "rtx4090-kubernetes": 8}
-    assert plans["nlp-foundation"].gpu_guaranteed == {"a800-flex": 0, "a800-kubernetes": 0, "rtx4090-kubernetes": 0}
+    assert plans["nlp-foundation"].gpu_quota == {"a800-kubernetes": 8, "rtx4090-kubernetes": 8}
+    assert plans["nlp-foundation"].gpu_guaranteed == {"a800-kubernetes": 0, "rtx4090-kubernetes": 0}
     assert plans["speech"].gpu_quota["rtx4090-kubernetes"] == 16
     assert plans["speech"].gpu_guaranteed["rtx4090-kubernetes"] == 4
-    # The namespace quota cannot tell flavors apart: it holds the team's total (8 + 16 + 8).
-    assert resource_quota_manifest(plans["speech"])["spec"] == {"hard": {"requests.nvidia.com/gpu": "32"}}
+    # The namespace quota cannot tell flavors apart: it holds the team's total (8 + 16).
+    assert resource_quota_manifest(plans["speech"])["spec"] == {"hard": {"requests.nvidia.com/gpu": "24"}}
 
 
 def test_should_hold_each_team_to_its_quota_in_its_own_cluster_queue(prod: dict[str, Any]) -> None:
@@ -62,6 +62,7 @@ def test_should_hold_each_team_to_its_quota_in_its_own_cluster_queue(prod: dict[
     gpus = {f["name"]: next(r for r in f["resources"] if r["name"] == "nvidia.com/gpu")
             for f in queue["spec"]["resourceGroups"][0]["flavors"]}
     assert gpus["rtx4090-kubernetes"] == {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 12}
+    assert list(gpus) == ["a800-kubernetes", "rtx4090-kubernetes"]  # flex is lent to inference, not to teams
     assert gpus["a800-kubernetes"] == {"name": "nvidia.com/gpu", "nominalQuota": 0, "borrowingLimit": 8}
 
 

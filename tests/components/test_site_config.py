@@ -83,7 +83,7 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
         pytest.param(
             {"teams__0__gpu_quota": {"A800-SXM4-80GB": 8}},
             ['teams[0].gpu_quota.A800-SXM4-80GB: no Kueue GPU flavor named "A800-SXM4-80GB" '
-             "(known: a800-flex, a800-kubernetes, rtx4090-kubernetes)"],
+             "(known: a800-kubernetes, rtx4090-kubernetes)"],
             id="rejects a quota that names a GPU model, not a flavor",
         ),
         pytest.param(
@@ -93,8 +93,15 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
         ),
         pytest.param(
             {"teams__0__gpu_guaranteed": {"a800-flex": 2}},
-            ["teams[0].gpu_guaranteed.a800-flex: a800-flex GPUs are Slurm's until lent, so none can be guaranteed"],
+            ["teams[0].gpu_guaranteed.a800-flex: a800-flex GPUs are Slurm's until lent to inference (gpuctl flex); "
+             "teams get quota on kubernetes-pool flavors only"],
             id="rejects a guarantee on the flex pool",
+        ),
+        pytest.param(
+            {"teams__0__gpu_quota": {"a800-flex": 8}},
+            ["teams[0].gpu_quota.a800-flex: a800-flex GPUs are Slurm's until lent to inference (gpuctl flex); "
+             "teams get quota on kubernetes-pool flavors only"],
+            id="rejects a quota on the flex pool",
         ),
         pytest.param(
             {"teams__0__gpu_guaranteed": {"a800-kubernetes": 9}},
@@ -105,7 +112,7 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
         pytest.param(
             {"teams__0__gpu_guaranteed": {"h100-kubernetes": 1}},
             ['teams[0].gpu_guaranteed.h100-kubernetes: no Kueue GPU flavor named "h100-kubernetes" '
-             "(known: a800-flex, a800-kubernetes, rtx4090-kubernetes)"],
+             "(known: a800-kubernetes, rtx4090-kubernetes)"],
             id="rejects a guarantee on an unknown flavor",
         ),
         pytest.param(
