@@ -2,12 +2,14 @@
 
 Flex nodes run Slurm work until lent (docs/scheduling.md, "Lending the flex pool"). Lending a node:
 
-1. Slurm stops starting jobs on it: `scontrol update State=DRAIN Reason=<LEND_REASON>`. A node drained for any
-   other reason (a failed node check, an operator) is not lent.
+1. Slurm stops starting jobs on it: `scontrol update State=DRAIN Reason=<LEND_REASON>`. A node with any other
+   reason (a failed node check, an operator) or down, failed or in maintenance is not lent.
 2. Running jobs whose QoS the inference class preempts in the one preemption table are requeued; any other job
-   (train_normal, train_high, inference, critical) is left to finish, and the node stays draining until it does.
-3. Once the node runs no job, it gets the label LENT_LABEL=true. Inference pods that tolerate the flex taint and
-   accept lent nodes in their affinity may then run there; nothing else can.
+   (train_normal, train_high, inference, critical, or one Slurm cannot requeue) is left to finish, and the node
+   stays draining until it does.
+3. Once Slurm has the node idle, it gets the label LENT_LABEL=true. The flex taint stays: only pods that tolerate
+   it land on flex nodes, and the inference manifests in docs/scheduling.md also require the label, so they use
+   lent nodes only. Kueue's flex flavor selects the label too.
 
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
@@ -27,8 +29,10 @@ from components.site import Pool, Site, Workload
 
 LEND_REASON = "gpuctl flex: lent to kubernetes inference"
 COMMAND_TIMEOUT_S = 30
-RUNNING = "R,CF,CG,S"
-"""squeue states of jobs that hold a node's GPUs."""
+RUNNING = "R,CF,CG,S,ST,SI,SO,RS"
+"""squeue states of jobs that hold a node's GPUs (all but pending and ended)."""
+UNHEALTHY = ("DOWN", "FAIL", "MAINT", "REBOOT", "POWER")
+"""Prefixes of Slurm node state flags that make a node unfit to lend or to resume (NOT_RESPONDING is transient)."""
 
 
 
@@ -64,6 +68,10 @@ def run_command(args: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S) -> st
         said = (result.stderr or result.stdout).strip().splitlines()
         raise CommandError(f"{' '.join(args)} exited {result.returncode}: {said[-1] if said else 'no output'}")
     return result.stdout
+
+
+def unhealthy(state: str) -> bool:
+    return any(flag.startswith(UNHEALTHY) for flag in state.split("+"))
 
 
 def flex_nodes(site: Site) -> list[str]:
@@ -117,38 +125,59 @@ class Flex:
         for node in chosen(self.site, nodes):
             fields = self.node_fields(node)
             state, reason = fields.get("State", ""), fields.get("Reason", "")
-            if ("DRAIN" in state or "DOWN" in state) and reason != LEND_REASON:
-                refused.append(NodeOutcome(node, False, f"not lent: Slurm has it {state} for {reason!r}"))
+            if reason not in ("", LEND_REASON) or unhealthy(state):
+                why = f" for {reason!r}" if reason else ""
+                refused.append(NodeOutcome(node, False, f"not lent: Slurm has it {state}{why}"))
                 continue
             self.slurm(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={LEND_REASON}"])
             targets.append(node)
-        preemptible = inference_preempts(self.site)
+        preemptible, kept = inference_preempts(self.site), {}
         for node in targets:
             for job, qos in self.jobs(node):
-                if qos in preemptible:
+                if qos not in preemptible:
+                    kept[job] = "not preempted by inference"
+                    continue
+                try:
                     self.slurm(["scontrol", "requeue", job])
-                    self.progress(f"{node}: requeued job {job} ({qos}), which inference preempts")
-        outcomes = self._wait_idle(targets, wait_s, poll_s, preemptible)
+                except CommandError as error:
+                    # Interactive jobs and --no-requeue ones cannot be requeued; cancelling is the owner's call.
+                    kept[job] = "could not be requeued"
+                    self.progress(f"{node}: job {job} ({qos}) stays: {error}")
+                    continue
+                self.progress(f"{node}: requeued job {job} ({qos}), which inference preempts")
+        outcomes = self._wait_idle(targets, wait_s, poll_s, kept)
         for outcome in outcomes:
             if outcome.done:
                 self.kubectl(["kubectl", "label", "node", outcome.node, f"{LENT_LABEL}=true", "--overwrite"])
+                # A reclaim that stopped at `kubectl drain` left the node cordoned.
+                self.kubectl(["kubectl", "uncordon", outcome.node])
                 self.progress(f"{outcome.node}: lent to kubernetes inference")
         return refused + outcomes
 
-    def _wait_idle(self, nodes: list[str], wait_s: float, poll_s: float, preemptible: set[str]) -> list[NodeOutcome]:
+    def _wait_idle(self, nodes: list[str], wait_s: float, poll_s: float, kept: dict[str, str]) -> list[NodeOutcome]:
+        """Waits until each node runs no job and Slurm has it IDLE (epilogs done), at most wait_s."""
         deadline = self.clock() + wait_s
-        busy = {node: self.jobs(node) for node in nodes}
-        while any(busy.values()) and self.clock() < deadline:
+        pending = set(nodes)
+        held: dict[str, tuple[list[tuple[str, str]], str]] = {}
+        while True:
+            for node in sorted(pending):
+                jobs, state = self.jobs(node), self.node_fields(node).get("State", "")
+                held[node] = (jobs, state)
+                if not jobs and state.split("+")[0] == "IDLE" and "COMPLETING" not in state:
+                    pending.discard(node)
+            if not pending or self.clock() >= deadline:
+                break
             self.sleep(poll_s)
-            busy = {node: self.jobs(node) if jobs else [] for node, jobs in busy.items()}
         outcomes = []
-        for node, jobs in busy.items():
-            if not jobs:
+        for node in nodes:
+            jobs, state = held[node]
+            if node not in pending:
                 outcomes.append(NodeOutcome(node, True, "lent"))
-                continue
-            held = ", ".join(f"{job} ({qos}{'' if qos in preemptible else ', not preempted by inference'})"
-                             for job, qos in jobs)
-            outcomes.append(NodeOutcome(node, False, f"draining: still runs {held}; run lend again to finish"))
+            elif jobs:
+                running = ", ".join(f"{job} ({qos}{', ' + kept[job] if job in kept else ''})" for job, qos in jobs)
+                outcomes.append(NodeOutcome(node, False, f"draining: still runs {running}; run lend again to finish"))
+            else:
+                outcomes.append(NodeOutcome(node, False, f"draining: Slurm has it {state}; run lend again to finish"))
         return outcomes
 
     def reclaim(self, nodes: Sequence[str], wait_s: float) -> list[NodeOutcome]:
@@ -164,12 +193,16 @@ class Flex:
                 continue
             self.kubectl(["kubectl", "uncordon", node])
             fields = self.node_fields(node)
-            if fields.get("Reason", "") == LEND_REASON:
+            state, reason = fields.get("State", ""), fields.get("Reason", "")
+            if reason == LEND_REASON:
                 self.slurm(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
                 outcomes.append(NodeOutcome(node, True, "back in Slurm"))
-            elif "DRAIN" in fields.get("State", ""):
-                outcomes.append(NodeOutcome(node, False, f"left drained: Slurm drained it for "
-                                                         f"{fields.get('Reason', '')!r}, not for lending"))
+            elif reason:
+                outcomes.append(NodeOutcome(node, False, f"left drained: Slurm drained it for {reason!r}, not for "
+                                                         "lending"))
+            elif unhealthy(state):
+                outcomes.append(NodeOutcome(node, False, f"Slurm has it {state}: see "
+                                                         "docs/sop/slurm-nodes-unavailable.md"))
             else:
                 outcomes.append(NodeOutcome(node, True, "back in Slurm (it was not lent)"))
             self.progress(f"{node}: {outcomes[-1].detail}")

@@ -22,6 +22,7 @@ from runbooks.flex import (
     chosen,
     inference_preempts,
     run_command,
+    unhealthy,
 )
 from tests.builders import copy_project, parse, prod_values
 from tests.slurm_cluster import Cluster, slurm_marks
@@ -46,6 +47,15 @@ def test_should_refuse_a_node_outside_the_flex_pool() -> None:
     with pytest.raises(FlexError, match=r"^--node gpu-a800-01, gpu-4090-01: not in the flex pool "
                                         r"\(flex nodes: gpu-a800-09, gpu-a800-10\)$"):
         chosen(parse(prod_values()), ["gpu-a800-01", "gpu-4090-01"])
+
+
+@pytest.mark.parametrize(("state", "expected"), [
+    ("IDLE", False), ("IDLE+DRAIN", False), ("MIXED+DRAIN", False), ("IDLE+NOT_RESPONDING", False),
+    ("DOWN+NOT_RESPONDING", True), ("IDLE+FAIL", True), ("ALLOCATED+FAILING", True), ("IDLE+MAINT", True),
+    ("IDLE+REBOOT_REQUESTED", True), ("IDLE+POWERED_DOWN", True),
+])
+def test_should_keep_unhealthy_nodes_out_of_lending_and_resuming(state: str, expected: bool) -> None:
+    assert unhealthy(state) is expected
 
 
 def test_should_name_a_missing_command() -> None:
@@ -123,6 +133,16 @@ class TestOnRealSlurm:
         again = flex(flex_slurm, kubectl, said).lend([FLEX[1]], wait_s=15, poll_s=0.5)
         assert [(o.node, o.done, o.detail) for o in again] == [(FLEX[1], True, "lent")]
         assert kubectl.labelled == set(FLEX)
+
+    def test_should_wait_for_a_job_slurm_cannot_requeue(self, flex_slurm: Cluster) -> None:
+        job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "--no-requeue", "-w", FLEX[0], *GPU8)
+        flex_slurm.wait_state(job, "RUNNING")
+        kubectl, said = FakeKubectl(), []
+        (outcome,) = flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=3, poll_s=0.5)
+        assert (outcome.done, outcome.detail) == (
+            False, f"draining: still runs {job} (train_preemptible, could not be requeued); run lend again to finish")
+        assert said[0].startswith(f"{FLEX[0]}: job {job} (train_preemptible) stays: scontrol requeue {job} exited 1")
+        assert flex_slurm.job(job)["JobState"] == "RUNNING" and kubectl.labelled == set()
 
     def test_should_not_lend_a_node_drained_for_another_reason(self, flex_slurm: Cluster) -> None:
         flex_slurm.run("scontrol", "update", f"NodeName={FLEX[1]}", "State=DRAIN", "Reason=node check failed")
