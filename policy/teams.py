@@ -2,8 +2,9 @@
 
 A team namespace is a `kubernetes:core/v1:Namespace` labelled `gpucluster.io/team`. It needs a ResourceQuota on
 `requests.nvidia.com/gpu` (the backstop for GPU pods no queue admits) and a Kueue LocalQueue named `default`
-(Kueue puts a team job that names no queue there) whose ClusterQueue limits `nvidia.com/gpu` on every flavor: in
-a cohort, a borrowing limit; outside one, the nominal quota is the limit. Judged on resource properties.
+(Kueue puts a team job that names no queue there). Each of its LocalQueues submits to a ClusterQueue that admits
+only this namespace and limits `nvidia.com/gpu` on every flavor: in a cohort, a borrowing limit; outside one, the
+nominal quota is the limit. Judged on resource properties.
 """
 
 from typing import Any
@@ -12,6 +13,8 @@ from common import ViolationError, describe, fact, of_type, text
 from pulumi_policy import PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 TEAM_LABEL = "gpucluster.io/team"
+NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by Kubernetes on every namespace to its name."""
 NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
 QUOTA_TYPE = "kubernetes:core/v1:ResourceQuota"
 LOCAL_QUEUE_TYPE = "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue"
@@ -49,26 +52,37 @@ def _uncapped_flavors(queue: PolicyResource) -> list[str]:
     return uncapped
 
 
+def _admits_only(queue: PolicyResource, namespace: str) -> bool:
+    """Whether the ClusterQueue's namespaceSelector pins one namespace: its team label, or its name label."""
+    selector = fact(queue, "spec").get("namespaceSelector") or {}
+    labels = selector.get("matchLabels") or {}
+    return labels.get(TEAM_LABEL) == namespace or labels.get(NAME_LABEL) == namespace
+
+
 def check_team(args: StackValidationArgs, namespace: str, ns: PolicyResource) -> None:
     quotas = [q for q in _in_namespace(args, QUOTA_TYPE, namespace)
               if GPU_REQUESTS in (fact(q, "spec", {}).get("hard") or {})]
     if not quotas:
         raise ViolationError(f"{describe(ns)}: no ResourceQuota sets hard {GPU_REQUESTS}; GPU pods that no queue "
                              "admits would be unlimited")
-    queues = [q for q in _in_namespace(args, LOCAL_QUEUE_TYPE, namespace)
-              if fact(q, "metadata").get("name") == DEFAULT_QUEUE]
-    if not queues:
+    local_queues = _in_namespace(args, LOCAL_QUEUE_TYPE, namespace)
+    if not any(fact(q, "metadata").get("name") == DEFAULT_QUEUE for q in local_queues):
         raise ViolationError(f"{describe(ns)}: no Kueue LocalQueue named {DEFAULT_QUEUE}; a team job that names no "
                              "queue would run outside the team's GPU limits")
-    target = text(queues[0], "spec.clusterQueue")
-    cluster_queues = [q for q in of_type(args, CLUSTER_QUEUE_TYPE) if fact(q, "metadata").get("name") == target]
-    if not cluster_queues:
-        raise ViolationError(f"{describe(ns)}: LocalQueue {DEFAULT_QUEUE} submits to ClusterQueue {target}, which "
-                             "the stack does not define")
-    uncapped = _uncapped_flavors(cluster_queues[0])
-    if uncapped:
-        raise ViolationError(f"ClusterQueue {target} (team {namespace}) puts no limit on {GPU} for flavor "
-                             f"{', '.join(uncapped)}; set a borrowingLimit (nominalQuota outside a cohort)")
+    for local_queue in local_queues:
+        name, target = text(local_queue, "metadata.name"), text(local_queue, "spec.clusterQueue")
+        found = [q for q in of_type(args, CLUSTER_QUEUE_TYPE) if fact(q, "metadata").get("name") == target]
+        if not found:
+            raise ViolationError(f"{describe(ns)}: LocalQueue {name} submits to ClusterQueue {target}, which the "
+                                 "stack does not define")
+        if not _admits_only(found[0], namespace):
+            raise ViolationError(f"ClusterQueue {target} (LocalQueue {name} of team {namespace}) does not admit "
+                                 f"only namespace {namespace}, so the team would share its limits; select it by "
+                                 f"matchLabels {TEAM_LABEL}: {namespace}")
+        uncapped = _uncapped_flavors(found[0])
+        if uncapped:
+            raise ViolationError(f"ClusterQueue {target} (team {namespace}) puts no limit on {GPU} for flavor "
+                                 f"{', '.join(uncapped)}; set a borrowingLimit (nominalQuota outside a cohort)")
 
 
 def validate_capped(args: StackValidationArgs, report: ReportViolation) -> None:
