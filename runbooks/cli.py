@@ -20,6 +20,7 @@ from runbooks.flex_cli import app as flex_app
 from runbooks.offline_engine import ProgramError, StackConfigError
 from runbooks.policy_check import PolicyPackError
 from runbooks.rollout.cli import app as rollout_app
+from runbooks.stack_site import StackOption
 
 EXIT_INVALID_INPUT = 2
 EXIT_POLICY_VIOLATION = 3
@@ -48,7 +49,7 @@ def find_project_dir(start: Path) -> Path:
 
 @app.command()
 def plan(
-    stack: Annotated[str, typer.Option(help="Stack whose Pulumi.<stack>.yaml describes the site.")] = "prod",
+    stack: StackOption = "prod",
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write the rendered resources here.")] = None,
     project_dir: Annotated[
         Path | None, typer.Option(help="Directory holding Pulumi.yaml; default: found from the working directory.")

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runbooks.flex import CommandError, Flex, FlexError, NodeOutcome, run_command
-from runbooks.stack_site import EXIT_BAD_INPUT, site_or_exit
+from runbooks.stack_site import EXIT_BAD_INPUT, ProjectDirOption, StackOption, site_or_exit
 
 EXIT_NOT_YET = 1
 EXIT_COMMAND_FAILED = 3
@@ -39,8 +39,8 @@ class Context:
 @app.callback()
 def main(
     ctx: typer.Context,
-    stack: Annotated[str, typer.Option(help="Stack whose Pulumi.<stack>.yaml describes the site.")] = "prod",
-    project_dir: Annotated[Path, typer.Option(help="Directory holding Pulumi.yaml.")] = Path("."),
+    stack: StackOption = "prod",
+    project_dir: ProjectDirOption = Path("."),
 ) -> None:
     """Lend the flex pool to Kubernetes inference at a peak, and take it back."""
     ctx.obj = Context(project_dir, stack)

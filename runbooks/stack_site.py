@@ -1,6 +1,7 @@
 """The site of a stack, for the operator commands: Pulumi.<stack>.yaml read and parsed, or exit 2 saying why."""
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -12,6 +13,9 @@ from components.site_config import parse_site
 from runbooks.offline_engine import StackConfigError, load_stack_config
 
 EXIT_BAD_INPUT = 2
+
+StackOption = Annotated[str, typer.Option(help="Stack whose Pulumi.<stack>.yaml describes the site.")]
+ProjectDirOption = Annotated[Path, typer.Option(help="Directory holding Pulumi.yaml.")]
 
 
 def site_or_exit(project_dir: Path, stack: str, err: Console) -> Site:

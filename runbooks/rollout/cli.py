@@ -34,7 +34,7 @@ from runbooks.rollout.machine import (
 )
 from runbooks.rollout.receivers import ClickInbox, HttpReceiver, SocketModeReceiver
 from runbooks.rollout.store import RolloutState, Store
-from runbooks.stack_site import site_or_exit
+from runbooks.stack_site import ProjectDirOption, StackOption, site_or_exit
 
 EXIT_REFUSED = 2
 EXIT_HELD = 3
@@ -66,8 +66,8 @@ class Context:
 @app.callback()
 def main(
     ctx: typer.Context,
-    stack: Annotated[str, typer.Option(help="Stack whose Pulumi.<stack>.yaml describes the site.")] = "prod",
-    project_dir: Annotated[Path, typer.Option(help="Directory holding Pulumi.yaml.")] = Path("."),
+    stack: StackOption = "prod",
+    project_dir: ProjectDirOption = Path("."),
     state_dir: Annotated[Path | None, typer.Option(
         help="Rollout state (SQLite), audit log and saved plans; default <project>/.gpuctl/rollout-<stack>.")] = None,
 ) -> None:
