@@ -8,10 +8,12 @@ a module using them marks itself with `slurm_marks()`.
 """
 
 import contextlib
+import errno
 import os
 import re
 import secrets
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -137,8 +139,28 @@ class Cluster:
 def _rmdir_tree(path: Path) -> None:
     for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
         if child.is_dir():
-            child.rmdir()
-    path.rmdir()
+            _remove_cgroup(child)
+    _remove_cgroup(path)
+
+
+def _remove_cgroup(path: Path, timeout_s: float = 10) -> None:
+    """rmdir a cgroup directory. A job step killed a moment ago may still be exiting inside it (EBUSY): kill what
+    is left in it and retry, for at most timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    freezer = path / "freezer.state"
+    while True:
+        if freezer.exists() and freezer.read_text().strip() != "THAWED":
+            freezer.write_text("THAWED")  # a frozen process cannot die
+        for pid in (path / "cgroup.procs").read_text().split() if (path / "cgroup.procs").exists() else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        try:
+            path.rmdir()
+            return
+        except OSError as error:
+            if error.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def write(path: Path, text: str, mode: int = 0o644) -> None:
