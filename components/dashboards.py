@@ -32,7 +32,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
-from components.alert_rules import GPU, GPU_MATCH, Record, llm_cost_rules
+from components.alert_rules import GPU, GPU_MATCH, KSM_FLEX_LENT, Record, llm_cost_rules
 from components.site import Pool, Site
 
 NAMESPACE = "monitoring"
@@ -298,7 +298,10 @@ def _pools_board(site: Site) -> dashboard_builders.Dashboard:
             .with_panel(_timeseries(4, "Share of the pool's GPUs in use", "percentunit", [
                 Query(f"{in_use} / on (pool) ({_pool_capacity(site)})", "{{pool}}")]))
             .with_panel(_timeseries(5, "Mean utilization", "percent", [
-                Query(f"avg by (pool) ({_label_by_hostname(Record.GPU_UTIL, 'pool', pools)})", "{{pool}}")])))
+                Query(f"avg by (pool) ({_label_by_hostname(Record.GPU_UTIL, 'pool', pools)})", "{{pool}}")]))
+            .with_panel(_timeseries(6, "Flex nodes lent to inference", "short", [
+                Query(f'count(kube_node_labels{{{KSM_FLEX_LENT}="true"}}) or vector(0)', "lent")],
+                                    "Set by gpuctl flex lend, cleared by gpuctl flex reclaim.")))
 
 
 def token_types(site: Site) -> list[str]:

@@ -293,6 +293,19 @@ def test_should_average_utilization_over_each_pool_own_nodes(tmp_path: Path) -> 
 
 
 @needs_promtool
+@pytest.mark.parametrize(("labels", "lent"), [
+    pytest.param({"gpu-a800-09": "true", "gpu-a800-10": "false"}, 1, id="counts the flex nodes labelled lent"),
+    pytest.param({}, 0, id="shows 0 while nothing is lent"),
+])
+def test_should_count_the_flex_nodes_lent_to_inference(tmp_path: Path, labels: dict[str, str], lent: int) -> None:
+    series = [{"series": f'kube_node_labels{{node="{node}", label_gpucluster_io_flex_lent="{value}"}}',
+               "values": "1x10"} for node, value in labels.items()]
+    expected = [{"labels": "panel:under_test", "value": lent}]
+    result = evaluate(tmp_path, SITE, expr_of(BOARDS["pools"], "Flex nodes lent to inference"), series, expected)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
 def test_should_count_gpus_for_the_pod_namespace_and_the_slurm_account(tmp_path: Path) -> None:
     series = [
         {"series": "DCGM_FI_DEV_GPU_UTIL" + gpu("gpu-4090-01", 0, namespace="speech", pod="asr-0"), "values": "90x10"},
