@@ -1,10 +1,16 @@
-"""What every real-daemon test needs: free loopback ports and bounded waits."""
+"""What every real-daemon test needs: free loopback ports, bounded waits, stopping by PID, a real Prometheus."""
 
+import shutil
 import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 
 def free_ports(count: int) -> list[int]:
@@ -37,3 +43,42 @@ def stop_all(processes: "list[subprocess.Popen[bytes]] | list[subprocess.Popen[s
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=5)
+
+
+PROMETHEUS = shutil.which("prometheus")
+PROMETHEUS_STARTUP_TIMEOUT_S = 20.0
+
+
+class PrometheusServer:
+    """The Debian `prometheus` binary on 127.0.0.1 with a 1 s scrape and evaluation interval."""
+
+    def __init__(self, directory: Path, scrape_configs: list[dict[str, Any]],
+                 rule_groups: dict[str, Any] | None = None) -> None:
+        assert PROMETHEUS is not None, "the prometheus binary is needed (apt-get install prometheus)"
+        config: dict[str, Any] = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                                  "scrape_configs": scrape_configs}
+        if rule_groups is not None:
+            (directory / "rules.yaml").write_text(yaml.safe_dump(rule_groups, sort_keys=False))
+            config["rule_files"] = [str(directory / "rules.yaml")]
+        (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
+        (self.port,) = free_ports(1)
+        self.process = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={directory / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=(directory / "prometheus.log").open("w"),
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self) -> None:
+        def ready() -> bool:
+            assert self.process.poll() is None, "prometheus exited"
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
+                    return bool(response.status == 200)
+            except OSError:
+                return False
+
+        wait_for("prometheus to be ready", ready, PROMETHEUS_STARTUP_TIMEOUT_S, interval_s=0.2)
+
+    def stop(self) -> None:
+        stop_all([self.process])

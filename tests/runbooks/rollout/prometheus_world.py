@@ -5,23 +5,15 @@ A "world" is one exporter + one Prometheus: healthy (every gate passes) or unhea
 firing, a slow queue, a high error rate, and no GPU utilization series at all).
 """
 
-import shutil
-import subprocess
 import threading
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from components.alert_rules import render_rule_groups
 from components.site import Site
-from tests.daemons import free_ports
-
-PROMETHEUS = shutil.which("prometheus")
-STARTUP_TIMEOUT_S = 20.0
+from tests.daemons import PrometheusServer
 
 
 @dataclass(frozen=True)
@@ -83,39 +75,13 @@ class PrometheusWorld:
         groups = render_rule_groups(site)
         for group in groups["groups"]:
             group["interval"] = "1s"  # the real groups evaluate every minute: too slow for a bounded test
-        (directory / "rules.yaml").write_text(yaml.safe_dump(groups, sort_keys=False))
-        (directory / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(directory / "rules.yaml")],
-            "scrape_configs": [{"job_name": "fake", "static_configs": [{"targets": [self.exporter.target]}]}],
-        }))
-        (self.port,) = free_ports(1)
-        assert PROMETHEUS is not None, "the prometheus binary is needed (apt-get install prometheus)"
-        self.process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={directory / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=(directory / "prometheus.log").open("w"),
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.prometheus = PrometheusServer(
+            directory, [{"job_name": "fake", "static_configs": [{"targets": [self.exporter.target]}]}], groups)
+        self.url = self.prometheus.url
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, "prometheus exited"
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        raise TimeoutError("prometheus did not become ready")
+        self.prometheus.wait_ready()
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        self.prometheus.stop()
         self.exporter.stop()
-
