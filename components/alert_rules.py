@@ -11,7 +11,8 @@ Source metrics, and where their names come from:
   UUID, modelName, plus namespace/pod/container (Kubernetes mapping) or hpc_job (Slurm mapping).
 - kube-state-metrics: kube_node_status_condition{node, condition, status}; kube_node_labels{node, label_<name>}
   for the labels allowlisted in its chart values (components/monitoring.py), names sanitized to [a-zA-Z0-9_].
-- vpenso/prometheus-slurm-exporter: slurm_nodes_down, slurm_nodes_drain, slurm_nodes_fail.
+- components/slurm_exporter.py on the Slurm controller: slurm_nodes_down, slurm_nodes_drain, slurm_nodes_fail
+  (vpenso/prometheus-slurm-exporter's names).
 - guilbaults/slurm-job-exporter: slurm_job_memory_usage{slurmjobid, account} (job -> Slurm account).
 - LiteLLM proxy (litellm/types/integrations/prometheus.py): litellm_input_tokens_metric and
   litellm_output_tokens_metric, counters exposed with `_total`, labels model, team, team_alias.

@@ -190,6 +190,10 @@ SLURM_DEF_MEM_PER_GPU_GIB: Final = 96
 """GiB of host memory per allocated GPU when a job does not ask (--mem): 2 TiB less the reserve over 8
 GPUs leaves room; without it a 1-GPU job would take the whole node's memory."""
 
+SLURM_EXPORTER_PORT: Final = 9341
+"""TCP port the Slurm exporter serves /metrics on, on the controller (chosen here; no Slurm daemon uses it)."""
+SLURM_EXPORTER_INTERVAL_S: Final = 30
+"""s between the exporter's polls of sinfo and sacct: Prometheus's scrape interval, so each scrape sees news."""
 SLURM_PRIORITY_WEIGHT_QOS: Final = 100_000
 SLURM_PRIORITY_WEIGHT_FAIRSHARE: Final = 10_000
 """Multifactor priority weights: QoS orders the queue first, fairshare orders jobs of one QoS."""

@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import defaults
 from components.alert_rules import prometheus_rule_manifest, render_rule_groups
 from components.alertmanager_config import ONCALL, render_alertmanager_config
 from components.charts import KUBE_PROMETHEUS_STACK, VICTORIA_METRICS_SINGLE
@@ -29,6 +30,7 @@ COLD_WRITE_URL = f"http://{COLD_RELEASE}-victoria-metrics-single-server.{NAMESPA
 NOTIFY_SECRET = "alertmanager-notify"
 """Created by the platform team (docs/monitoring.md), never by Pulumi: holds slack-api-url and oncall-token."""
 DCGM_SCRAPE_INTERVAL = "15s"
+SLURM_SCRAPE_JOB = "slurm"
 
 
 def prometheus_values(site: Site) -> dict[str, Any]:
@@ -40,6 +42,8 @@ def prometheus_values(site: Site) -> dict[str, Any]:
             # Pick up every PrometheusRule and ServiceMonitor, not only the chart's own.
             "ruleSelectorNilUsesHelmValues": False,
             "serviceMonitorSelectorNilUsesHelmValues": False,
+            # The Slurm controller is no Kubernetes node: its exporter is a static target.
+            "additionalScrapeConfigs": [slurm_scrape_config(site)],
         }},
         "alertmanager": {
             "config": render_alertmanager_config(site),
@@ -57,6 +61,12 @@ def prometheus_values(site: Site) -> dict[str, Any]:
             "provider": {"foldersFromFilesStructure": True},
         }}},
     }
+
+
+def slurm_scrape_config(site: Site) -> dict[str, Any]:
+    """Prometheus scrape_config for the Slurm exporter on the controller (components/slurm_exporter.py)."""
+    return {"job_name": SLURM_SCRAPE_JOB, "scrape_interval": f"{defaults.SLURM_EXPORTER_INTERVAL_S}s",
+            "static_configs": [{"targets": [f"{site.slurm.controller_host}:{site.slurm.exporter_port}"]}]}
 
 
 def cold_tier_values(site: Site) -> dict[str, Any]:

@@ -419,6 +419,8 @@ class SlurmSettings(Spec):
     """Where each slurmd keeps batch scripts and its state (Debian's slurmd package default)."""
     log_dir: Annotated[str, Field(pattern=r"^/")] = "/var/log/slurm"
     """Where the daemons write their logs (Debian's slurm-wlm default)."""
+    exporter_port: Annotated[int, Field(gt=0, lt=65536)] = defaults.SLURM_EXPORTER_PORT
+    """TCP port of the Slurm exporter (components/slurm_exporter.py) on the controller; Prometheus scrapes it."""
     os_memory_reserve_pct: Annotated[float, Field(ge=0, lt=50)] = defaults.SLURM_OS_MEMORY_RESERVE_PCT
     """% of a node's installed memory kept out of RealMemory: the kernel's page map alone is ~1.6 %
     (64 B per 4 KiB page), plus firmware holes, the OS, slurmd, the GPU driver's pinned buffers and the

@@ -1,7 +1,8 @@
 """Slurm beside Kubernetes, deployed with pulumi-command over SSH from the rendered configuration.
 
-The controller gets slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf; its command carries their
-content, so the daemons restart (and `scontrol reconfigure` pushes the change) only when it changes.
+The controller gets slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf, and the Slurm exporter with its unit;
+its command carries their content, so the daemons restart (and `scontrol reconfigure` pushes the change) only
+when it changes.
 Nodes run configless (slurm.conf(5) SlurmctldParameters=enable_configless; slurmd --conf-server):
 they fetch the files from slurmctld, so no node holds a copy that can drift and a node's command
 stays the same size however many nodes the site has. 22.05 does not ship the Prolog and Epilog, so
@@ -16,6 +17,7 @@ import base64
 import functools
 import hashlib
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -29,12 +31,15 @@ from components.preemption import slurm_qos
 from components.site import Site
 from components.slurm_config import (
     EPILOG,
+    EXPORTER,
+    EXPORTER_UNIT,
     MOVER,
     PROLOG,
     accounting_script,
     partitions,
     render_cgroup_conf,
     render_epilog,
+    render_exporter_unit,
     render_gres_conf,
     render_prolog,
     render_slurm_conf,
@@ -48,6 +53,9 @@ SLURM_TYPE = "gpucluster:slurm:Slurm"
 CONFIG_DIR = "/etc/slurm"
 SLURMD_DEFAULTS = "/etc/default/slurmd"
 SYSTEMD_UNIT_DIR = "/etc/systemd/system"
+EXPORTER_SOURCE = Path(__file__).with_name("slurm_exporter.py")
+CONTROLLER_RESTART = (f"systemctl daemon-reload && systemctl enable {EXPORTER_UNIT} "
+                      f"&& systemctl restart slurmdbd slurmctld {EXPORTER_UNIT} && scontrol reconfigure")
 
 
 def install_script(files: dict[str, tuple[str, int]], then: str) -> str:
@@ -65,9 +73,12 @@ def install_script(files: dict[str, tuple[str, int]], then: str) -> str:
 
 
 def controller_files(site: Site) -> dict[str, tuple[str, int]]:
+    """The daemons' configuration, and the Slurm exporter with its service unit."""
     files = {"slurm.conf": (render_slurm_conf(site), 0o644), "gres.conf": (render_gres_conf(site), 0o644),
              "cgroup.conf": (render_cgroup_conf(), 0o644), "slurmdbd.conf": (render_slurmdbd_conf(site), 0o600)}
-    return {f"{CONFIG_DIR}/{name}": content for name, content in files.items()}
+    return {**{f"{CONFIG_DIR}/{name}": content for name, content in files.items()},
+            EXPORTER: (EXPORTER_SOURCE.read_text(), 0o644),
+            f"{SYSTEMD_UNIT_DIR}/{EXPORTER_UNIT}": (render_exporter_unit(site), 0o644)}
 
 
 def node_files(site: Site) -> dict[str, tuple[str, int]]:
@@ -123,7 +134,7 @@ class Slurm(pulumi.ComponentResource):
         controller = connection(site.slurm.controller_host)
         configured = command.remote.Command(
             f"{name}-controller-config", connection=controller,
-            create=install_script(on_controller, "systemctl restart slurmdbd slurmctld && scontrol reconfigure"),
+            create=install_script(on_controller, CONTROLLER_RESTART),
             triggers=[_digest(on_controller)], opts=pulumi.ResourceOptions(parent=self),
         )
         command.remote.Command(

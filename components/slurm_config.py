@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from components import defaults
 from components.preemption import slurm_qos, team_qos
 from components.site import Node, NodeGroup, Pool, Site
 
@@ -43,6 +44,9 @@ a partial copy is removed by a later run and a finished one is verified and comp
 MOVER_LOCK = ".checkpoint-mover.lock"
 """Lock file in each hot export root: one epilog mover per NFS server at a time, cluster-wide (flock(1) locks
 reach the server on NFSv4). The mover skips names starting with '.'."""
+EXPORTER = "/usr/local/lib/gpucluster/slurm_exporter.py"
+"""The Slurm exporter (components/slurm_exporter.py, stdlib only) on the controller."""
+EXPORTER_UNIT = "gpucluster-slurm-exporter.service"
 CEPH_CLIENT = "slurm-nodes"
 """CephX user the nodes mount the cold tier as; its keyring is /etc/ceph/ceph.client.slurm-nodes.keyring."""
 SCRIPT_SEARCH_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -388,6 +392,22 @@ def render_tier_mounts(site: Site, nfs_options: list[str], cold_filesystem: str)
             "[Install]", "WantedBy=remote-fs.target", "",
         ])
     return units
+
+
+def render_exporter_unit(site: Site) -> str:
+    """systemd.service(5) unit running the Slurm exporter on the controller. It needs no privilege: sinfo and sacct
+    authenticate any user through munge, so it runs as a throwaway user on a read-only system."""
+    return "\n".join([
+        "# Generated from the site spec by gpu-cluster: edit Pulumi.<stack>.yaml.",
+        "[Unit]", "Description=Slurm scheduler metrics for Prometheus (gpu-cluster)",
+        "Wants=network-online.target", "After=network-online.target slurmctld.service", "",
+        "[Service]",
+        f"ExecStart=/usr/bin/python3 {EXPORTER} --port {site.slurm.exporter_port} "
+        f"--interval {defaults.SLURM_EXPORTER_INTERVAL_S}",
+        "DynamicUser=yes", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+        "Restart=always", "RestartSec=10", "",
+        "[Install]", "WantedBy=multi-user.target", "",
+    ])
 
 
 def render_slurmdbd_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:

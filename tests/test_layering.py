@@ -1,6 +1,7 @@
 """Layering: components never import runbooks or policy; pure modules never import pulumi."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,12 @@ def test_should_deny_pulumi_in_pure_modules(module: str) -> None:
 
 def test_should_list_every_pure_module_that_exists() -> None:
     assert all((REPO / "components" / f"{m}.py").exists() for m in PURE)
+
+
+# Programs copied to hosts and run by their own python3: nothing of the project or its virtualenv is there.
+HOST_PROGRAMS = ["components/node_check.py", "components/slurm_exporter.py", "runbooks/checkpoint_tiering.py"]
+
+
+@pytest.mark.parametrize("program", HOST_PROGRAMS)
+def test_should_keep_host_programs_to_the_standard_library(program: str) -> None:
+    assert imports(REPO / program) <= set(sys.stdlib_module_names) | {"__future__"}

@@ -40,6 +40,18 @@ def test_should_scrape_the_exporter_in_the_operators_namespace(prod: dict[str, A
     assert dcgm_service_monitor(site)["spec"]["namespaceSelector"] == {"matchNames": ["nvidia"]}
 
 
+def test_should_scrape_the_slurm_exporter_on_the_controller(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, slurm={"controller_host": "slurmctl-01.dc1.internal", "exporter_port": 9400}))
+    spec = prometheus_values(site)["prometheus"]["prometheusSpec"]
+    assert spec["additionalScrapeConfigs"] == [{"job_name": "slurm", "scrape_interval": "30s",
+                                                "static_configs": [{"targets": ["slurmctl-01.dc1.internal:9400"]}]}]
+
+
+def test_should_export_the_flex_lent_node_label(prod: dict[str, Any]) -> None:
+    assert prometheus_values(parse(prod))["kube-state-metrics"] == {
+        "metricLabelsAllowlist": ["nodes=[gpucluster.io/flex-lent]"]}
+
+
 def test_should_report_the_facts_the_policy_pack_judges(prod: dict[str, Any]) -> None:
     facts = stack_facts(parse(prod))
     assert facts["prometheus"] == {"hot_retention_days": 30, "remote_write": True}

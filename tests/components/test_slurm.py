@@ -10,6 +10,8 @@ import pytest
 
 from components.node_validation import Verdict
 from components.slurm import (
+    CONTROLLER_RESTART,
+    EXPORTER_SOURCE,
     admission_command,
     controller_files,
     install_script,
@@ -93,6 +95,19 @@ def test_should_keep_a_nodes_command_the_same_however_many_nodes(prod: dict[str,
     server = f"{site.slurm.controller_host}:{site.slurm.slurmctld_port}"
     assert node_files(site)["/etc/default/slurmd"] == (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644)
     assert "SlurmctldParameters=enable_configless" in controller_files(site)["/etc/slurm/slurm.conf"][0]
+
+
+def test_should_install_and_start_the_exporter_on_the_controller(tmp_path: Path, prod: dict[str, Any]) -> None:
+    files = controller_files(parse(prod))
+    assert files["/usr/local/lib/gpucluster/slurm_exporter.py"] == (EXPORTER_SOURCE.read_text(), 0o644)
+    unit = files["/etc/systemd/system/gpucluster-slurm-exporter.service"][0]
+    assert "--port 9341" in unit
+    fake(tmp_path, "systemctl", f'echo "$@" >> {tmp_path}/systemctl')
+    fake(tmp_path, "scontrol", "exit 0")
+    assert run(tmp_path, CONTROLLER_RESTART).returncode == 0
+    assert (tmp_path / "systemctl").read_text().splitlines() == [
+        "daemon-reload", "enable gpucluster-slurm-exporter.service",
+        "restart slurmdbd slurmctld gpucluster-slurm-exporter.service"]
 
 
 def test_should_install_the_job_scripts_and_the_mover_on_every_node(prod: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from components.gpu_operator import HPC_JOB_MAPPING_DIR
 from components.onboarding import NFS_MOUNT_OPTIONS, team_shares
 from components.site import Site
 from components.slurm_config import (
+    EXPORTER_UNIT,
     MOVER_TIMEOUT_S,
     LoopbackOverlay,
     gres_type,
@@ -21,6 +23,7 @@ from components.slurm_config import (
     render_accounting_commands,
     render_cgroup_conf,
     render_epilog,
+    render_exporter_unit,
     render_gres_conf,
     render_prolog,
     render_slurm_conf,
@@ -298,6 +301,29 @@ def test_should_follow_moved_mount_points_in_the_spec(prod: dict[str, Any]) -> N
         "ckpt-hot-nfs\\x2dhot\\x2d01.dc1.internal.mount", "ckpt-hot-nfs\\x2dhot\\x2d02.dc1.internal.mount",
         "ckpt-cold.mount"}
     assert 'hot_root=/ckpt/hot cold_root=/ckpt/cold' in render_epilog(site, HPC_JOB_MAPPING_DIR)
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="needs systemd-analyze: apt-get install systemd")
+def test_should_write_units_systemd_accepts(prod: dict[str, Any], tmp_path: Path) -> None:
+    # systemd's own parser: unknown keys, bad values, a mount unit named other than its Where=, a missing ExecStart
+    # binary all fail verify.
+    site = parse(prod)
+    units = {**render_tier_mounts(site, NFS_MOUNT_OPTIONS, "ckpt-cold"), EXPORTER_UNIT: render_exporter_unit(site)}
+    for name, content in units.items():
+        (tmp_path / name).write_text(content)
+    assert SYSTEMD_ANALYZE is not None
+    result = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", *(str(tmp_path / name) for name in units)],
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_should_run_the_exporter_unprivileged_on_the_spec_port(prod: dict[str, Any]) -> None:
+    unit = render_exporter_unit(parse(with_changes(prod, slurm={"exporter_port": 9400})))
+    assert "ExecStart=/usr/bin/python3 /usr/local/lib/gpucluster/slurm_exporter.py --port 9400 --interval 30" in unit
+    assert "DynamicUser=yes" in unit and "ProtectSystem=strict" in unit
 
 
 @pytest.mark.parametrize(
