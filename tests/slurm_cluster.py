@@ -108,6 +108,12 @@ class Cluster:
             for leftover in Path("/sys/fs/cgroup").glob(f"*/slurm_{node.name}"):
                 _rmdir_tree(leftover)
 
+    def all_idle(self) -> bool:
+        """Every node idle and responding (a node just resumed is `idle*` until slurmd registers again)."""
+        states = self.run("sinfo", "--noheader", "--Node", "--format=%N %T", check=False).stdout.split("\n")
+        idle = {line.split()[0] for line in states if line.endswith(" idle")}
+        return len(idle) == len(slurm_nodes(self.site))
+
     def jobs(self, states: str) -> list[str]:
         out = self.run("squeue", "--noheader", f"--states={states}", "--format=%i", check=False).stdout
         return out.split()
@@ -224,14 +230,8 @@ def bring_up(cluster: Cluster) -> dict[str, float]:
     cluster.start("slurmctld", "slurmctld", "-D", "-i")
     for node in slurm_nodes(cluster.site):
         cluster.start(f"slurmd-{node.name}", "slurmd", "-D", "-N", node.name)
-    wanted = len(slurm_nodes(cluster.site))
 
-    def all_idle() -> bool:
-        states = cluster.run("sinfo", "--noheader", "--Node", "--format=%N %T", check=False).stdout.split("\n")
-        idle = {line.split()[0] for line in states if line.endswith(" idle")}
-        return len(idle) == wanted
-
-    cluster.wait("every node idle", all_idle)
+    cluster.wait("every node idle", cluster.all_idle)
     phases["slurmctld + slurmd idle"] = time.monotonic()
     return phases
 
@@ -270,10 +270,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture
 def slurm(cluster: Cluster) -> Iterator[Cluster]:
-    """The session cluster, emptied of jobs after the test whatever its outcome."""
+    """The session cluster, emptied of jobs and with every node idle again after the test, whatever its outcome
+    (a test that drains a node resumes it)."""
     yield cluster
     cluster.run("scancel", "--full", "--user=root", check=False)
     cluster.wait("the queue to empty", lambda: not cluster.jobs(ACTIVE))
+    cluster.wait("every node idle again", cluster.all_idle)
 
 
 def slurm_marks() -> list[pytest.MarkDecorator]:

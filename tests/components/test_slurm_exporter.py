@@ -139,17 +139,22 @@ def _answers(url: str) -> bool:
         return False
 
 
+def make_a_job_wait(slurm: Cluster, node: str, qos: str, seconds: float) -> None:
+    """Two whole-node jobs on one node: the first starts at once, the second waits `seconds` for it to go."""
+    gpus = ("-A", "speech", f"--qos={qos}", "-w", node, "-p", "a800-train", "--gres=gpu:a800:8", "--wrap=sleep 300")
+    blocker = slurm.sbatch(*gpus)
+    slurm.wait_state(blocker, "RUNNING")
+    waiter = slurm.sbatch(*gpus)
+    time.sleep(seconds)
+    slurm.run("scancel", blocker)
+    slurm.wait_state(waiter, "RUNNING")
+
+
 class TestOnRealSlurm:
     pytestmark = slurm_marks()
 
     def test_should_measure_how_long_a_job_waited_for_its_node(self, slurm: Cluster, exporter_url: str) -> None:
-        node, gpus = "gpu-a800-03", ("-p", "a800-train", "--gres=gpu:a800:8", "--wrap=sleep 300")
-        blocker = slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", node, *gpus)
-        slurm.wait_state(blocker, "RUNNING")
-        waiter = slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", node, *gpus)
-        time.sleep(4)
-        slurm.run("scancel", blocker)
-        slurm.wait_state(waiter, "RUNNING")
+        make_a_job_wait(slurm, "gpu-a800-03", "train_normal", 4)
         labels = 'partition="a800-train",qos="train_normal"'
 
         def both_counted() -> bool:
@@ -172,13 +177,7 @@ class TestOnRealSlurm:
         try:
             prometheus.wait_ready()
             time.sleep(2)  # a first scrape before any job starts, so rate() sees the increase
-            node, gpus = "gpu-a800-05", ("-p", "a800-train", "--gres=gpu:a800:8", "--wrap=sleep 300")
-            blocker = slurm.sbatch("-A", "speech", "--qos=train_high", "-w", node, *gpus)
-            slurm.wait_state(blocker, "RUNNING")
-            waiter = slurm.sbatch("-A", "speech", "--qos=train_high", "-w", node, *gpus)
-            time.sleep(3)
-            slurm.run("scancel", blocker)
-            slurm.wait_state(waiter, "RUNNING")
+            make_a_job_wait(slurm, "gpu-a800-05", "train_high", 3)
             gates = PrometheusGates(prometheus.url, site.rollout.gates, window_minutes=0.5)
             queue: list[GateResult] = []
 

@@ -86,14 +86,13 @@ class FakeKubectl:
 
 @pytest.fixture
 def flex_slurm(slurm: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    """The session cluster as an operator's shell sees it; the flex nodes are resumed afterwards."""
+    """The session cluster as an operator's shell sees it; the flex nodes are resumed afterwards (and the slurm
+    fixture then waits for every node to be idle)."""
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf_dir / "slurm.conf"))
     yield slurm
     slurm.run("scancel", "--full", "--user=root", check=False)
     for name in FLEX:
         slurm.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
-    # A resumed node is NOT_RESPONDING until slurmd registers again (well under a second here).
-    slurm.wait("the flex nodes to be idle", lambda: all(node(slurm, n)["State"] == "IDLE" for n in FLEX))
 
 
 def flex(cluster: Cluster, kubectl: FakeKubectl, said: list[str]) -> Flex:
