@@ -81,8 +81,7 @@ class TeamRow:
     gpu_quota: dict[str, int]
     """Most GPUs per Kueue flavor the team's jobs may hold on Kubernetes."""
     gpu_guaranteed: dict[str, int]
-    """GPUs per flavor the team can always reclaim (part of gpu_quota)."""
-    cluster_queue: str
+    """GPUs per flavor set aside for the team (part of gpu_quota)."""
     local_queue: str
     storage_class: str
     slurm_default_qos: str
@@ -186,7 +185,7 @@ def summarize(result: Plan) -> Summary:
         account = team["slurm_account"]
         teams.append(TeamRow(
             team=name, stage=team["stage"], gpu_quota={f: int(n) for f, n in team["gpu_quota"].items()},
-            gpu_guaranteed={f: int(n) for f, n in team["gpu_guaranteed"].items()}, cluster_queue=team["cluster_queue"],
+            gpu_guaranteed={f: int(n) for f, n in team["gpu_guaranteed"].items()},
             local_queue=team["local_queue"], storage_class=team["storage_class"],
             slurm_default_qos=account["default_qos"], slurm_qos=account["qos"], fairshare=int(account["fairshare"]),
         ))
