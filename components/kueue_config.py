@@ -102,8 +102,8 @@ def _quantities(amounts: dict[str, int]) -> dict[str, int | str]:
 
 def set_aside(site: Site) -> dict[str, dict[str, int]]:
     """Per flavor, what onboarded teams are guaranteed: their queues' nominal quota, taken from the pool's."""
-    totals = {f.name: dict.fromkeys(("cpu", "memory", GPU_RESOURCE), 0) for f in flavors(site)}
     by_name = {f.name: f for f in flavors(site)}
+    totals = {name: dict.fromkeys(("cpu", "memory", GPU_RESOURCE), 0) for name in by_name}
     for team in site.teams_onboarded():
         for name, gpus in team.gpu_guaranteed.items():
             for resource, amount in guaranteed_share(by_name[name], gpus).items():

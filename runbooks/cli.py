@@ -20,9 +20,8 @@ from runbooks.flex_cli import app as flex_app
 from runbooks.offline_engine import ProgramError, StackConfigError
 from runbooks.policy_check import PolicyPackError
 from runbooks.rollout.cli import app as rollout_app
-from runbooks.stack_site import StackOption
+from runbooks.stack_site import EXIT_BAD_INPUT, StackOption, print_spec_problems
 
-EXIT_INVALID_INPUT = 2
 EXIT_POLICY_VIOLATION = 3
 
 app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
@@ -44,7 +43,7 @@ def find_project_dir(start: Path) -> Path:
         if (directory / "Pulumi.yaml").exists():
             return directory
     err.print(f"[red]error:[/] no Pulumi.yaml in {start} or any directory above it")
-    raise typer.Exit(EXIT_INVALID_INPUT)
+    raise typer.Exit(EXIT_BAD_INPUT)
 
 
 @app.command()
@@ -66,13 +65,10 @@ def plan(
             result = planning.plan(project, stack, policy_config, progress=lambda step: status.update(step))
     except (OSError, json.JSONDecodeError, PolicyPackError, StackConfigError) as error:
         err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_INVALID_INPUT) from None
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     except SiteSpecError as error:
-        count = len(error.problems)
-        err.print(f"[red]invalid site spec[/] in Pulumi.{stack}.yaml ({count} problem{'s' * (count != 1)}):")
-        for problem in error.problems:
-            err.print(f"  - {escape(str(problem))}", highlight=False)
-        raise typer.Exit(EXIT_INVALID_INPUT) from None
+        print_spec_problems(error, stack, err)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     except ProgramError as error:
         err.print(f"[red]the program failed:[/] {escape(str(error))}")
         raise typer.Exit(1) from None

@@ -25,7 +25,13 @@ def site_or_exit(project_dir: Path, stack: str, err: Console) -> Site:
         err.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SiteSpecError as error:
-        err.print(f"[red]invalid site spec[/] in Pulumi.{stack}.yaml:")
-        for problem in error.problems:
-            err.print(f"  - {escape(str(problem))}", highlight=False)
+        print_spec_problems(error, stack, err)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def print_spec_problems(error: SiteSpecError, stack: str, err: Console) -> None:
+    """Every problem of the spec, each with its field path and rule."""
+    count = len(error.problems)
+    err.print(f"[red]invalid site spec[/] in Pulumi.{stack}.yaml ({count} problem{'s' * (count != 1)}):")
+    for problem in error.problems:
+        err.print(f"  - {escape(str(problem))}", highlight=False)
