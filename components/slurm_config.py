@@ -41,6 +41,10 @@ MOVER = "/usr/local/lib/gpucluster/checkpoint_tiering.py"
 MOVER_TIMEOUT_S = 3600
 """s an epilog's mover may run before `timeout` stops it (SIGTERM, SIGKILL 60 s later). Stopping it is safe:
 a partial copy is removed by a later run and a finished one is verified and completed; the CronJob moves the rest."""
+MOVER_START_TIMEOUT_S = 10
+"""s the epilog waits for its detached mover to start; the node stays COMPLETING meanwhile."""
+LOCK_HELD = 75
+"""flock(1)'s exit status (-E) when another mover holds the server's lock, told apart from the mover's own."""
 MOVER_LOCK = ".checkpoint-mover.lock"
 """Lock file in each hot export root: one epilog mover per NFS server at a time, cluster-wide (flock(1) locks
 reach the server on NFSv4). The mover skips names starting with '.'."""
@@ -318,7 +322,11 @@ def render_epilog(site: Site, mapping_dir: str, overlay: LoopbackOverlay | None 
 
     The node stays COMPLETING until the epilog exits (slurm.conf(5) Epilog), so the epilog does only local file
     work and returns in milliseconds: everything that touches NFS or CephFS, which can hang, runs detached
-    (`setsid -f`) under `timeout` (MOVER_TIMEOUT_S). For each NFS server whose export root holds the team's
+    (`setsid -f`) under `timeout` (MOVER_TIMEOUT_S). When the epilog exits, slurmd kills its whole process group
+    (run_command_waitpid_timeout(): "kill children too"), so the epilog waits, at most MOVER_START_TIMEOUT_S, until
+    the detached shell has said it runs: by then it is in a session and process group of its own. Without that
+    wait, a loaded node killed the mover before `setsid -f`'s child had called setsid(). For each NFS server whose
+    export root holds the team's
     share, the mover sweeps that root, as the CronJob does (the mover's --hot is a tier root, <team>/<run>/...),
     unless another node's epilog holds the server's lock. No --metrics-file: a node's file would go stale once
     the team stops using the node and fire the last-success alert; the CronJob's metrics stay the signal.
@@ -328,8 +336,9 @@ def render_epilog(site: Site, mapping_dir: str, overlay: LoopbackOverlay | None 
     hot_root = str(overlay.hot_root) if overlay else storage.nfs_hot.mount_root
     cold_root = str(overlay.cold_root) if overlay else storage.ceph_cold.mount_path
     log_dir = str(overlay.root / "log") if overlay else site.slurm.log_dir
-    move = (f'flock -n "$root/{MOVER_LOCK}" python3 "$mover" --hot "$root" --cold "$cold_root" '
+    move = (f'flock -n -E {LOCK_HELD} "$root/{MOVER_LOCK}" python3 "$mover" --hot "$root" --cold "$cold_root" '
             f"--keep {storage.nfs_hot.keep_checkpoints} --archive-after-days {storage.ceph_cold.archive_after_days}")
+    log = shlex.quote(f"{log_dir}/checkpoint-mover.log")
     return f"""#!/bin/sh
 # Slurm Epilog, see slurm.conf(5): slurmd runs it as root on every node of the job when the job ends; the
 # node takes no new job until it exits. SLURM_JOB_GPUS and SLURM_JOB_ACCOUNT: see "PROLOG AND EPILOG SCRIPTS".
@@ -343,14 +352,24 @@ done
 # Team accounts are DNS labels; anything else names no share (root's jobs, for one, have none).
 team=${{SLURM_JOB_ACCOUNT:-}}
 case $team in ''|.*|*/*) exit 0 ;; esac
-export team mover={shlex.quote(mover)} hot_root={shlex.quote(hot_root)} cold_root={shlex.quote(cold_root)}
+started=$(mktemp) || exit 0
+export team started mover={shlex.quote(mover)} hot_root={shlex.quote(hot_root)} cold_root={shlex.quote(cold_root)}
 setsid -f timeout --kill-after=60 {MOVER_TIMEOUT_S} sh -c '
+rm -f "$started"
 for share in "$hot_root"/*/"$team"; do
     [ -d "$share" ] || continue
     root=${{share%/*}}
     echo "$(date -Is) job $SLURM_JOB_ID ($team) ended: moving checkpoints on $root"
     {move}
-done' >>{shlex.quote(f"{log_dir}/checkpoint-mover.log")} 2>&1 </dev/null
+    [ $? -ne {LOCK_HELD} ] || echo "$(date -Is) job $SLURM_JOB_ID: $root is locked by another mover"
+done' >>{log} 2>&1 </dev/null
+# slurmd kills this script's process group when it exits: return only once the mover runs in its own.
+tries=0
+while [ -e "$started" ] && [ $tries -lt {MOVER_START_TIMEOUT_S * 10} ]; do sleep 0.1; tries=$((tries + 1)); done
+if [ -e "$started" ]; then
+    rm -f "$started"
+    echo "$(date -Is) job $SLURM_JOB_ID ($team): the mover did not start within {MOVER_START_TIMEOUT_S} s" >>{log}
+fi
 exit 0
 """
 

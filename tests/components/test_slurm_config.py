@@ -1,8 +1,10 @@
 """Slurm rendering rules, checked on the rendered text and commands (real daemons: test_slurm_real.py)."""
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -271,6 +273,28 @@ def test_should_return_at_once_while_the_teams_mover_runs_detached(tmp_path: Pat
     assert done.read_text() == (f"--hot {overlay.hot_root / server} --cold {overlay.cold_root} --keep 3 "
                                 "--archive-after-days 7")
     assert (overlay.hot_root / server / ".checkpoint-mover.lock").exists()
+
+
+def test_should_keep_the_mover_alive_when_slurmd_kills_the_epilogs_process_group(
+        tmp_path: Path, prod: dict[str, Any]) -> None:
+    site = parse(prod)
+    done = tmp_path / "mover-ran"
+    # Slow to start, as python3 is on a loaded node: the kill below lands before the mover would have got going.
+    epilog, overlay = epilog_in(tmp_path, prod, f"import time\ntime.sleep(0.5)\nopen({str(done)!r}, 'w').close()\n")
+    (server,) = [s.server for s in team_shares(site) if s.team == "speech"]
+    (overlay.hot_root / server / "speech").mkdir(parents=True)
+    for _ in range(20):
+        done.unlink(missing_ok=True)
+        # As slurmd runs an epilog (run_command.c): in a process group of its own, killed whole once it exits.
+        env = {**os.environ, "SLURM_JOB_ID": "41", "SLURM_JOB_ACCOUNT": "speech"}
+        script = subprocess.Popen([str(epilog)], env=env, process_group=0)
+        assert script.wait(timeout=15) == 0
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.exists(), (overlay.root / "log" / "checkpoint-mover.log").read_text()
 
 
 def test_should_bound_the_mover_and_never_give_it_a_metrics_file(prod: dict[str, Any]) -> None:

@@ -11,12 +11,22 @@ done
 # Team accounts are DNS labels; anything else names no share (root's jobs, for one, have none).
 team=${SLURM_JOB_ACCOUNT:-}
 case $team in ''|.*|*/*) exit 0 ;; esac
-export team mover=/usr/local/lib/gpucluster/checkpoint_tiering.py hot_root=/mnt/ckpt-hot cold_root=/mnt/ckpt-cold
+started=$(mktemp) || exit 0
+export team started mover=/usr/local/lib/gpucluster/checkpoint_tiering.py hot_root=/mnt/ckpt-hot cold_root=/mnt/ckpt-cold
 setsid -f timeout --kill-after=60 3600 sh -c '
+rm -f "$started"
 for share in "$hot_root"/*/"$team"; do
     [ -d "$share" ] || continue
     root=${share%/*}
     echo "$(date -Is) job $SLURM_JOB_ID ($team) ended: moving checkpoints on $root"
-    flock -n "$root/.checkpoint-mover.lock" python3 "$mover" --hot "$root" --cold "$cold_root" --keep 3 --archive-after-days 7
+    flock -n -E 75 "$root/.checkpoint-mover.lock" python3 "$mover" --hot "$root" --cold "$cold_root" --keep 3 --archive-after-days 7
+    [ $? -ne 75 ] || echo "$(date -Is) job $SLURM_JOB_ID: $root is locked by another mover"
 done' >>/var/log/slurm/checkpoint-mover.log 2>&1 </dev/null
+# slurmd kills this script's process group when it exits: return only once the mover runs in its own.
+tries=0
+while [ -e "$started" ] && [ $tries -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done
+if [ -e "$started" ]; then
+    rm -f "$started"
+    echo "$(date -Is) job $SLURM_JOB_ID ($team): the mover did not start within 10 s" >>/var/log/slurm/checkpoint-mover.log
+fi
 exit 0
