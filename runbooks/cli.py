@@ -1,24 +1,23 @@
 """gpuctl: the operator's command line.
 
-Exit codes: 0 done; 1 the program itself failed; 2 the input (stack file, site spec) is invalid.
+Exit codes: 0 done; 1 the program, or a child it started, failed; 2 the input (stack file, site spec) is invalid.
 """
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from components.problems import SiteSpecError
 from runbooks import plan as planning
 from runbooks.config_checks import run_checks
+from runbooks.console import err, out
 from runbooks.flex_cli import app as flex_app
 from runbooks.offline_engine import ProgramError, StackConfigError
-from runbooks.policy_check import PolicyPackError
+from runbooks.policy_check import PolicyConfigError, PolicyPackError
 from runbooks.rollout.cli import app as rollout_app
 from runbooks.stack_site import EXIT_BAD_INPUT, StackOption, print_spec_problems
 
@@ -27,9 +26,6 @@ EXIT_POLICY_VIOLATION = 3
 app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(flex_app, name="flex")
-# Piped output (CI logs, files) gets room for the rack table instead of rich's 80-column default.
-out = Console(width=None if sys.stdout.isatty() else 150)
-err = Console(stderr=True)
 
 
 @app.callback()
@@ -63,7 +59,7 @@ def plan(
         policy_config = json.loads(policy_pack_config.read_text()) if policy_pack_config else None
         with err.status("planning") as status:
             result = planning.plan(project, stack, policy_config, progress=lambda step: status.update(step))
-    except (OSError, json.JSONDecodeError, PolicyPackError, StackConfigError) as error:
+    except (OSError, json.JSONDecodeError, PolicyConfigError, StackConfigError) as error:
         err.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SiteSpecError as error:
@@ -71,6 +67,9 @@ def plan(
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except ProgramError as error:
         err.print(f"[red]the program failed:[/] {escape(str(error))}")
+        raise typer.Exit(1) from None
+    except PolicyPackError as error:
+        err.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from None
     summary = planning.summarize(result)
     if out_dir is not None:

@@ -11,6 +11,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from runbooks.children import exit_status
+
 TIMEOUT_S = 60
 
 
@@ -54,7 +56,11 @@ def _run(check: Check, path: Path) -> Outcome:
         result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return Outcome(check, "failed", f"{check.consumer} did not answer within {TIMEOUT_S} s")
+    except OSError as error:
+        return Outcome(check, "failed", f"{check.consumer} could not be started: {error.strerror}")
     said = [line.strip() for line in (result.stdout + result.stderr).strip().splitlines()]
+    if result.returncode < 0:
+        return Outcome(check, "failed", " ".join([f"{check.consumer} {exit_status(result.returncode)}", *said[-3:]]))
     if result.returncode != 0:
         return Outcome(check, "failed", " ".join(said[-3:]))
     return Outcome(check, "passed", said[-1] if said and not check.slurm_conf else "parsed")

@@ -6,16 +6,15 @@ drained by someone else: the output says which, and running the command again fi
 2 bad input (not a flex node, bad spec); 3 a command failed (Slurm or kubectl unreachable).
 """
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from runbooks.console import err, out
 from runbooks.flex import CommandError, Flex, FlexError, NodeOutcome, run_command
 from runbooks.stack_site import EXIT_BAD_INPUT, ProjectDirOption, StackOption, site_or_exit
 
@@ -23,8 +22,6 @@ EXIT_NOT_YET = 1
 EXIT_COMMAND_FAILED = 3
 
 app = typer.Typer(no_args_is_help=True, help="Lend the flex pool to Kubernetes inference at a peak, and take it back.")
-out = Console(width=None if sys.stdout.isatty() else 150)
-err = Console(stderr=True)
 
 Nodes = Annotated[list[str] | None, typer.Option("--node", help="A flex node; repeat for more (default: all).")]
 WaitMinutes = Annotated[float, typer.Option(min=0, help="How long to wait for jobs or pods to leave a node.")]

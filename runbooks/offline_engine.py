@@ -25,6 +25,8 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _ensure_event_loop
 
+from runbooks.children import missing_module
+
 STACK_TYPE = "pulumi:pulumi:Stack"
 SECRET_PLACEHOLDER = "offline-plan: secret not decrypted"
 
@@ -156,6 +158,8 @@ def run_program(project_dir: Path, stack: str, config: StackConfig | None = None
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(run_in_stack(program))
+    except ModuleNotFoundError as error:
+        raise ProgramError(missing_module(error.name or str(error)), monitor.recorded()) from error
     except Exception as error:
         raise ProgramError(str(error), monitor.recorded()) from error
     finally:

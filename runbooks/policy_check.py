@@ -28,6 +28,7 @@ from pulumi.runtime import rpc
 from pulumi.runtime.proto import analyzer_pb2 as proto
 from pulumi.runtime.proto.analyzer_pb2_grpc import AnalyzerStub
 
+from runbooks.children import cause, exit_status, tail
 from runbooks.offline_engine import Resource, ResourceGraph, Secret
 
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
@@ -42,7 +43,11 @@ _SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
 class PolicyPackError(Exception):
-    """The pack did not start, or the policy config names a policy or level it does not have."""
+    """The pack's process did not start or died: the program failed, not the input."""
+
+
+class PolicyConfigError(Exception):
+    """The policy config names a policy or level the pack does not have: invalid input."""
 
 
 @dataclass(frozen=True)
@@ -115,23 +120,29 @@ def _serve(policy_dir: Path, graph: ResourceGraph) -> Iterator[AnalyzerStub]:
 
 def _read_port(process: "subprocess.Popen[bytes]", stderr: Any) -> int:
     assert process.stdout is not None
+    # A pack that dies closes its stdout, which ends this wait at once; only a live, silent pack waits it out.
     ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
     line = process.stdout.readline() if ready else b""
-    if not line.strip().isdigit():
+    if line.strip().isdigit():
+        return int(line)
+    if ready and not line:
+        what = f"the policy pack {exit_status(process.wait(timeout=START_TIMEOUT_S))} before it served"
+    else:
         process.kill()
         process.wait()
-        stderr.seek(0)
-        tail = stderr.read().decode(errors="replace")[-2000:]
-        raise PolicyPackError(f"the policy pack printed no port within {START_TIMEOUT_S:g} s "
-                              f"(first line {line!r}):\n{tail}")
-    return int(line)
+        what = (f"the policy pack printed {line!r} where its port belongs" if line
+                else f"the policy pack printed no port within {START_TIMEOUT_S:g} s")
+    stderr.seek(0)
+    said = stderr.read().decode(errors="replace")
+    reason = cause(said)
+    raise PolicyPackError("\n  ".join([f"{what}: {reason}" if reason else what, *tail(said)]))
 
 
 def _levels(info: Any, config: dict[str, Any]) -> dict[str, str]:
     declared = {p.name: proto.EnforcementLevel.Name(p.enforcementLevel).lower() for p in info.policies}
     unknown = set(config) - set(declared) - {"all"}
     if unknown:
-        raise PolicyPackError(f"policy config names policies the pack lacks: {', '.join(sorted(unknown))}")
+        raise PolicyConfigError(f"policy config names policies the pack lacks: {', '.join(sorted(unknown))}")
     levels = dict(declared)
     for name in ["all", *declared]:
         entry = config.get(name)
@@ -139,7 +150,8 @@ def _levels(info: Any, config: dict[str, Any]) -> dict[str, str]:
         if level is None:
             continue
         if level not in LEVELS:
-            raise PolicyPackError(f"policy config {name}: enforcementLevel {level!r} is not one of {', '.join(LEVELS)}")
+            raise PolicyConfigError(
+                f"policy config {name}: enforcementLevel {level!r} is not one of {', '.join(LEVELS)}")
         levels.update(dict.fromkeys(declared if name == "all" else [name], level))
     return levels
 

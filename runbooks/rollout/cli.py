@@ -8,7 +8,6 @@ SLACK_SIGNING_SECRET (HTTP receiver); SLACK_API_URL overrides the Web API base U
 """
 
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,10 +16,10 @@ from typing import Annotated, TypeVar
 
 import typer
 from pulumi import automation as auto
-from rich.console import Console
 from rich.markup import escape
 
 from components.site import Site, SlackReceiver
+from runbooks.console import err, out
 from runbooks.rollout.approvals import SlackApprovals, web_client
 from runbooks.rollout.audit import AuditChainBrokenError, AuditLog
 from runbooks.rollout.deploy import StackDeployer
@@ -43,8 +42,6 @@ EXIT_ENDED = 4
 T = TypeVar("T")
 
 app = typer.Typer(no_args_is_help=True, help="Staged rollout canary -> half -> full with Slack approvals.")
-out = Console(width=None if sys.stdout.isatty() else 150)
-err = Console(stderr=True)
 
 
 def pulumi_command() -> auto.PulumiCommand | None:

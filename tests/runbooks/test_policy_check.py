@@ -1,6 +1,7 @@
 """The policy pack through its real gRPC entry point, on the prod graph and on graphs edited to break a rule."""
 
 import copy
+import shutil
 import time
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 from pulumi.output import UNKNOWN
 
 from runbooks.offline_engine import Resource, ResourceGraph, run_program
-from runbooks.policy_check import Finding, PolicyPackError, PolicyResult, check_policies
+from runbooks.policy_check import Finding, PolicyConfigError, PolicyPackError, PolicyResult, check_policies
 from tests.builders import REPO
 
 RACK_A01 = "urn:pulumi:prod::gpu-cluster::gpucluster:cluster:GpuCluster$gpucluster:facility:Facility" \
@@ -129,13 +130,27 @@ def test_should_seal_a_plaintext_key_sent_to_the_pack(prod: ResourceGraph) -> No
                  id="should reject a bad level"),
 ])
 def test_should_reject_bad_policy_config(prod: ResourceGraph, config: dict[str, object], message: str) -> None:
-    with pytest.raises(PolicyPackError, match=message):
+    with pytest.raises(PolicyConfigError, match=message):
         check_policies(prod, config)
 
 
-def test_should_report_a_pack_that_does_not_start(prod: ResourceGraph, tmp_path: Path) -> None:
+def test_should_report_a_pack_that_dies_before_it_serves_with_its_status_and_last_words(
+        prod: ResourceGraph, tmp_path: Path) -> None:
     (tmp_path / "__main__.py").write_text("raise SystemExit('broken pack')\n")
     started = time.monotonic()
-    with pytest.raises(PolicyPackError, match="broken pack"):
+    with pytest.raises(PolicyPackError) as raised:
         check_policies(prod, policy_dir=tmp_path)
     assert time.monotonic() - started < 10
+    assert str(raised.value).splitlines() == ["the policy pack exited with status 1 before it served", "  broken pack"]
+
+
+def test_should_name_a_module_the_pack_cannot_import(prod: ResourceGraph, tmp_path: Path) -> None:
+    shutil.copytree(REPO / "policy", tmp_path, dirs_exist_ok=True)
+    common = tmp_path / "common.py"
+    common.write_text("import gpucluster_not_installed\n" + common.read_text())
+    with pytest.raises(PolicyPackError) as raised:
+        check_policies(prod, policy_dir=tmp_path)
+    first, *rest = str(raised.value).splitlines()
+    assert first.startswith("the policy pack exited with status 1 before it served: module "
+                            "'gpucluster_not_installed' is not installed in ")
+    assert rest[-1] == "  ModuleNotFoundError: No module named 'gpucluster_not_installed'"
