@@ -5,9 +5,9 @@ import pulumi_kubernetes as kubernetes
 from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys_env, is_config_secret
 
 from components.cluster import GpuCluster
-from components.facility import NodeAdmission
-from components.problems import SiteSpecError
-from components.site_config import parse_site
+from components.facility.component import NodeAdmission
+from components.spec.problems import SiteSpecError
+from components.validate import parse_site
 
 
 def project_config() -> tuple[dict[str, str], set[str]]:

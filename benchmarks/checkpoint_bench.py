@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hosts import CHECKPOINT_MOVER
+
 REPO = Path(__file__).resolve().parent.parent
 RUNS, CHECKPOINTS, SHARDS, SHARD_BYTES = 50, 10, 20, 200 * 1024
 NEEDED_FREE_FACTOR = 3.2
@@ -80,7 +82,7 @@ def main() -> int:
             print(cp.stderr, file=sys.stderr)
             return 1
         mover_s, mover = timed(
-            [sys.executable, str(REPO / "runbooks" / "checkpoint_tiering.py"), "--hot", str(hot), "--cold", str(cold)]
+            [sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold)]
             + ["--keep", "0"]
         )
         summary = [row for row in mover.stderr.splitlines() if "summary:" in row]

@@ -24,15 +24,15 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runbooks.offline_engine import StackConfig
+    from runbooks.offline.engine import StackConfig
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = "gpu-cluster"
 SITES = ("prod", "1024", "8192")
 NODES_PER_RACK = 4
-"""8 x A800 draw ~6.49 kW a node, so 4 fit a 40 kW rack (components/power.py)."""
+"""8 x A800 draw ~6.49 kW a node, so 4 fit a 40 kW rack (components/facility/power.py)."""
 GPU_NODE_FACTS = 7
-"""Props (and outputs) a GpuNode carries (components/facility.py): the payload floor carries as many."""
+"""Props (and outputs) a GpuNode carries (components/facility/component.py): the payload floor carries as many."""
 PROD_PLAN_TARGET_S = 5.0
 FLOOR_RATIO_TARGET = 1.5
 
@@ -87,8 +87,8 @@ def measure(kind: str, arg: str) -> dict[str, Any]:
     """In the child: one plan (arg: a site) or one floor (arg: "resources/facts"), timed apart from imports."""
     started = perf_counter()
     import components.cluster  # noqa: F401 (what __main__.py imports: loaded before the clock, as for the floor)
-    from components.site_config import parse_site
-    from runbooks.offline_engine import StackConfig, load_stack_config, run_program
+    from components.validate import parse_site
+    from runbooks.offline.engine import StackConfig, load_stack_config, run_program
     imports_s, imports_mib = perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if kind == "plan":
         prod = load_stack_config(REPO, "prod")

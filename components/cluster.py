@@ -2,14 +2,14 @@
 
 import pulumi
 
-from components.facility import Facility, NodeAdmission
-from components.gpu_operator import GpuOperator
-from components.monitoring import MonitoringStack
-from components.onboarding import team_plans
-from components.scheduling import Scheduling
-from components.slurm import Slurm
-from components.storage import StorageTiers
-from components.teams import Team
+from components.facility.component import Facility, NodeAdmission
+from components.gpu_operator.component import GpuOperator
+from components.monitoring.component import MonitoringStack
+from components.scheduling.component import Scheduling
+from components.slurm.component import Slurm
+from components.storage.component import StorageTiers
+from components.teams.component import Team
+from components.teams.plan import team_plans
 
 CLUSTER_TYPE = "gpucluster:cluster:GpuCluster"
 

@@ -11,15 +11,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from components.problems import SiteSpecError
-from runbooks import plan as planning
-from runbooks.config_checks import run_checks
+from components.spec.problems import SiteSpecError
 from runbooks.console import err, out
-from runbooks.flex_cli import app as flex_app
-from runbooks.offline_engine import ProgramError, StackConfigError
-from runbooks.policy_check import PolicyConfigError, PolicyPackError
+from runbooks.flex.cli import app as flex_app
+from runbooks.offline.engine import ProgramError, StackConfigError
+from runbooks.offline.policy_pack import PolicyConfigError, PolicyPackError
+from runbooks.options import EXIT_BAD_INPUT, StackOption, print_spec_problems
+from runbooks.plan import plan as planning
+from runbooks.plan.consumers import run_checks
 from runbooks.rollout.cli import app as rollout_app
-from runbooks.stack_site import EXIT_BAD_INPUT, StackOption, print_spec_problems
 
 EXIT_POLICY_VIOLATION = 3
 

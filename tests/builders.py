@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
-from components.problems import SiteSpecError
-from components.site import DEFAULT_CLASSES, Site
-from components.site_config import SECRET_KEYS, parse_site
-from runbooks.offline_engine import StackConfig, load_stack_config
+from components.spec.problems import SiteSpecError
+from components.spec.site import DEFAULT_CLASSES, Site
+from components.validate import SECRET_KEYS, parse_site
+from runbooks.offline.engine import StackConfig, load_stack_config
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -37,4 +37,4 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 # The real Slurm cluster's fixtures, for every module that marks itself with slurm_marks(); imported last, as
 # the module imports FIGURES from here.
-from tests.slurm_cluster import cluster, slurm  # noqa: E402, F401
+from tests.harness.slurm_cluster import cluster, slurm  # noqa: E402, F401

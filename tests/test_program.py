@@ -6,14 +6,14 @@ from collections import Counter
 import pytest
 
 from components.cluster import CLUSTER_TYPE
-from components.facility import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE
-from components.gpu_operator import GPU_OPERATOR_TYPE
-from components.monitoring import MONITORING_TYPE
-from components.scheduling import SCHEDULING_TYPE
-from components.slurm import SLURM_TYPE
-from components.storage import STORAGE_TYPE
-from components.teams import TEAM_TYPE
-from runbooks.offline_engine import ProgramError, Resource, ResourceGraph, Secret, StackConfig, run_program
+from components.facility.component import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE
+from components.gpu_operator.component import GPU_OPERATOR_TYPE
+from components.monitoring.component import MONITORING_TYPE
+from components.scheduling.component import SCHEDULING_TYPE
+from components.slurm.component import SLURM_TYPE
+from components.storage.component import STORAGE_TYPE
+from components.teams.component import TEAM_TYPE
+from runbooks.offline.engine import ProgramError, Resource, ResourceGraph, Secret, StackConfig, run_program
 from tests.builders import REPO, encode, prod_config, prod_values, with_changes
 
 NODE_URN = (

@@ -19,7 +19,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 
-from components.site import Slack
+from components.spec.site import Slack
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.store import Click, ClickStatus, Rollout, RolloutState, Store
 

@@ -18,8 +18,9 @@ import typer
 from pulumi import automation as auto
 from rich.markup import escape
 
-from components.site import Site, SlackReceiver
+from components.spec.site import Site, SlackReceiver
 from runbooks.console import err, out
+from runbooks.options import ProjectDirOption, StackOption, site_or_exit
 from runbooks.rollout.approvals import SlackApprovals, web_client
 from runbooks.rollout.audit import AuditChainBrokenError, AuditLog
 from runbooks.rollout.deploy import StackDeployer
@@ -33,7 +34,6 @@ from runbooks.rollout.machine import (
 )
 from runbooks.rollout.receivers import ClickInbox, HttpReceiver, SocketModeReceiver
 from runbooks.rollout.store import RolloutState, Store
-from runbooks.stack_site import ProjectDirOption, StackOption, site_or_exit
 
 EXIT_REFUSED = 2
 EXIT_HELD = 3

@@ -5,7 +5,7 @@ Prometheus or alerting rules that are not being evaluated make it inconclusive, 
 exactly like a failure does. The queries, and where their series come from:
 
 - critical alerts: `ALERTS{alertstate="firing",severity="critical"}` (Prometheus's own series for firing
-  alerts; our rules in components.alert_rules label incidents `severity="critical"`). An empty result means
+  alerts; our rules in components.monitoring.alerts label incidents `severity="critical"`). An empty result means
   "none firing" only while rule groups are being evaluated, so /api/v1/rules must show an evaluation in the
   last RULES_FRESH_S seconds.
 - GPU utilization: the fleet average of our recording rule `gpu:dcgm_gpu_util:max` (per physical GPU, from
@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from components.site import Gates
+from components.spec.site import Gates
 
 RULES_FRESH_S = 300.0
 """seconds; alerting rules whose last evaluation is older than this cannot vouch for 'no alert firing'."""

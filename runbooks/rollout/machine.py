@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from pulumi.automation import CommandError
 from slack_sdk.errors import SlackApiError
 
-from components.site import Site
+from components.spec.site import Site
 from runbooks.rollout.approvals import SlackApprovals
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.deploy import Deployment, StackDeployer, plan_digest

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from components.site import Site
+from components.spec.site import Site
 from runbooks.rollout.approvals import SlackApprovals, web_client
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.deploy import StackDeployer
@@ -21,10 +21,10 @@ from runbooks.rollout.machine import Runbook
 from runbooks.rollout.receivers import ClickInbox
 from runbooks.rollout.store import Store
 from tests.builders import REPO, parse, prod_values, with_changes
+from tests.harness.prometheus_world import HEALTHY, UNHEALTHY, PrometheusWorld
 from tests.runbooks.rollout.fake_pulumi import FakePulumiCommand
 from tests.runbooks.rollout.fake_slack import FakeSlack
 from tests.runbooks.rollout.fake_socket_mode import FakeSocketMode
-from tests.runbooks.rollout.prometheus_world import HEALTHY, UNHEALTHY, PrometheusWorld
 
 BOT_TOKEN = "xoxb-test-bot-token-never-printed"
 APP_TOKEN = "xapp-test-app-token-never-printed"

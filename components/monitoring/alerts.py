@@ -1,0 +1,339 @@
+"""Prometheus rules from the site spec: per-GPU recording rules, GPU and pool alerts, LLM API cost.
+
+Pure: `render_rule_groups` gives the plain `groups:` file that `promtool check/test rules` reads;
+`prometheus_rule_manifest` wraps the same groups as a PrometheusRule for the Prometheus Operator.
+
+Source metrics, and where their names come from:
+- dcgm-exporter (NVIDIA/dcgm-exporter etc/default-counters.csv): DCGM_FI_DEV_GPU_UTIL, _GPU_TEMP,
+  _MEMORY_TEMP, _XID_ERRORS (a gauge holding the last XID), _ROW_REMAP_FAILURE are on by default;
+  _ECC_DBE_VOL_TOTAL, _THERMAL_VIOLATION (us) and _NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL
+  are commented out there and must be enabled in the exporter's counters CSV. Labels: Hostname, gpu,
+  UUID, modelName, plus namespace/pod/container (Kubernetes mapping) or hpc_job (Slurm mapping).
+- kube-state-metrics: kube_node_status_condition{node, condition, status}; kube_node_labels{node, label_<name>}
+  for the labels allowlisted in its chart values (components/monitoring/component.py), names sanitized to [a-zA-Z0-9_].
+- hosts/slurm_exporter.py on the Slurm controller: slurm_nodes_down, slurm_nodes_drain, slurm_nodes_fail
+  (vpenso/prometheus-slurm-exporter's names).
+- guilbaults/slurm-job-exporter: slurm_job_memory_usage{slurmjobid, account} (job -> Slurm account).
+- LiteLLM proxy (litellm/types/integrations/prometheus.py): litellm_input_tokens_metric and
+  litellm_output_tokens_metric, counters exposed with `_total`, labels model, team, team_alias.
+- vLLM (docs/usage/metrics.md): vllm:prompt_tokens_total, vllm:generation_tokens_total and, in the v1
+  engine, vllm:prefix_cache_hits_total (tokens), label model_name; `namespace` comes from the scrape.
+"""
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from components.facility.admission import FLEX_LENT_LABEL
+from components.spec.site import LlmMeter, Pool, Site
+
+KSM_FLEX_LENT = "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", FLEX_LENT_LABEL)
+"""The flex-lent node label as kube-state-metrics names it on kube_node_labels."""
+GPU = ("Hostname", "gpu", "UUID", "modelName")
+"""dcgm-exporter labels that name one physical GPU; pod, namespace and hpc_job change with its tenant."""
+
+GPU_MATCH = "Hostname, gpu, UUID"
+"""Labels that join per-GPU series (modelName follows from UUID)."""
+
+RULE_NAMESPACE = "monitoring"
+"""Namespace of the PrometheusRule (where the Prometheus Operator watches for rules)."""
+
+THERMAL_WINDOW = "10m"
+"""Window over which the share of time a GPU spends thermally throttled is taken."""
+
+COUNTER_WINDOW = "10m"
+"""Window in which any increase of an error counter raises its alert."""
+
+XID_APPLICATION_WINDOW = "15m"
+"""How long an application XID stays raised after it is logged (the gauge keeps the last XID)."""
+
+NVLINK_ERROR_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Prometheus durations of the rule file; the live test shortens them to seconds, production keeps these."""
+
+    evaluation_interval: str = "1m"
+    """Prometheus duration between evaluations of every group (default 1m: every alert here acts on minutes)."""
+    overheat_for: str = "2m"
+    """Prometheus duration a GPU or its HBM must stay over its incident temperature before it pages (default 2m:
+    a load spike passes, a cooling fault stays)."""
+
+
+PRODUCTION_TIMING = Timing()
+
+
+class Severity(StrEnum):
+    CRITICAL = "critical"
+    """An incident: pages on-call and posts to the incident channel."""
+    WARNING = "warning"
+    """Needs a look within the working day."""
+    TUNING = "tuning"
+    """A waste or misuse the owning team should fix."""
+
+
+class Record:
+    """Names of the recorded series the alerts read."""
+
+    GPU_UTIL = "gpu:dcgm_gpu_util:max"
+    GPU_TEMP = "gpu:dcgm_gpu_temp:max"
+    MEMORY_TEMP = "gpu:dcgm_memory_temp:max"
+    XID = "gpu:dcgm_xid_errors:max"
+    XID_BY_CODE = "gpu_xid:dcgm_xid_errors:count_values"
+    ROW_REMAP_FAILURE = "gpu:dcgm_row_remap_failure:max"
+    ECC_DBE = "gpu:dcgm_ecc_dbe_vol_total:max"
+    THERMAL_VIOLATION = "gpu:dcgm_thermal_violation_us:max"
+    NVLINK_ERRORS = "gpu:dcgm_nvlink_errors:sum"
+    OWNER = "gpu_team:dcgm_owner:group"
+    TOKENS = "team_model_token_type:llm_tokens:rate1h"
+    PRICE = "llm:price_usd_per_mtok"
+    COST = "team_model_token_type:llm_cost_usd_per_hour:rate1h"
+    TEAM_COST = "team:llm_cost_usd_per_hour:rate1h"
+
+
+def kebab(alert: str) -> str:
+    """`GpuUtilizationLow` -> `gpu-utilization-low`: the SOP file name under docs/sop/."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", alert).lower()
+
+
+def runbook_url(site: Site, alert: str) -> str:
+    return f"{site.alerting.runbook_base_url}/{kebab(alert)}.md"
+
+
+def _alternatives(values: list[str]) -> str:
+    # Team and node names are DNS labels and XIDs digits: nothing to escape in a regex or a PromQL string.
+    return "|".join(values)
+
+
+def _team_regex(site: Site) -> str:
+    return _alternatives([t.name for t in site.teams])
+
+
+def _nodes(site: Site, pools: set[Pool]) -> list[str]:
+    return [n.name for g in site.node_groups if g.pool in pools for n in g.nodes]
+
+
+def _per_gpu(metric: str) -> str:
+    # max, not sum: while a pod label changes, the old and the new series overlap for one lookback.
+    return f"max by ({', '.join(GPU)}) ({metric})"
+
+
+def _with_team(expr: str) -> str:
+    """expr's per-GPU series, labelled with the team now using the GPU where one is."""
+    return (
+        f"({expr}) * on ({GPU_MATCH}) group_left (team) {Record.OWNER}\n"
+        f"or on ({GPU_MATCH}) ({expr})"
+    )
+
+
+def _owner_rule(site: Site) -> str:
+    """Which team uses each GPU: its pod's namespace, or its Slurm job's account."""
+    teams = _team_regex(site)
+    by = f"group by ({GPU_MATCH}, team)"
+    # topk 1: while a GPU changes hands both tenants' series overlap for a lookback; one owner keeps the
+    # group_left joins that read this series one-to-one.
+    return (
+        f"topk by ({GPU_MATCH}) (1,\n"
+        f'{by} (label_replace(DCGM_FI_DEV_GPU_UTIL{{namespace=~"{teams}"}}, "team", "$1", "namespace", "(.+)"))\n'
+        f"or\n"
+        f"{by} (label_replace(\n"
+        f'  label_replace(DCGM_FI_DEV_GPU_UTIL{{hpc_job!=""}}, "slurmjobid", "$1", "hpc_job", "(.+)")\n'
+        f"  * on (slurmjobid) group_left (account)\n"
+        f'  group by (slurmjobid, account) (slurm_job_memory_usage{{account=~"{teams}"}}),\n'
+        f'  "team", "$1", "account", "(.+)")))'
+    )
+
+
+def gpu_recording_rules(site: Site) -> list[dict[str, Any]]:
+    nvlink = "|".join(NVLINK_ERROR_COUNTERS)
+    rules = [
+        (Record.GPU_UTIL, _per_gpu("DCGM_FI_DEV_GPU_UTIL")),
+        (Record.GPU_TEMP, _per_gpu("DCGM_FI_DEV_GPU_TEMP")),
+        (Record.MEMORY_TEMP, _per_gpu("DCGM_FI_DEV_MEMORY_TEMP")),
+        (Record.XID, _per_gpu("DCGM_FI_DEV_XID_ERRORS")),
+        # The XID as a label, so alerts can select hardware codes and show the code.
+        (Record.XID_BY_CODE, f'count_values by ({", ".join(GPU)}) ("xid", {Record.XID})'),
+        (Record.ROW_REMAP_FAILURE, _per_gpu("DCGM_FI_DEV_ROW_REMAP_FAILURE")),
+        (Record.ECC_DBE, _per_gpu("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")),
+        (Record.THERMAL_VIOLATION, _per_gpu("DCGM_FI_DEV_THERMAL_VIOLATION")),
+        # Collapse each counter on its own (by __name__) before adding them up.
+        (Record.NVLINK_ERRORS, f"sum by ({', '.join(GPU)}) (max by (__name__, {', '.join(GPU)}) "
+                               f'({{__name__=~"DCGM_FI_DEV_NVLINK_({nvlink})_ERROR_COUNT_TOTAL"}}))'),
+        (Record.OWNER, _owner_rule(site)),
+    ]
+    return [{"record": name, "expr": expr} for name, expr in rules]
+
+
+def _alert(site: Site, name: str, expr: str, severity: Severity, summary: str, for_: str = "0m") -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity.value},
+        "annotations": {"summary": summary, "runbook_url": runbook_url(site, name)},
+    }
+
+
+WHERE = "GPU {{ $labels.gpu }} on {{ $labels.Hostname }}"
+VALUE = '{{ $value | printf "%.1f" }}'
+
+
+def gpu_alerts(site: Site, timing: Timing) -> list[dict[str, Any]]:
+    mon, alerting = site.monitoring, site.alerting
+    window = f"{mon.gpu_util_low_window_h}h"
+    hardware = _alternatives([str(x) for x in alerting.xid_hardware])
+    # `offset` keeps GPUs younger than the window out: no sample a full window ago, no verdict.
+    low_util = (
+        f"avg_over_time({Record.GPU_UTIL}[{window}]) < {mon.gpu_util_low_pct:g}\n"
+        f"and on ({GPU_MATCH}) ({Record.GPU_UTIL} offset {window})"
+    )
+    application_xid = (
+        f'{Record.XID_BY_CODE}{{xid!~"0|{hardware}"}}\n'
+        f"and on ({GPU_MATCH}) changes({Record.XID}[{XID_APPLICATION_WINDOW}]) > 0"
+    )
+    # DCGM counts throttled microseconds; us per second / 1e4 = % of the time.
+    throttled = f"rate({Record.THERMAL_VIOLATION}[{THERMAL_WINDOW}]) / 1e4 > {alerting.thermal_throttle_pct:g}"
+    missing = "\nor ".join(
+        f'count by (Hostname) ({Record.GPU_TEMP}{{Hostname=~"{_alternatives([n.name for n in g.nodes])}"}})'
+        f" < {g.gpus_per_node}"
+        for g in site.node_groups
+    )
+    # absent() keeps the Hostname matcher as a label, so a silent node inhibits its own GPU alerts.
+    silent = "\nor ".join(f'absent(DCGM_FI_DEV_GPU_TEMP{{Hostname="{n}"}})' for n in _nodes(site, set(Pool)))
+    return [
+        _alert(site, "GpuUtilizationLow", _with_team(low_util), Severity.TUNING,
+               f"{WHERE} averaged {VALUE} % utilization over {window} "
+               f"(under {mon.gpu_util_low_pct:g} %)"),
+        _alert(site, "GpuTemperatureHigh", f"{Record.GPU_TEMP} > {mon.gpu_temp_incident_c:g}", Severity.CRITICAL,
+               f"{WHERE} is at {VALUE} C (over {mon.gpu_temp_incident_c:g} C)", timing.overheat_for),
+        _alert(site, "GpuHbmTemperatureHigh", f"{Record.MEMORY_TEMP} > {alerting.hbm_temp_incident_c:g}",
+               Severity.CRITICAL, f"HBM of {WHERE} is at {VALUE} C (over {alerting.hbm_temp_incident_c:g} C)",
+               timing.overheat_for),
+        _alert(site, "GpuThermalThrottling", throttled, Severity.WARNING,
+               f"{WHERE} was thermally throttled {VALUE} % of the last {THERMAL_WINDOW}", "5m"),
+        _alert(site, "GpuXidHardwareError", f'{Record.XID_BY_CODE}{{xid=~"{hardware}"}}', Severity.CRITICAL,
+               f"{WHERE} logged hardware XID {{{{ $labels.xid }}}}"),
+        _alert(site, "GpuXidApplicationError", _with_team(application_xid), Severity.WARNING,
+               f"{WHERE} logged application XID {{{{ $labels.xid }}}}"),
+        _alert(site, "GpuEccDoubleBitError", f"increase({Record.ECC_DBE}[{COUNTER_WINDOW}]) > 0", Severity.CRITICAL,
+               f"{WHERE} had {VALUE} double-bit ECC errors in {COUNTER_WINDOW}"),
+        _alert(site, "GpuRowRemapFailure", f"{Record.ROW_REMAP_FAILURE} > 0", Severity.CRITICAL,
+               f"{WHERE} failed to remap a memory row"),
+        _alert(site, "GpuNvlinkErrors", f"increase({Record.NVLINK_ERRORS}[{COUNTER_WINDOW}]) > 0", Severity.WARNING,
+               f"{WHERE} had {VALUE} NVLink errors in {COUNTER_WINDOW}"),
+        _alert(site, "DcgmExporterDown", silent, Severity.CRITICAL,
+               "No GPU metrics from {{ $labels.Hostname }} (exporter or node down)", "5m"),
+        _alert(site, "GpuMissing", missing, Severity.CRITICAL,
+               "Only {{ $value }} GPUs visible on {{ $labels.Hostname }}", "5m"),
+    ]
+
+
+def pool_alerts(site: Site) -> list[dict[str, Any]]:
+    slurm_nodes = _nodes(site, {Pool.SLURM, Pool.FLEX})
+    kube_nodes = _alternatives(_nodes(site, {Pool.KUBERNETES, Pool.FLEX}))
+    # Hostname, as dcgm-exporter names nodes, so a NotReady node inhibits its GPUs' symptoms.
+    not_ready = (
+        f'label_replace(kube_node_status_condition{{condition="Ready", status="true", node=~"{kube_nodes}"}},'
+        f' "Hostname", "$1", "node", "(.+)") == 0'
+    )
+    # A flex node lent to inference is drained in Slurm on purpose (runbooks/flex/lending.py): it is not missing.
+    lent = f'kube_node_labels{{{KSM_FLEX_LENT}="true"}}'
+    unavailable = f"slurm_nodes_down + slurm_nodes_drain + slurm_nodes_fail - on() (count({lent}) or vector(0)) > 0"
+    return [
+        _alert(site, "SlurmNodesUnavailable", unavailable, Severity.WARNING,
+               f"{{{{ $value }}}} of {len(slurm_nodes)} Slurm GPU nodes are down, drained or failed (flex nodes "
+               "lent to inference not counted)", "15m"),
+        _alert(site, "KubernetesGpuNodeNotReady", not_ready, Severity.CRITICAL,
+               "Kubernetes GPU node {{ $labels.Hostname }} is not Ready", "5m"),
+    ]
+
+
+def storage_alerts(site: Site) -> list[dict[str, Any]]:
+    """On the checkpoint mover's own metrics (hosts/checkpoint_mover.py, node-exporter textfile)."""
+    fill = site.storage.nfs_hot.fill_alert_pct
+    return [
+        _alert(site, "CheckpointHotTierFilling",
+               f"max by (instance) (gpucluster_checkpoint_hot_fill_ratio) * 100 > {fill:g}", Severity.WARNING,
+               f"NFS hot tier seen from {{{{ $labels.instance }}}} is {VALUE} % full (over {fill:g} %)", "15m"),
+        _alert(site, "CheckpointMoverFailing",
+               "sum by (instance) (gpucluster_checkpoint_last_run_errors) > 0", Severity.WARNING,
+               "The checkpoint mover on {{ $labels.instance }} left {{ $value }} checkpoints on hot after errors"),
+    ]
+
+
+def _vllm_tokens(metric: str) -> str:
+    rate = f"rate({metric}[1h])"
+    return (
+        f'sum by (team, model) (label_replace(label_replace({rate}, "team", "$1", "namespace", "(.*)"),'
+        f' "model", "$1", "model_name", "(.*)"))'
+    )
+
+
+def _litellm_tokens(metric: str) -> str:
+    # team_alias: LiteLLM's `team` is an id; teams are created with the spec's team name as alias.
+    return f'sum by (team, model) (label_replace(rate({metric}[1h]), "team", "$1", "team_alias", "(.*)"))'
+
+
+def llm_cost_rules(site: Site) -> list[dict[str, Any]]:
+    """Token rates per meter, the price table as constant series, and their product.
+
+    Prices are series (one `vector(price)` per entry and token type) rather than numbers baked into
+    one rule per model, so the cost is a single join that promtool can evaluate and a price change
+    touches one line.
+    """
+    prompt, cached = _vllm_tokens("vllm:prompt_tokens_total"), _vllm_tokens("vllm:prefix_cache_hits_total")
+    tokens = [
+        (LlmMeter.LITELLM, "prompt", _litellm_tokens("litellm_input_tokens_metric_total")),
+        (LlmMeter.LITELLM, "completion", _litellm_tokens("litellm_output_tokens_metric_total")),
+        # vLLM counts cached tokens inside prompt tokens; engines without prefix caching have no hits series.
+        (LlmMeter.VLLM, "prompt", f"{prompt}\n- ({cached} or {prompt} * 0)"),
+        (LlmMeter.VLLM, "completion", _vllm_tokens("vllm:generation_tokens_total")),
+        (LlmMeter.VLLM, "cached", cached),
+    ]
+    rules: list[dict[str, Any]] = [
+        {"record": Record.TOKENS, "expr": expr, "labels": {"meter": meter.value, "token_type": token_type}}
+        for meter, token_type, expr in tokens
+    ]
+    for price in site.alerting.llm_prices:
+        per_type = {"prompt": price.prompt_usd_per_mtok, "completion": price.completion_usd_per_mtok,
+                    "cached": price.cached_usd_per_mtok}
+        rules += [
+            {"record": Record.PRICE, "expr": f"vector({usd!r})",
+             "labels": {"meter": price.meter.value, "model": price.model, "token_type": token_type}}
+            for token_type, usd in per_type.items() if usd is not None
+        ]
+    rules += [
+        {"record": Record.COST,
+         "expr": f"{Record.TOKENS} * on (meter, model, token_type) group_left {Record.PRICE} * 3600 / 1e6"},
+        {"record": Record.TEAM_COST, "expr": f"sum by (team) ({Record.COST})"},
+    ]
+    return rules
+
+
+def render_rule_groups(site: Site, timing: Timing = PRODUCTION_TIMING) -> dict[str, Any]:
+    """The rule file as promtool and Prometheus read it."""
+    every = timing.evaluation_interval
+    return {"groups": [
+        # One group: rules in a group run in order, so alerts read this evaluation's per-GPU series, not
+        # the last one's (groups run independently), and a `for: 2m` means 2 m.
+        {"name": "gpu", "interval": every, "rules": gpu_recording_rules(site) + gpu_alerts(site, timing)},
+        {"name": "pool-alerts", "interval": every, "rules": pool_alerts(site)},
+        {"name": "storage-alerts", "interval": every, "rules": storage_alerts(site)},
+        {"name": "llm-cost", "interval": every, "rules": llm_cost_rules(site)},
+    ]}
+
+
+def alert_names(site: Site) -> list[str]:
+    return [r["alert"] for g in render_rule_groups(site)["groups"] for r in g["rules"] if "alert" in r]
+
+
+def prometheus_rule_manifest(site: Site) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": f"{site.site_name}-gpu-cluster", "namespace": RULE_NAMESPACE,
+                     "labels": {"app.kubernetes.io/part-of": "gpu-cluster"}},
+        "spec": render_rule_groups(site),
+    }

@@ -1,0 +1,58 @@
+"""Scheduling on Kubernetes: the PriorityClasses of the one preemption table, and Kueue with its flavors and queues.
+
+The Slurm side of the same table is rendered by components.slurm.conf; components.scheduling.preemption holds
+both to one order. Kueue objects are created after its chart (which brings the CRDs), flavors before the queues
+naming them.
+"""
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.charts import KUEUE
+from components.k8s import custom, release
+from components.scheduling.kueue import NAMESPACE, chart_values, cluster_queues, flavors, lendable_gpus, resource_flavor
+from components.scheduling.preemption import priority_class_manifest, priority_classes
+from components.spec.site import Site
+
+SCHEDULING_TYPE = "gpucluster:scheduling:Scheduling"
+KUEUE_RELEASE = "kueue"
+
+
+def scheduling_facts(site: Site) -> dict[str, Any]:
+    """What `gpuctl plan` and the runbooks read: the classes as Kubernetes sees them, the flavors and queues."""
+    return {
+        "priority_classes": [{"name": pc.name, "value": pc.value, "preemption_policy": pc.preemption_policy,
+                              "global_default": pc.global_default} for pc in priority_classes(site)],
+        "kueue": {"chart": KUEUE.name, "version": KUEUE.version,
+                  "pods_ready_timeout_minutes": site.scheduling.pods_ready_timeout_minutes},
+        "flavors": {f.name: f.gpus for f in flavors(site)},
+        "cluster_queues": [q["metadata"]["name"] for q in cluster_queues(site)],
+        "lendable_gpus": lendable_gpus(site),
+    }
+
+
+class Scheduling(pulumi.ComponentResource):
+    def __init__(self, name: str, site: Site, opts: pulumi.ResourceOptions) -> None:
+        facts = scheduling_facts(site)
+        super().__init__(SCHEDULING_TYPE, name, facts, opts)
+        for pc in priority_classes(site):
+            manifest = priority_class_manifest(pc)
+            kubernetes.scheduling.v1.PriorityClass(
+                f"{name}-{pc.name}", metadata=manifest["metadata"], value=manifest["value"],
+                global_default=manifest["globalDefault"], preemption_policy=manifest["preemptionPolicy"],
+                description=manifest["description"], opts=pulumi.ResourceOptions(parent=self),
+            )
+        ns = kubernetes.core.v1.Namespace(f"{name}-kueue-namespace", metadata={"name": NAMESPACE},
+                                          opts=pulumi.ResourceOptions(parent=self))
+        kueue = release(f"{name}-kueue", KUEUE, NAMESPACE, chart_values(site), self, [ns], release_name=KUEUE_RELEASE)
+        after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[kueue])
+        made = [kubernetes.apiextensions.CustomResource(f"{name}-flavor-{f.name}", **custom(resource_flavor(f)),
+                                                        opts=after_kueue) for f in flavors(site)]
+        for queue in cluster_queues(site):
+            kubernetes.apiextensions.CustomResource(
+                f"{name}-{queue['metadata']['name']}", **custom(queue),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[kueue, *made]),
+            )
+        self.register_outputs(facts)

@@ -1,0 +1,516 @@
+"""Slurm's configuration files and accounting setup, rendered from the site spec.
+
+Pure: no pulumi, no I/O. The same functions render the production files (no overlay) and the files of
+a loopback test cluster (a `LoopbackOverlay`: every daemon on 127.0.0.1 under one directory), so the
+real slurmctld, slurmd and slurmdbd that the tests start judge exactly what production gets.
+
+Option semantics cite the Slurm 22.05 man pages (Debian 12 ships slurm-wlm 22.05.8):
+slurm.conf(5), gres.conf(5), cgroup.conf(5), slurmdbd.conf(5), sacctmgr(1), also at
+https://slurm.schedmd.com/archive/slurm-22.05.8/.
+"""
+
+import math
+import re
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.scheduling.preemption import slurm_qos, team_qos
+from components.spec import defaults
+from components.spec.site import Node, NodeGroup, Pool, Site
+
+SLURM_POOLS = (Pool.SLURM, Pool.FLEX)
+"""Pools whose nodes Slurm schedules; kubernetes-pool nodes are not in slurm.conf at all."""
+
+PARTITION_ROLE = {Pool.SLURM: "train", Pool.FLEX: "flex"}
+"""Partition name suffix per pool: `a800-train`, `a800-flex`."""
+
+GPU_DEVICES = "/dev/nvidia"
+"""NVIDIA character devices (major 195, minor = GPU index) that gres.conf binds GPUs to."""
+
+ACCOUNTING_DB = "slurm_acct_db"
+"""MariaDB database slurmdbd keeps accounting in (the slurmdbd.conf(5) StorageLoc default)."""
+
+PROLOG = "/etc/slurm/prolog.sh"
+EPILOG = "/etc/slurm/epilog.sh"
+"""On every node: 22.05 configless slurmd fetches slurm.conf, gres.conf and cgroup.conf, never the scripts
+(shipping them arrived in 23.02), so the node command installs them at these paths."""
+MOVER = "/usr/local/lib/gpucluster/checkpoint_tiering.py"
+"""The checkpoint mover (hosts/checkpoint_mover.py, stdlib only) on every node, for the epilog."""
+MOVER_TIMEOUT_S = 3600
+"""s an epilog's mover may run before `timeout` stops it (SIGTERM, SIGKILL 60 s later). Stopping it is safe:
+a partial copy is removed by a later run and a finished one is verified and completed; the CronJob moves the rest."""
+MOVER_START_TIMEOUT_S = 10
+"""s the epilog waits for its detached mover to start; the node stays COMPLETING meanwhile."""
+LOCK_HELD = 75
+"""flock(1)'s exit status (-E) when another mover holds the server's lock, told apart from the mover's own."""
+MOVER_LOCK = ".checkpoint-mover.lock"
+"""Lock file in each hot export root: one epilog mover per NFS server at a time, cluster-wide (flock(1) locks
+reach the server on NFSv4). The mover skips names starting with '.'."""
+EXPORTER = "/usr/local/lib/gpucluster/slurm_exporter.py"
+"""The Slurm exporter (hosts/slurm_exporter.py, stdlib only) on the controller."""
+EXPORTER_UNIT = "gpucluster-slurm-exporter.service"
+CEPH_CLIENT = "slurm-nodes"
+"""CephX user the nodes mount the cold tier as; its keyring is /etc/ceph/ceph.client.slurm-nodes.keyring."""
+SCRIPT_SEARCH_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+"""slurmd runs Prolog and Epilog without a search path (Prolog and Epilog Guide, slurm.schedmd.com)."""
+
+_GPU_MODEL_QUALIFIERS = re.compile(r"^(SXM\d*|PCIE|NVL|\d+GB)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LoopbackOverlay:
+    """What a test cluster on one machine changes in the production files, and nothing else."""
+
+    root: Path
+    """Directory holding every state, spool, log and PID file and the fake GPU device files."""
+    slurmctld_port: int
+    slurmd_ports: dict[str, int]
+    """Port of each node's slurmd: every node is a `slurmd -N <node>` on 127.0.0.1."""
+    slurmdbd_port: int
+    munge_socket: Path
+    storage_port: int
+    """TCP port of the private MariaDB on 127.0.0.1."""
+    storage_user: str
+    storage_pass: str
+    """A throwaway password for the private MariaDB (production slurmdbd logs in over the unix socket)."""
+    slurm_user: str = "root"
+    """The daemons run as the test's user; production runs them as `slurm`."""
+
+    @property
+    def dev_dir(self) -> Path:
+        return self.root / "dev"
+
+    @property
+    def prolog(self) -> Path:
+        return self.root / "etc" / "prolog.sh"
+
+    @property
+    def epilog(self) -> Path:
+        return self.root / "etc" / "epilog.sh"
+
+    @property
+    def mover(self) -> Path:
+        return self.root / "etc" / "checkpoint_tiering.py"
+
+    @property
+    def mapping_dir(self) -> Path:
+        """Stands in for the GPU Operator's DCGM job mapping directory."""
+        return self.root / "dcgm-hpc-jobs"
+
+    @property
+    def hot_root(self) -> Path:
+        """Stands in for storage.nfs_hot.mount_root: one directory per NFS server."""
+        return self.root / "hot"
+
+    @property
+    def cold_root(self) -> Path:
+        """Stands in for storage.ceph_cold.mount_path."""
+        return self.root / "cold"
+
+
+class ConfigFile:
+    """A Slurm config file as ordered `Key=Value` records; one record per line (slurm.conf(5) syntax)."""
+
+    def __init__(self, title: str) -> None:
+        self._lines = [f"# {title}", "# Generated from the site spec by gpu-cluster: edit Pulumi.<stack>.yaml."]
+
+    def section(self, title: str) -> "ConfigFile":
+        self._lines += ["", f"# {title}"]
+        return self
+
+    def record(self, **pairs: str | int | None) -> "ConfigFile":
+        """One line of `Key=Value` pairs in the order given; None leaves a key out."""
+        self._lines.append(" ".join(f"{key}={value}" for key, value in pairs.items() if value is not None))
+        return self
+
+    def render(self) -> str:
+        return "\n".join(self._lines) + "\n"
+
+
+def gres_type(gpu_model: str) -> str:
+    """The GRES type of a GPU model: its name without form factor and memory (`A800-SXM4-80GB` -> `a800`)."""
+    parts = [p for p in gpu_model.split("-") if not _GPU_MODEL_QUALIFIERS.match(p)]
+    return "".join(parts).lower()
+
+
+def slurm_groups(site: Site) -> list[NodeGroup]:
+    return [g for g in site.node_groups if g.pool in SLURM_POOLS]
+
+
+def slurm_nodes(site: Site) -> list[Node]:
+    return [n for g in slurm_groups(site) for n in g.nodes]
+
+
+def real_memory_mib(site: Site, group: NodeGroup) -> int:
+    """RealMemory: installed memory less the OS reserve, in MiB (slurm.conf(5): 'in megabytes')."""
+    return math.floor(group.memory_gib * 1024 * (1 - site.slurm.os_memory_reserve_pct / 100))
+
+
+def partitions(site: Site) -> dict[str, list[NodeGroup]]:
+    """Partition name -> its node groups: one partition per GPU type and pool, in spec order."""
+    found: dict[str, list[NodeGroup]] = {}
+    for group in slurm_groups(site):
+        name = f"{gres_type(group.gpu_model)}-{PARTITION_ROLE[group.pool]}"
+        found.setdefault(name, []).append(group)
+    return found
+
+
+def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:
+    slurm = site.slurm
+    conf = ConfigFile("slurm.conf, see slurm.conf(5)")
+    conf.record(ClusterName=site.site_name)
+    if overlay is None:
+        conf.record(SlurmctldHost=slurm.controller_host)
+        conf.record(SlurmctldPort=slurm.slurmctld_port)
+        conf.record(SlurmdPort=slurm.slurmd_port)
+        conf.record(SlurmUser="slurm")
+    else:
+        conf.record(SlurmctldHost="localhost(127.0.0.1)")
+        conf.record(SlurmctldPort=overlay.slurmctld_port)
+        conf.record(SlurmUser=overlay.slurm_user)
+    conf.record(AuthType="auth/munge")
+    # slurm.conf(5) SlurmctldParameters=enable_configless: slurmd started with --conf-server fetches
+    # slurm.conf, gres.conf and cgroup.conf from slurmctld, so only the controller holds the files.
+    conf.record(SlurmctldParameters="enable_configless")
+    if overlay is not None:
+        # slurm.conf(5) AuthInfo: socket= is the MUNGE socket the daemons and clients talk to.
+        conf.record(AuthInfo=f"socket={overlay.munge_socket}")
+    for key, value in _paths(site, overlay):
+        conf.record(**{key: value})
+
+    conf.section("Resources: GPUs, cores and memory are all consumable")
+    conf.record(SelectType="select/cons_tres")
+    # CR_Core_Memory: memory is consumable, so RealMemory and DefMemPerGPU bound what a job gets
+    # (slurm.conf(5) RealMemory: lowering it for the OS only works with a *_Memory parameter).
+    conf.record(SelectTypeParameters="CR_Core_Memory")
+    conf.record(GresTypes="gpu")
+    # slurm.conf(5) DefMemPerGPU: megabytes per allocated GPU; mutually exclusive with DefMemPerCPU.
+    conf.record(DefMemPerGPU=slurm.def_mem_per_gpu_gib * 1024)
+    conf.record(ProctrackType="proctrack/cgroup")
+    conf.record(TaskPlugin="task/cgroup,task/affinity")
+    conf.record(JobAcctGatherType="jobacct_gather/cgroup")
+    if overlay is not None:
+        # slurm.conf(5) SlurmdParameters=config_overrides: every emulated node claims its production
+        # CPUs, memory and GRES instead of what the small test machine really has.
+        conf.record(SlurmdParameters="config_overrides")
+
+    conf.section("Job scripts: the GPU-to-job mapping for DCGM and the checkpoint mover")
+    conf.record(Prolog=str(overlay.prolog) if overlay else PROLOG)
+    conf.record(Epilog=str(overlay.epilog) if overlay else EPILOG)
+    # slurm.conf(5) PrologFlags=Alloc: the prolog runs on every node at allocation, not only where a step
+    # starts later, so all of a multi-node batch job's GPUs carry its label from the start.
+    conf.record(PrologFlags="Alloc")
+
+    conf.section("Scheduling: QoS preemption with requeue, multifactor priority with fairshare")
+    conf.record(SchedulerType="sched/backfill")
+    conf.record(PriorityType="priority/multifactor")
+    conf.record(PriorityWeightQOS=slurm.priority_weight_qos)
+    conf.record(PriorityWeightFairshare=slurm.priority_weight_fairshare)
+    # slurm.conf(5) PriorityCalcPeriod: minutes between usage decay recalculations (default 5);
+    # 1 lets fairshare react within a minute of a team's burst.
+    conf.record(PriorityCalcPeriod=1)
+    # slurm.conf(5) PreemptType=preempt/qos: the QoS table's Preempt lists decide who preempts whom;
+    # REQUEUE puts a preempted batch job back in the queue instead of killing it, and
+    # JobRequeue=1 makes batch jobs requeueable unless the user opts out.
+    conf.record(PreemptType="preempt/qos")
+    conf.record(PreemptMode="REQUEUE")
+    conf.record(JobRequeue=1)
+
+    conf.section("Accounting: slurmdbd enforces associations, limits and QoS")
+    conf.record(AccountingStorageType="accounting_storage/slurmdbd")
+    if overlay is None:
+        conf.record(AccountingStorageHost=slurm.controller_host)
+        conf.record(AccountingStoragePort=slurm.slurmdbd_port)
+    else:
+        conf.record(AccountingStorageHost="localhost")
+        conf.record(AccountingStoragePort=overlay.slurmdbd_port)
+        # slurm.conf(5) AccountingStoragePass: with slurmdbd and MUNGE, the socket of the MUNGE daemon
+        # that authenticates to slurmdbd (AuthInfo alone does not reach that connection).
+        conf.record(AccountingStoragePass=str(overlay.munge_socket))
+    # GPUs are a tracked TRES so fairshare and limits count GPU-time, not only CPU-time.
+    conf.record(AccountingStorageTRES="gres/gpu")
+    # Without qos enforcement an unknown --qos is accepted silently (slurm.conf(5) AccountingStorageEnforce).
+    conf.record(AccountingStorageEnforce="associations,limits,qos")
+
+    conf.section("Nodes (slurm and flex pools)")
+    for group in slurm_groups(site):
+        gres = f"gpu:{gres_type(group.gpu_model)}:{group.gpus_per_node}"
+        for node in group.nodes:
+            if overlay is None:
+                where: dict[str, str | int | None] = {"NodeAddr": node.ssh_host}
+            else:
+                where = {"NodeHostname": "localhost", "NodeAddr": "127.0.0.1", "Port": overlay.slurmd_ports[node.name]}
+            conf.record(NodeName=node.name, **where, CPUs=group.cpus, RealMemory=real_memory_mib(site, group),
+                        Gres=gres, State="UNKNOWN")
+
+    conf.section("Partitions: one per GPU type and pool")
+    for index, (name, groups) in enumerate(partitions(site).items()):
+        nodes = ",".join(n.name for g in groups for n in g.nodes)
+        conf.record(PartitionName=name, Nodes=nodes, Default="YES" if index == 0 else "NO",
+                    MaxTime="INFINITE", State="UP")
+    return conf.render()
+
+
+def _paths(site: Site, overlay: LoopbackOverlay | None) -> Iterator[tuple[str, str]]:
+    slurm = site.slurm
+    if overlay is None:
+        yield "StateSaveLocation", slurm.state_save_dir
+        yield "SlurmdSpoolDir", slurm.slurmd_spool_dir
+        yield "SlurmctldPidFile", "/run/slurmctld.pid"
+        yield "SlurmdPidFile", "/run/slurmd.pid"
+        yield "SlurmctldLogFile", f"{slurm.log_dir}/slurmctld.log"
+        yield "SlurmdLogFile", f"{slurm.log_dir}/slurmd.log"
+        return
+    # slurm.conf(5): %n in SlurmdSpoolDir, SlurmdPidFile and SlurmdLogFile is the node name, so every
+    # `slurmd -N <node>` on one machine gets its own.
+    root = overlay.root
+    yield "StateSaveLocation", str(root / "state")
+    yield "SlurmdSpoolDir", str(root / "spool" / "%n")
+    yield "SlurmctldPidFile", str(root / "run" / "slurmctld.pid")
+    yield "SlurmdPidFile", str(root / "run" / "slurmd-%n.pid")
+    yield "SlurmctldLogFile", str(root / "log" / "slurmctld.log")
+    yield "SlurmdLogFile", str(root / "log" / "slurmd-%n.log")
+
+
+def render_gres_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:
+    """One line per node group. Every GPU is bound to its device file: lines without File= are dropped
+    by slurmd and the node goes INVAL (gres.conf(5) File; AutoDetect=off so NVML is not needed)."""
+    conf = ConfigFile("gres.conf, see gres.conf(5)")
+    conf.record(AutoDetect="off")
+    devices = str(overlay.dev_dir / "nvidia") if overlay else GPU_DEVICES
+    for group in slurm_groups(site):
+        conf.record(NodeName=",".join(n.name for n in group.nodes), Name="gpu", Type=gres_type(group.gpu_model),
+                    File=f"{devices}[0-{group.gpus_per_node - 1}]")
+    return conf.render()
+
+
+def render_cgroup_conf() -> str:
+    """cgroup.conf(5): jobs see only their cores, memory and GPUs (devices) and cannot exceed them.
+    The same for every site and for the loopback cluster, whose jobs are really confined too."""
+    conf = ConfigFile("cgroup.conf, see cgroup.conf(5)")
+    # autodetect: cgroup/v2 on Debian 12 nodes, cgroup/v1 on hosts still booted with the legacy hierarchy.
+    conf.record(CgroupPlugin="autodetect")
+    conf.record(ConstrainCores="yes")
+    conf.record(ConstrainRAMSpace="yes")
+    conf.record(ConstrainDevices="yes")
+    return conf.render()
+
+
+def render_prolog(mapping_dir: str) -> str:
+    """Writes `<mapping_dir>/<GPU index>` holding the job id for each GPU the job got on this node; the DCGM
+    exporter labels that GPU's metrics `hpc_job` from it (one job id per line)."""
+    return f"""#!/bin/sh
+# Slurm Prolog, see slurm.conf(5): slurmd runs it as root on each node of a job at allocation
+# (PrologFlags=Alloc). SLURM_JOB_GPUS holds the node's GPU indices the job got (Prolog and Epilog only).
+# It always exits 0: a failing prolog drains the node and holds the job, too much for a metrics label.
+export PATH={SCRIPT_SEARCH_PATH}
+mapping_dir={shlex.quote(mapping_dir)}
+[ -n "${{SLURM_JOB_GPUS:-}}" ] || exit 0
+mkdir -p "$mapping_dir" || exit 0
+for gpu in $(echo "$SLURM_JOB_GPUS" | tr , ' '); do
+    # Replaced atomically: the exporter may read the file at any moment.
+    printf '%s\\n' "$SLURM_JOB_ID" > "$mapping_dir/.$gpu.new" && mv -f "$mapping_dir/.$gpu.new" "$mapping_dir/$gpu"
+done
+exit 0
+"""
+
+
+def render_epilog(site: Site, mapping_dir: str, overlay: LoopbackOverlay | None = None) -> str:
+    """Removes the job's GPU mapping, then starts the checkpoint mover for the job's team (its account).
+
+    The node stays COMPLETING until the epilog exits (slurm.conf(5) Epilog), so the epilog does only local file
+    work and returns in milliseconds: everything that touches NFS or CephFS, which can hang, runs detached
+    (`setsid -f`) under `timeout` (MOVER_TIMEOUT_S). When the epilog exits, slurmd kills its whole process group
+    (run_command_waitpid_timeout(): "kill children too"), so the epilog waits, at most MOVER_START_TIMEOUT_S, until
+    the detached shell has said it runs: by then it is in a session and process group of its own. Without that
+    wait, a loaded node killed the mover before `setsid -f`'s child had called setsid(). For each NFS server whose
+    export root holds the team's
+    share, the mover sweeps that root, as the CronJob does (the mover's --hot is a tier root, <team>/<run>/...),
+    unless another node's epilog holds the server's lock. No --metrics-file: a node's file would go stale once
+    the team stops using the node and fire the last-success alert; the CronJob's metrics stay the signal.
+    """
+    storage = site.storage
+    mover = str(overlay.mover) if overlay else MOVER
+    hot_root = str(overlay.hot_root) if overlay else storage.nfs_hot.mount_root
+    cold_root = str(overlay.cold_root) if overlay else storage.ceph_cold.mount_path
+    log_dir = str(overlay.root / "log") if overlay else site.slurm.log_dir
+    move = (f'flock -n -E {LOCK_HELD} "$root/{MOVER_LOCK}" python3 "$mover" --hot "$root" --cold "$cold_root" '
+            f"--keep {storage.nfs_hot.keep_checkpoints} --archive-after-days {storage.ceph_cold.archive_after_days}")
+    log = shlex.quote(f"{log_dir}/checkpoint-mover.log")
+    return f"""#!/bin/sh
+# Slurm Epilog, see slurm.conf(5): slurmd runs it as root on every node of the job when the job ends; the
+# node takes no new job until it exits. SLURM_JOB_GPUS and SLURM_JOB_ACCOUNT: see "PROLOG AND EPILOG SCRIPTS".
+export PATH={SCRIPT_SEARCH_PATH}
+mapping_dir={shlex.quote(mapping_dir)}
+for gpu in $(echo "${{SLURM_JOB_GPUS:-}}" | tr , ' '); do
+    # Only this job's file: never one a later job's prolog has written.
+    [ "$(cat "$mapping_dir/$gpu" 2>/dev/null)" = "$SLURM_JOB_ID" ] && rm -f "$mapping_dir/$gpu"
+done
+
+# Team accounts are DNS labels; anything else names no share (root's jobs, for one, have none).
+team=${{SLURM_JOB_ACCOUNT:-}}
+case $team in ''|.*|*/*) exit 0 ;; esac
+started=$(mktemp) || exit 0
+export team started mover={shlex.quote(mover)} hot_root={shlex.quote(hot_root)} cold_root={shlex.quote(cold_root)}
+setsid -f timeout --kill-after=60 {MOVER_TIMEOUT_S} sh -c '
+rm -f "$started"
+for share in "$hot_root"/*/"$team"; do
+    [ -d "$share" ] || continue
+    root=${{share%/*}}
+    echo "$(date -Is) job $SLURM_JOB_ID ($team) ended: moving checkpoints on $root"
+    {move}
+    [ $? -ne {LOCK_HELD} ] || echo "$(date -Is) job $SLURM_JOB_ID: $root is locked by another mover"
+done' >>{log} 2>&1 </dev/null
+# slurmd kills this script's process group when it exits: return only once the mover runs in its own.
+tries=0
+while [ -e "$started" ] && [ $tries -lt {MOVER_START_TIMEOUT_S * 10} ]; do sleep 0.1; tries=$((tries + 1)); done
+if [ -e "$started" ]; then
+    rm -f "$started"
+    echo "$(date -Is) job $SLURM_JOB_ID ($team): the mover did not start within {MOVER_START_TIMEOUT_S} s" >>{log}
+fi
+exit 0
+"""
+
+
+def systemd_path_unit(path: str, kind: str) -> str:
+    """The unit name systemd requires for a path (`systemd-escape --path --suffix=<kind>`, systemd.unit(5)):
+    '/' between parts becomes '-', any other byte but [A-Za-z0-9:_.] and a leading '.' become \\xNN."""
+
+    def escape(index: int, char: str) -> str:
+        plain = char.isascii() and (char.isalnum() or char in ":_.") and not (index == 0 and char == ".")
+        return char if plain else "".join(f"\\x{byte:02x}" for byte in char.encode())
+
+    name = path.strip("/")
+    return "".join("-" if c == "/" else escape(i, c) for i, c in enumerate(name)) + f".{kind}"
+
+
+def render_tier_mounts(site: Site, nfs_options: list[str], cold_filesystem: str) -> dict[str, str]:
+    """systemd.mount(5) units, by unit name, that mount each NFS server's export root at
+    <nfs_hot.mount_root>/<server> and the CephFS `cold_filesystem` at ceph_cold.mount_path.
+
+    `nfs_options` are those the teams' NFS StorageClasses give pods (components.teams.plan). mount.ceph(8)
+    reads the monitors from /etc/ceph/ceph.conf and the key from the CEPH_CLIENT keyring, so no address or
+    secret is written here.
+    Enabling a mounted unit again changes nothing; a changed unit applies at the next (re)mount.
+    """
+    nfs, cold = site.storage.nfs_hot, site.storage.ceph_cold
+    mounts = [(f"{nfs.mount_root}/{server}", f"{server}:{nfs.export_root}", "nfs", ",".join(nfs_options),
+               f"Checkpoint hot tier on {server}") for server in nfs.servers]
+    mounts.append((cold.mount_path, ":/", "ceph", f"name={CEPH_CLIENT},fs={cold_filesystem},noatime",
+                   f"Checkpoint cold tier (CephFS {cold_filesystem})"))
+    units = {}
+    for where, what, fs_type, options, description in mounts:
+        units[systemd_path_unit(where, "mount")] = "\n".join([
+            "# Generated from the site spec by gpu-cluster: edit Pulumi.<stack>.yaml.",
+            "[Unit]", f"Description={description}",
+            # _netdev and network-online: mount only once the network is up (systemd.mount(5)).
+            "Wants=network-online.target", "After=network-online.target", "",
+            "[Mount]", f"What={what}", f"Where={where}", f"Type={fs_type}", f"Options=_netdev,{options}", "",
+            "[Install]", "WantedBy=remote-fs.target", "",
+        ])
+    return units
+
+
+def render_exporter_unit(site: Site) -> str:
+    """systemd.service(5) unit running the Slurm exporter on the controller. It needs no privilege: sinfo and sacct
+    authenticate any user through munge, so it runs as a throwaway user on a read-only system."""
+    return "\n".join([
+        "# Generated from the site spec by gpu-cluster: edit Pulumi.<stack>.yaml.",
+        "[Unit]", "Description=Slurm scheduler metrics for Prometheus (gpu-cluster)",
+        "Wants=network-online.target", "After=network-online.target slurmctld.service", "",
+        "[Service]",
+        f"ExecStart=/usr/bin/python3 {EXPORTER} --port {site.slurm.exporter_port} "
+        f"--interval {defaults.SLURM_EXPORTER_INTERVAL_S}",
+        "DynamicUser=yes", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+        "Restart=always", "RestartSec=10", "",
+        "[Install]", "WantedBy=multi-user.target", "",
+    ])
+
+
+def render_slurmdbd_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:
+    """slurmdbd.conf(5): one Key=Value per line (unlike slurm.conf, it rejects several on one line).
+
+    Production logs in to MariaDB as `slurm` over the local unix socket (a MariaDB user IDENTIFIED VIA
+    unix_socket), so the file holds no password; the test's private MariaDB listens on TCP instead.
+    """
+    slurm = site.slurm
+    conf = ConfigFile("slurmdbd.conf, see slurmdbd.conf(5); the file must be mode 0600")
+    conf.record(AuthType="auth/munge")
+    if overlay is None:
+        conf.record(DbdHost=slurm.controller_host)
+        conf.record(DbdPort=slurm.slurmdbd_port)
+        conf.record(SlurmUser="slurm")
+        conf.record(PidFile="/run/slurmdbd.pid")
+        conf.record(LogFile=f"{slurm.log_dir}/slurmdbd.log")
+        conf.record(StorageType="accounting_storage/mysql")
+        conf.record(StorageHost="localhost")
+        conf.record(StorageUser="slurm")
+    else:
+        conf.record(AuthInfo=f"socket={overlay.munge_socket}")
+        conf.record(DbdHost="localhost")
+        conf.record(DbdAddr="127.0.0.1")
+        conf.record(DbdPort=overlay.slurmdbd_port)
+        conf.record(SlurmUser=overlay.slurm_user)
+        conf.record(PidFile=str(overlay.root / "run" / "slurmdbd.pid"))
+        conf.record(LogFile=str(overlay.root / "log" / "slurmdbd.log"))
+        conf.record(StorageType="accounting_storage/mysql")
+        conf.record(StorageHost="127.0.0.1")
+        conf.record(StoragePort=overlay.storage_port)
+        conf.record(StorageUser=overlay.storage_user)
+        conf.record(StoragePass=overlay.storage_pass)
+    conf.record(StorageLoc=ACCOUNTING_DB)
+    return conf.render()
+
+
+ALREADY_PRESENT = ("Nothing new added.", "already exists")
+"""What sacctmgr 22.05 prints, with exit status 1, when `add` finds everything there already."""
+
+
+def render_accounting_commands(site: Site) -> list[list[str]]:
+    """sacctmgr commands that make the database match the spec; running them again changes nothing.
+
+    `add` only creates (of something that exists it changes nothing, but exits 1: see
+    `accounting_script`); every setting is then written with `modify ... set`, so a changed
+    spec converges on the next run. Not converged: an account or QoS dropped from the spec is left in
+    place, and a preempt list emptied in the spec must be cleared by hand (see below).
+    """
+    sacctmgr = ["sacctmgr", "--immediate"]
+    cluster = site.site_name
+    table = slurm_qos(site)
+    # Lists in one call where sacctmgr takes them: each call costs ~0.4 s of slurmdbd round trips.
+    commands = [[*sacctmgr, "add", "cluster", cluster], [*sacctmgr, "add", "qos", ",".join(q.name for q in table)]]
+    # Lowest first: a QoS's preempt list may name only QoS whose own settings are already written.
+    for qos in reversed(table):
+        # A list replaces the old one. An empty list is left alone: in 22.05 `preempt=` (the documented
+        # clear) leaves the QoS looking like it preempts everything to the loop check, so every later
+        # `preempt=` naming it fails with "QOS Preemption loop detected".
+        preempt = [f"preempt={','.join(qos.preempts)}"] if qos.preempts else []
+        commands.append([*sacctmgr, "modify", "qos", "where", f"name={qos.name}", "set",
+                         f"priority={qos.priority}", *preempt])
+    onboarded = site.teams_onboarded()
+    teams = ",".join(t.name for t in onboarded)
+    commands.append([*sacctmgr, "add", "account", teams, f"cluster={cluster}", f"organization={site.site_name}"])
+    commands.append([*sacctmgr, "modify", "account", "where", f"name={teams}", f"cluster={cluster}",
+                     "set", f"qos={','.join(team_qos(site))}", f"defaultqos={site.scheduling.team_default_class}"])
+    # Fairshare per account, one call per distinct share value.
+    by_share: dict[int, list[str]] = {}
+    for team in onboarded:
+        by_share.setdefault(team.fairshare, []).append(team.name)
+    for share, names in by_share.items():
+        commands.append([*sacctmgr, "modify", "account", "where", f"name={','.join(names)}", f"cluster={cluster}",
+                         "set", f"fairshare={share}"])
+    # The operators (root's account) may use every QoS, including those closed to teams (critical).
+    commands.append([*sacctmgr, "modify", "account", "where", "name=root", f"cluster={cluster}",
+                     "set", f"qos={','.join(q.name for q in table)}"])
+    return commands
+
+
+def accounting_script(site: Site) -> str:
+    """The accounting commands as the one shell script the controller runs on every deploy: an `add` that
+    finds its object there already (sacctmgr exits 1 and says so) counts as done; any other failure stops it."""
+    already = " ".join(f"-e {shlex.quote(marker)}" for marker in ALREADY_PRESENT)
+    steps = [f"out=$({shlex.join(argv)} 2>&1) || printf '%s' \"$out\" | grep -qF {already} "
+             f"|| {{ printf '%s\\n' \"$out\" >&2; exit 1; }}" for argv in render_accounting_commands(site)]
+    return "set -u; " + "; ".join(steps)

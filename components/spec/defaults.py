@@ -1,0 +1,199 @@
+"""Named defaults for the site spec, each with its unit and where the figure comes from.
+
+Every number a component needs and the site may leave out is here, in one place, so a reviewer
+can check the figures against their sources without reading the components.
+"""
+
+from typing import Final
+
+from components.spec.catalog import GpuClass
+
+# --- power ----------------------------------------------------------------------------------
+
+POWER_HEADROOM_PCT: Final = 20.0
+"""% of a rack's power budget kept free for inrush, fan ramp and growth (a common DC design rule)."""
+
+PSU_EFFICIENCY: Final = 0.94
+"""Wall-to-DC efficiency of a node's power supplies (80 PLUS Titanium: >= 94 % at 20-100 % load on
+230 V internal redundant supplies, per the 80 PLUS programme's Titanium criteria)."""
+
+PLATFORM_W: Final[dict[GpuClass, float]] = {
+    # DGX A100 system power is 6.5 kW max (NVIDIA DGX A100 User Guide, "System Specifications").
+    # 6.5 kW x 0.94 PSU efficiency - 8 x 400 W GPUs = 2.9 kW for CPUs, memory, NVSwitch, NICs, fans.
+    GpuClass.DENSE: 2900.0,
+    # 8-GPU PCIe servers: 2 CPUs x 280 W, 16 DIMMs x 10 W, PCIe switches, NICs, drives, fans.
+    # An estimate, not a datasheet figure: measure with `ipmitool dcmi power reading` and set
+    # node_groups[].platform_w for the real chassis.
+    GpuClass.DATACENTER: 1200.0,
+    GpuClass.CONSUMER: 1200.0,
+}
+"""W drawn by a node apart from its GPUs (CPUs, memory, NICs, fans, switches), per GPU class."""
+
+PDU_CONTINUOUS_DERATING: Final = 0.8
+"""Fraction of a PDU feed's rating usable for continuous load (NEC 210.19/215.2: 80 % rule)."""
+
+PDU_SOCKET_RATINGS_A: Final = (32, 63)
+"""A; the IEC 60309 socket ratings the site's PDUs are built around."""
+
+# --- cooling --------------------------------------------------------------------------------
+
+DENSE_RACK_MIN_KW: Final = 40.0
+"""kW; the smallest rack power budget that may hold dense (SXM/HGX) GPUs. An 8-GPU HGX node draws
+~6.5 kW, so a legacy 10-15 kW room fits two at most and derates them."""
+
+# --- observability --------------------------------------------------------------------------
+
+HOT_RETENTION_DAYS: Final = 30
+"""days Prometheus keeps metrics on local disk (the hot tier)."""
+
+COLD_RETENTION_DAYS: Final = 365
+"""days the remote-write cold tier keeps metrics."""
+
+GPU_UTIL_LOW_PCT: Final = 30.0
+"""% average GPU utilization below which a GPU is a tuning opportunity."""
+
+GPU_UTIL_LOW_WINDOW_H: Final = 24
+"""hours the utilization average runs over before the tuning alert fires."""
+
+GPU_TEMP_INCIDENT_C: Final = 85.0
+"""C; GPU core temperature above which an incident is raised."""
+
+HBM_TEMP_INCIDENT_C: Final = 95.0
+"""C; HBM temperature above which an incident is raised (A100/A800 SXM4 report Memory Max Operating Temp
+95 C in `nvidia-smi -q -d TEMPERATURE`)."""
+
+THERMAL_THROTTLE_PCT: Final = 10.0
+"""% of the last 10 minutes a GPU may spend clocked down for heat before a warning."""
+
+# --- storage --------------------------------------------------------------------------------
+
+HOT_CHECKPOINT_KEEP: Final = 3
+"""checkpoints per run directory kept on the NFS hot tier for fast rollback."""
+
+COLD_ARCHIVE_AFTER_DAYS: Final = 7
+"""days after which a checkpoint moves from the NFS hot tier to the Ceph cold tier."""
+
+HOT_FILL_ALERT_PCT: Final = 85.0
+"""% full of an NFS hot server that warns: past ~90 % NFS servers slow down and one 300 GB dump fills them."""
+
+MOVER_SCHEDULE: Final = "*/30 * * * *"
+"""cron; every 30 minutes keeps at most half an hour of superseded checkpoints on the hot tier."""
+
+NFS_MOUNT_ROOT: Final = "/mnt/ckpt-hot"
+"""Slurm nodes mount each NFS hot server at <root>/<server>."""
+
+CEPH_MOUNT_PATH: Final = "/mnt/ckpt-cold"
+"""Slurm nodes mount the CephFS cold tier here."""
+
+NVME_DISKS_PATH: Final = "/mnt/nvme-disks"
+NVME_CACHE_PATH: Final = "/var/lib/gpucluster/model-cache"
+NFS_EXPORT_ROOT: Final = "/exports"
+NFS_MODELS_EXPORT: Final = "/exports/models"
+
+# --- scheduling -----------------------------------------------------------------------------
+
+PRIORITY_INFERENCE: Final = 10_000_000
+PRIORITY_PRODUCTION: Final = 1_000_000
+PRIORITY_STAGING: Final = 100_000
+PRIORITY_DEV: Final = 1_000
+"""Kubernetes PriorityClass values; user classes must stay below 1e9 (system classes start there)."""
+
+QOS_CRITICAL: Final = 100_000
+QOS_INFERENCE: Final = 50_000
+QOS_TRAIN_HIGH: Final = 10_000
+QOS_TRAIN_NORMAL: Final = 1_000
+QOS_TRAIN_PREEMPTIBLE: Final = 100
+"""Slurm QoS priorities; a decade apart, so PriorityWeightQOS outweighs fairshare between any two of them."""
+
+PODS_READY_TIMEOUT_MINUTES: Final = 10
+"""minutes an admitted Kueue workload has to get every pod ready before it is evicted and requeued: long enough
+to pull a multi-GB image and load weights from NVMe, short enough that a half-placed gang frees its GPUs soon
+(the Kueue docs' example uses 10m; its default is 5m)."""
+
+TEAM_GPU_QUOTA: Final = 8
+"""GPUs per Kueue flavor a team's jobs may hold on Kubernetes unless the spec says otherwise: one 8-GPU node's
+worth, so no single team can take a whole inference pool."""
+
+TEAM_FAIRSHARE: Final = 1
+"""Slurm fairshare shares per team account (sacctmgr's default): every team counts the same."""
+
+# --- rollout --------------------------------------------------------------------------------
+
+CANARY_SOAK_DAYS: Final = 14
+"""days the canary stage runs before half may be requested (weeks 1-2)."""
+
+HALF_SOAK_DAYS: Final = 28
+"""days the half stage runs before full may be requested (weeks 3-6)."""
+
+CANARY_MAX_TEAMS: Final = 2
+HALF_MAX_TEAMS: Final = 6
+
+GATE_MAX_FIRING_CRITICAL: Final = 0
+"""critical alerts that may be firing when a stage advances."""
+
+GATE_MIN_GPU_UTIL_PCT: Final = 30.0
+"""% fleet GPU utilization the current stage must reach before the next is requested."""
+
+GATE_MAX_TRAIN_QUEUE_MINUTES: Final = 60.0
+"""minutes; the p95 wait of a training job in the queue."""
+
+GATE_MAX_INFERENCE_ERROR_PCT: Final = 1.0
+"""% of inference requests answered with an error."""
+
+GATE_WINDOW_MINUTES: Final = 60.0
+"""minutes of history the utilization, queue-time and error-rate gates average over."""
+
+APPROVALS_REQUIRED: Final = 2
+"""distinct approvers (never the requester) a stage advance needs."""
+
+APPROVAL_TTL_HOURS: Final = 24
+"""hours an approval stays valid; after that the request must be approved again."""
+
+# --- node validation ------------------------------------------------------------------------
+
+MIN_DRIVER_VERSION: Final = "535.104.05"
+"""Oldest NVIDIA driver a node may run: R535 is a long-term support branch that covers both A800
+(Ampere) and RTX 4090 (Ada) (NVIDIA Data Center Driver release notes, R535)."""
+
+GPU_DRIVER_VERSION: Final = "535.230.02"
+"""NVIDIA driver the GPU Operator installs: the R535 long-term branch (NVIDIA Data Center Driver 535.230.02
+release notes, 2025-01); Kubernetes and Slurm jobs both run on it."""
+
+BURN_IN_S: Final = 300
+"""seconds of burn-in load during which no GPU may pass the incident temperature or throttle."""
+
+BURN_COMMAND: Final = "dcgmi diag -r 3"
+"""Load for the burn-in: DCGM diagnostics level 3 (targeted stress and power) from NVIDIA's
+datacenter-gpu-manager; the node check stops it when the burn-in time is up."""
+
+# --- cooling capacity per rack, by cooling type ---------------------------------------------
+
+COOLING_MAX_KW: Final[dict[str, float]] = {
+    # Upper bounds of heat one rack can shed with each method, as cooling vendors quote them
+    # (Schneider Electric WP 55 and WP 265, Vertiv and Uptime Institute density surveys).
+    # A rack claiming more than its method can remove is a typo or a wish, never a plan.
+    "air": 15.0,
+    "rear_door": 40.0,
+    "in_row_chilled_water": 60.0,
+    "direct_liquid": 120.0,
+    "immersion": 200.0,
+}
+"""kW of heat one rack can remove, per cooling type."""
+
+# --- Slurm ----------------------------------------------------------------------------------
+
+SLURM_OS_MEMORY_RESERVE_PCT: Final = 5.0
+"""% of a node's memory kept out of RealMemory: the kernel's page map alone is ~1.6 % (64 B per 4 KiB
+page), plus firmware holes, the OS, slurmd, the GPU driver's pinned buffers and the NFS page cache."""
+
+SLURM_DEF_MEM_PER_GPU_GIB: Final = 96
+"""GiB of host memory per allocated GPU when a job does not ask (--mem): 2 TiB less the reserve over 8
+GPUs leaves room; without it a 1-GPU job would take the whole node's memory."""
+
+SLURM_EXPORTER_PORT: Final = 9341
+"""TCP port the Slurm exporter serves /metrics on, on the controller (chosen here; no Slurm daemon uses it)."""
+SLURM_EXPORTER_INTERVAL_S: Final = 30
+"""s between the exporter's polls of sinfo and sacct: Prometheus's scrape interval, so each scrape sees news."""
+SLURM_PRIORITY_WEIGHT_QOS: Final = 100_000
+SLURM_PRIORITY_WEIGHT_FAIRSHARE: Final = 10_000
+"""Multifactor priority weights: QoS orders the queue first, fairshare orders jobs of one QoS."""

@@ -1,0 +1,195 @@
+"""Cross-field rules of the site spec: small named checks, each returning every problem it finds."""
+
+from collections.abc import Callable, Iterable
+
+from components.facility import power
+from components.scheduling.kueue import flavors, team_flavors
+from components.scheduling.preemption import check_preemption
+from components.spec import defaults
+from components.spec.problems import Problem
+from components.spec.site import Site
+
+Rule = Callable[[Site], list[Problem]]
+
+
+def _unique(items: Iterable[tuple[str, str]], rule: str = "unique-names") -> list[Problem]:
+    """items: (path, name) pairs; a name seen twice is a problem at its second path."""
+    seen: dict[str, str] = {}
+    problems = []
+    for path, name in items:
+        if name in seen:
+            problems.append(Problem(f"{path}.name", f'"{name}" is already used by {seen[name]}', rule))
+        else:
+            seen[name] = path
+    return problems
+
+
+def _dangling(path: str, kind: str, name: str, known: Iterable[str]) -> Problem:
+    names = ", ".join(dict.fromkeys(known)) or "none defined"
+    return Problem(path, f'no {kind} named "{name}" (known: {names})', "references")
+
+
+def check_unique_names(site: Site) -> list[Problem]:
+    nodes = [
+        (f"node_groups[{i}].nodes[{j}]", node.name)
+        for i, group in enumerate(site.node_groups)
+        for j, node in enumerate(group.nodes)
+    ]
+    pdus = [
+        p
+        for i, rack in enumerate(site.racks)
+        for p in _unique((f"racks[{i}].pdus[{j}]", pdu.name) for j, pdu in enumerate(rack.pdus))
+    ]
+    return (
+        _unique((f"rooms[{i}]", r.name) for i, r in enumerate(site.rooms))
+        + _unique((f"racks[{i}]", r.name) for i, r in enumerate(site.racks))
+        + _unique((f"node_groups[{i}]", g.name) for i, g in enumerate(site.node_groups))
+        + _unique(nodes)
+        + pdus
+        + _unique((f"stages[{i}]", s.name) for i, s in enumerate(site.stages))
+    )
+
+
+def check_references(site: Site) -> list[Problem]:
+    rooms = [r.name for r in site.rooms]
+    racks = [r.name for r in site.racks]
+    stages = [s.name for s in site.stages]
+    problems = [
+        _dangling(f"racks[{i}].room", "room", rack.room, rooms)
+        for i, rack in enumerate(site.racks) if rack.room not in rooms
+    ]
+    for i, group in enumerate(site.node_groups):
+        if group.gpu_model not in site.gpu_catalog:
+            problems.append(_dangling(f"node_groups[{i}].gpu_model", "gpu_catalog entry", group.gpu_model,
+                                      sorted(site.gpu_catalog)))
+        problems += [
+            _dangling(f"node_groups[{i}].nodes[{j}].rack", "rack", node.rack, racks)
+            for j, node in enumerate(group.nodes) if node.rack not in racks
+        ]
+    problems += [
+        _dangling(f"teams[{i}].stage", "stage", team.stage, stages)
+        for i, team in enumerate(site.teams) if team.stage not in stages
+    ]
+    if site.stage not in stages:
+        problems.append(_dangling("stage", "stage", site.stage, stages))
+    return problems
+
+
+def check_stage_sizes(site: Site) -> list[Problem]:
+    """Teams onboarded by a stage and those before it stay within the stage's max_teams."""
+    problems = []
+    onboarded: list[str] = []
+    for i, stage in enumerate(site.stages):
+        onboarded += [t.name for t in site.teams if t.stage == stage.name]
+        if stage.max_teams is not None and len(onboarded) > stage.max_teams:
+            problems.append(Problem(
+                f"stages[{i}].max_teams",
+                f"{len(onboarded)} teams are onboarded by {stage.name} ({', '.join(onboarded)}), "
+                f"more than its limit of {stage.max_teams}",
+                "stage-sizes",
+            ))
+    return problems
+
+
+def check_team_onboarding(site: Site) -> list[Problem]:
+    """A team joins once, in one stage: the same name twice is a problem at its second entry."""
+    first: dict[str, int] = {}
+    problems = []
+    for i, team in enumerate(site.teams):
+        if team.name not in first:
+            first[team.name] = i
+            continue
+        earlier = site.teams[first[team.name]]
+        if earlier.stage != team.stage:
+            problems.append(Problem(
+                f"teams[{i}].stage", f'team "{team.name}" is already onboarded by stage {earlier.stage} '
+                f"(teams[{first[team.name]}]); a team joins in one stage only", "team-onboarding"))
+        else:
+            problems.append(Problem(f"teams[{i}].name", f'"{team.name}" is already used by teams[{first[team.name]}]',
+                                    "unique-names"))
+    return problems
+
+
+def check_team_quotas(site: Site) -> list[Problem]:
+    """A team's quota and guarantee name kubernetes-pool flavors and fit in them; a guarantee is part of the quota,
+    and the guarantees of all teams (every stage, so the last one is known to fit) fit the flavor."""
+    known = {f.name: f for f in flavors(site)}
+    capacity = {f.name: f.gpus for f in team_flavors(site)}
+    guaranteed = dict.fromkeys(capacity, 0)
+    problems = []
+
+    def team_flavor(path: str, name: str) -> bool:
+        if name not in known:
+            problems.append(_dangling(path, "Kueue GPU flavor", name, capacity))
+        elif name not in capacity:
+            problems.append(Problem(path, f"{name} GPUs are Slurm's until lent to inference (gpuctl flex); teams "
+                                    "get quota on kubernetes-pool flavors only", "team-quotas"))
+        return name in capacity
+
+    for i, team in enumerate(site.teams):
+        for name, gpus in team.gpu_quota.items():
+            path = f"teams[{i}].gpu_quota.{name}"
+            if team_flavor(path, name) and gpus > capacity[name]:
+                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name]} GPUs of flavor {name}",
+                                        "team-quotas"))
+        for name, gpus in team.gpu_guaranteed.items():
+            path = f"teams[{i}].gpu_guaranteed.{name}"
+            quota = team.gpu_quota.get(name, defaults.TEAM_GPU_QUOTA)
+            if not team_flavor(path, name):
+                continue
+            if gpus > quota:
+                problems.append(Problem(path, f"{gpus} guaranteed GPUs exceed the team's quota of {quota} on {name}",
+                                        "team-quotas"))
+                continue
+            before, guaranteed[name] = guaranteed[name], guaranteed[name] + gpus
+            if before <= capacity[name] < guaranteed[name]:
+                problems.append(Problem(path, f"with this team the guarantees on {name} add up to {guaranteed[name]} "
+                                        f"GPUs, more than its {capacity[name]}", "team-quotas"))
+    return problems
+
+
+def check_retention(site: Site) -> list[Problem]:
+    m = site.monitoring
+    if m.cold_retention_days > m.hot_retention_days:
+        return []
+    return [Problem(
+        "monitoring.cold_retention_days",
+        f"the cold tier ({m.cold_retention_days} days) must outlast the hot tier ({m.hot_retention_days} days)",
+        "retention",
+    )]
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def check_driver_version(site: Site) -> list[Problem]:
+    installed, required = site.gpu_operator.driver_version, site.node_check.min_driver_version
+    if _version(installed) >= _version(required):
+        return []
+    return [Problem(
+        "gpu_operator.driver_version",
+        f"{installed} is older than node_check.min_driver_version {required}: every node would fail its check",
+        "driver-version",
+    )]
+
+
+def check_racks(site: Site) -> list[Problem]:
+    return [p for plan in power.plan_racks(site) for p in plan.problems]
+
+
+RULES: tuple[Rule, ...] = (
+    check_unique_names,
+    check_references,
+    check_stage_sizes,
+    check_team_onboarding,
+    check_team_quotas,
+    check_preemption,
+    check_retention,
+    check_driver_version,
+    check_racks,
+)
+
+
+def check_site(site: Site) -> list[Problem]:
+    return [problem for rule in RULES for problem in rule(site)]

@@ -1,0 +1,491 @@
+"""The site spec: the one description of the site that every component reads.
+
+Pure data (pydantic v2, frozen, unknown keys rejected). Field names are the keys of the stack file
+(`Pulumi.<stack>.yaml`, namespace `gpu-cluster:`), so an error path such as
+`racks[2].cooling.capacity_kw` points straight at the line to fix. Defaults live in
+`components.spec.defaults`; rules that span fields live in `components.spec.rules`.
+"""
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from components.spec import defaults
+from components.spec.catalog import GPU_CATALOG, GpuClass
+
+# DNS-1123 label: these names become Kubernetes object names, Slurm node names and hostnames.
+Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+Percent = Annotated[float, Field(ge=0, lt=100)]
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class GpuModel(Spec):
+    tdp_w: Annotated[float, Field(gt=0)]
+    """W; the board power limit the GPU may draw at full load."""
+    memory_gb: Annotated[int, Field(gt=0)]
+    """GB of device memory."""
+    gpu_class: GpuClass
+    """How the GPU must be housed (dense GPUs need >= 40 kW liquid or in-row cooled racks)."""
+    source: Annotated[str, Field(min_length=1)]
+    """Where the figures come from (datasheet and year)."""
+    smi_name: Annotated[str, Field(min_length=1)]
+    """The name `nvidia-smi --query-gpu=name` prints; the node check compares against it."""
+
+
+class CoolingType(StrEnum):
+    AIR = "air"
+    REAR_DOOR = "rear_door"
+    IN_ROW_CHILLED_WATER = "in_row_chilled_water"
+    DIRECT_LIQUID = "direct_liquid"
+    IMMERSION = "immersion"
+
+
+class Cooling(Spec):
+    type: CoolingType
+    """How heat leaves the rack."""
+    capacity_kw: Annotated[float, Field(gt=0)]
+    """kW of heat the rack's cooling removes (from the cooling design, not the nameplate of the room)."""
+
+
+class Feed(StrEnum):
+    A = "A"
+    B = "B"
+
+
+class Pdu(Spec):
+    name: Name
+    feed: Feed
+    """Which of the two independent power paths feeds this PDU."""
+    voltage_v: Annotated[float, Field(gt=0)]
+    """V; line-to-line for three-phase, line-to-neutral for single-phase."""
+    current_a: Annotated[int, Field(gt=0)]
+    """A; the socket and breaker rating (32 or 63)."""
+    phases: Annotated[int, Field(ge=1, le=3)]
+    """1 or 3."""
+
+
+class Room(Spec):
+    name: Name
+    description: str = ""
+
+
+class Rack(Spec):
+    name: Name
+    room: Name
+    """The room the rack stands in (rooms[].name)."""
+    power_budget_kw: Annotated[float, Field(gt=0)]
+    """kW the facility provisions for this rack."""
+    headroom_pct: Percent = defaults.POWER_HEADROOM_PCT
+    """% of the power budget kept free; planned IT load must stay within the rest."""
+    cooling: Cooling
+    pdus: list[Pdu]
+    """The rack's PDUs; at least one on each feed (A and B)."""
+
+
+class Node(Spec):
+    name: Name
+    rack: Name
+    """The rack the node stands in (racks[].name)."""
+    ssh_host: Annotated[str, Field(min_length=1)]
+    """Address the node is reached at over SSH for validation and Slurm."""
+    bmc_host: Annotated[str, Field(min_length=1)]
+    """Address of the node's BMC (IPMI) for PSU and power readings."""
+
+
+class Pool(StrEnum):
+    KUBERNETES = "kubernetes"
+    """Online inference, short and elastic jobs."""
+    SLURM = "slurm"
+    """Long, offline and preemptible training."""
+    FLEX = "flex"
+    """Slurm by default; lendable to Kubernetes at an inference peak."""
+
+
+class NodeGroup(Spec):
+    name: Name
+    gpu_model: str
+    """A key of gpu_catalog."""
+    gpus_per_node: Annotated[int, Field(gt=0, le=16)]
+    platform_w: Annotated[float, Field(gt=0)] | None = None
+    """W a node draws apart from its GPUs; default by GPU class (components.spec.defaults.PLATFORM_W)."""
+    psu_efficiency: Annotated[float, Field(gt=0, le=1)] = defaults.PSU_EFFICIENCY
+    """Fraction of wall power the node's PSUs deliver as DC."""
+    cpus: Annotated[int, Field(gt=0)]
+    """CPU cores per node (Slurm CPUs=)."""
+    memory_gib: Annotated[int, Field(gt=0)]
+    """GiB of host memory per node (Slurm RealMemory=)."""
+    pool: Pool
+    nodes: Annotated[list[Node], Field(min_length=1)]
+
+
+AbsolutePath = Annotated[str, Field(pattern=r"^/[^\s]*[^/\s]$")]
+
+
+class NvmeTier(Spec):
+    cache_gib: Annotated[int, Field(gt=0)]
+    """GiB of local NVMe per GPU node for model weights and LoRA adapters."""
+    disks_path: AbsolutePath = defaults.NVME_DISKS_PATH
+    """Where each node mounts its NVMe filesystems, one directory per disk (the local volume provisioner's
+    discovery directory)."""
+    cache_path: AbsolutePath = defaults.NVME_CACHE_PATH
+    """Directory on NVMe holding the weights/LoRA cache that inference pods mount read-only."""
+    prefetch: list[Annotated[str, Field(pattern=r"^[^/\s][^\s]*$")]] = []
+    """Model directories, relative to nfs_hot.models_export, copied to every GPU node before first use."""
+
+
+class NfsHotTier(Spec):
+    servers: Annotated[list[str], Field(min_length=1)]
+    """NFS servers for the hot tier; teams are spread over them, never one for everything."""
+    capacity_tib: Annotated[float, Field(gt=0)]
+    """TiB of hot-tier capacity in all."""
+    keep_checkpoints: Annotated[int, Field(gt=0)] = defaults.HOT_CHECKPOINT_KEEP
+    """Newest checkpoints per run directory kept on the hot tier."""
+    export_root: AbsolutePath = defaults.NFS_EXPORT_ROOT
+    """Each team's share is <export_root>/<team> on the server it is assigned to."""
+    models_export: AbsolutePath = defaults.NFS_MODELS_EXPORT
+    """The model registry on the first server, the source of the NVMe prefetch."""
+    fill_alert_pct: Percent = defaults.HOT_FILL_ALERT_PCT
+    """% full at which a hot-tier server raises a warning (the mover frees space every run)."""
+    mount_root: AbsolutePath = defaults.NFS_MOUNT_ROOT
+    """Where hosts mount the hot tier: each server's export_root at <mount_root>/<server>, so a team's share is
+    <mount_root>/<server>/<team> on every Slurm node (and on pods that mount the same way)."""
+
+
+class CephColdTier(Spec):
+    capacity_tib: Annotated[float, Field(gt=0)]
+    """TiB of cold-tier (Ceph) capacity."""
+    archive_after_days: Annotated[int, Field(gt=0)] = defaults.COLD_ARCHIVE_AFTER_DAYS
+    """days after which a checkpoint moves from hot to cold."""
+    mover_schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")] = defaults.MOVER_SCHEDULE
+    """Cron schedule of the checkpoint mover (five fields)."""
+    mount_path: AbsolutePath = defaults.CEPH_MOUNT_PATH
+    """Where hosts mount the CephFS cold filesystem's root; a team's archive is <mount_path>/<team>."""
+
+
+class Storage(Spec):
+    nvme: NvmeTier
+    nfs_hot: NfsHotTier
+    ceph_cold: CephColdTier
+
+
+class Monitoring(Spec):
+    hot_retention_days: Annotated[int, Field(gt=0)] = defaults.HOT_RETENTION_DAYS
+    """days Prometheus keeps metrics locally."""
+    cold_retention_days: Annotated[int, Field(gt=0)] = defaults.COLD_RETENTION_DAYS
+    """days the cold tier keeps metrics."""
+    gpu_util_low_pct: Percent = defaults.GPU_UTIL_LOW_PCT
+    """% average utilization under which a GPU is a tuning opportunity."""
+    gpu_util_low_window_h: Annotated[int, Field(gt=0)] = defaults.GPU_UTIL_LOW_WINDOW_H
+    """hours the utilization average spans."""
+    gpu_temp_incident_c: Annotated[float, Field(gt=0)] = defaults.GPU_TEMP_INCIDENT_C
+    """C; GPU temperature that raises an incident."""
+
+
+ClassName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$", max_length=63)]
+"""A scheduling class: a Slurm QoS name and, without `_`, a Kubernetes PriorityClass name."""
+
+
+class Workload(StrEnum):
+    INFERENCE = "inference"
+    """Online serving: training never preempts it, on either scheduler."""
+    TRAINING = "training"
+    """Training, batch and short jobs: everything that is not online serving; the preemptible side."""
+    PLATFORM = "platform"
+    """The operators' own urgent work (drills, recovery)."""
+
+
+class SchedulingClass(Spec):
+    """One row of the preemption table; the same row drives Kubernetes and Slurm."""
+
+    name: ClassName
+    workload: Workload
+    kubernetes_priority: Annotated[int, Field(gt=0, lt=1_000_000_000)] | None = None
+    """PriorityClass value; None: not a Kubernetes class (user classes stay below 1e9, where system ones start)."""
+    slurm_priority: Annotated[int, Field(ge=0)] | None = None
+    """Slurm QoS priority, weighted by PriorityWeightQOS; None: not a Slurm QoS."""
+    preempts: list[ClassName] = []
+    """Classes whose running work this class may preempt (Slurm `Preempt=`); on Kubernetes every lower class
+    must be listed, because kube-scheduler and Kueue preempt by priority value, not by list."""
+    preemptible: bool = True
+    """False: nothing may preempt it (no class may list it in `preempts`)."""
+    for_teams: bool = True
+    """Whether team accounts may use it; False keeps it to the operators (Slurm only)."""
+    description: str = ""
+    """What the class is for; becomes the PriorityClass description."""
+
+
+DEFAULT_CLASSES = (
+    SchedulingClass(name="critical", workload=Workload.PLATFORM, slurm_priority=defaults.QOS_CRITICAL,
+                    preempts=["train_high", "train_normal", "train_preemptible"], preemptible=False, for_teams=False,
+                    description="Operators' urgent work on Slurm nodes (drills, recovery)."),
+    SchedulingClass(name="inference", workload=Workload.INFERENCE, kubernetes_priority=defaults.PRIORITY_INFERENCE,
+                    slurm_priority=defaults.QOS_INFERENCE,
+                    preempts=["production", "staging", "dev", "train_preemptible"],
+                    preemptible=False, description="Online inference: preempts batch work at a peak, never preempted."),
+    SchedulingClass(name="production", workload=Workload.TRAINING, kubernetes_priority=defaults.PRIORITY_PRODUCTION,
+                    preempts=["staging", "dev"], description="Production batch and short jobs on Kubernetes."),
+    SchedulingClass(name="staging", workload=Workload.TRAINING, kubernetes_priority=defaults.PRIORITY_STAGING,
+                    preempts=["dev"], description="Staging and evaluation jobs on Kubernetes."),
+    SchedulingClass(name="train_high", workload=Workload.TRAINING, slurm_priority=defaults.QOS_TRAIN_HIGH,
+                    preempts=["train_normal", "train_preemptible"]),
+    SchedulingClass(name="train_normal", workload=Workload.TRAINING, slurm_priority=defaults.QOS_TRAIN_NORMAL,
+                    preempts=["train_preemptible"]),
+    SchedulingClass(name="dev", workload=Workload.TRAINING, kubernetes_priority=defaults.PRIORITY_DEV,
+                    description="Development and notebooks; the default for pods that name no class."),
+    SchedulingClass(name="train_preemptible", workload=Workload.TRAINING,
+                    slurm_priority=defaults.QOS_TRAIN_PREEMPTIBLE),
+)
+
+
+class Scheduling(Spec):
+    classes: Annotated[list[SchedulingClass], Field(min_length=1)] = list(DEFAULT_CLASSES)
+    """The one preemption table, highest first: Kubernetes PriorityClasses and Slurm QoS are both rendered from it
+    (components.scheduling.preemption checks that both orders agree and that training never preempts inference)."""
+    team_default_class: ClassName = "train_normal"
+    """Slurm QoS a team's job gets without --qos (a Slurm class open to teams)."""
+    pods_ready_timeout_minutes: Annotated[int, Field(gt=0)] = defaults.PODS_READY_TIMEOUT_MINUTES
+    """minutes an admitted Kueue workload may take to get all its pods ready before it is evicted and requeued
+    (all-or-nothing admission)."""
+
+
+class Stage(Spec):
+    name: Name
+    min_soak_days: Annotated[int, Field(ge=0)]
+    """days this stage must run before the next may be requested."""
+    max_teams: Annotated[int, Field(gt=0)] | None = None
+    """Teams onboarded by this stage and the ones before it, at most (None: no limit)."""
+
+
+DEFAULT_STAGES = (
+    Stage(name="canary", min_soak_days=defaults.CANARY_SOAK_DAYS, max_teams=defaults.CANARY_MAX_TEAMS),
+    Stage(name="half", min_soak_days=defaults.HALF_SOAK_DAYS, max_teams=defaults.HALF_MAX_TEAMS),
+    Stage(name="full", min_soak_days=0),
+)
+
+
+class Team(Spec):
+    name: Name
+    """Becomes the team's namespace, Slurm account and Grafana folder."""
+    stage: Name
+    """The rollout stage that onboards the team (stages[].name)."""
+    slack_channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")]
+    """Where the team's tuning alerts go."""
+    gpu_quota: dict[str, Annotated[int, Field(ge=0)]] = {}
+    """Most GPUs per kubernetes-pool Kueue flavor (`<gpu>-kubernetes`, e.g. `a800-kubernetes`, `rtx4090-kubernetes`)
+    the team's jobs may hold; a flavor left out gets components.spec.defaults.TEAM_GPU_QUOTA."""
+    gpu_guaranteed: dict[str, Annotated[int, Field(ge=0)]] = {}
+    """GPUs per kubernetes-pool flavor set aside for the team (its queue's nominal quota, taken out of the pool's):
+    part of gpu_quota, not on top of it. The team reclaims them from other teams' borrowed jobs of lower priority,
+    up to the highest preemptible class (never inference). None unless given."""
+    fairshare: Annotated[int, Field(gt=0)] = defaults.TEAM_FAIRSHARE
+    """Slurm fairshare shares of the team's account, relative to the other teams'."""
+
+
+class Gates(Spec):
+    max_firing_critical: Annotated[int, Field(ge=0)] = defaults.GATE_MAX_FIRING_CRITICAL
+    min_gpu_util_pct: Percent = defaults.GATE_MIN_GPU_UTIL_PCT
+    max_train_queue_minutes: Annotated[float, Field(gt=0)] = defaults.GATE_MAX_TRAIN_QUEUE_MINUTES
+    max_inference_error_pct: Percent = defaults.GATE_MAX_INFERENCE_ERROR_PCT
+
+
+class Rollout(Spec):
+    gates: Gates = Gates()
+    """Health gates checked when approval is requested and again right before apply."""
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
+        "http://prometheus-operated.monitoring.svc:9090"
+    )
+    """Prometheus whose HTTP API the gates query (the Prometheus Operator's service; example host: set it)."""
+    gate_window_minutes: Annotated[float, Field(gt=0, le=10080)] = defaults.GATE_WINDOW_MINUTES
+    """minutes of history the utilization, queue-time and error-rate gates average over."""
+    policy_pack: Annotated[str, Field(min_length=1)] = "policy"
+    """Directory of the policy pack, relative to the project, that every rollout preview and update runs."""
+
+
+class SlackReceiver(StrEnum):
+    SOCKET_MODE = "socket_mode"
+    """Outbound websocket; needs no public ingress (the default for an on-prem cluster)."""
+    HTTP = "http"
+    """Signed HTTP requests to an endpoint Slack can reach."""
+
+
+class Slack(Spec):
+    channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")]
+    """Where approval requests are posted."""
+    incident_channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")]
+    """Where critical alerts go."""
+    approver_group: Annotated[str, Field(pattern=r"^S[A-Z0-9]+$")]
+    """Slack user group id (S...) whose members may approve a stage."""
+    approvals_required: Annotated[int, Field(gt=0)] = defaults.APPROVALS_REQUIRED
+    approval_ttl_hours: Annotated[int, Field(gt=0)] = defaults.APPROVAL_TTL_HOURS
+    receiver: SlackReceiver = SlackReceiver.SOCKET_MODE
+
+
+class NodeCheck(Spec):
+    min_driver_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)+$")] = defaults.MIN_DRIVER_VERSION
+    """Oldest NVIDIA driver a node may run (dotted version)."""
+    burn_in_s: Annotated[int, Field(gt=0, le=3600)] = defaults.BURN_IN_S
+    """seconds of load during which the hottest GPU must stay under monitoring.gpu_temp_incident_c."""
+    burn_command: Annotated[str, Field(min_length=1)] = defaults.BURN_COMMAND
+    """Command that loads every GPU on the node for the burn-in."""
+
+
+class LlmMeter(StrEnum):
+    LITELLM = "litellm"
+    """The LiteLLM gateway's token counters (prompt and completion; it does not split cached tokens)."""
+    VLLM = "vllm"
+    """vLLM's engine counters (prompt, generation and prefix-cache hit tokens), team from the pod namespace."""
+
+
+class LlmPrice(Spec):
+    model: Annotated[str, Field(min_length=1)]
+    """The model as the meter labels it (LiteLLM `model`, vLLM `model_name`)."""
+    meter: LlmMeter = LlmMeter.LITELLM
+    """Whose counters price this model; each model is metered once, so gateway traffic to a vLLM backend
+    is not counted twice."""
+    prompt_usd_per_mtok: Annotated[float, Field(ge=0)]
+    """USD per million prompt (input) tokens not served from a cache."""
+    completion_usd_per_mtok: Annotated[float, Field(ge=0)]
+    """USD per million completion (output) tokens."""
+    cached_usd_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    """USD per million prompt tokens served from the prefix cache (vLLM meter only)."""
+    source: Annotated[str, Field(min_length=1)]
+    """Where the price comes from (price list and date, or the internal chargeback rate)."""
+
+
+DEFAULT_LLM_PRICES = (
+    LlmPrice(model="gpt-4o", prompt_usd_per_mtok=2.5, completion_usd_per_mtok=10.0,
+             source="example: OpenAI API pricing for gpt-4o, 2024-11; replace with the contract price"),
+    LlmPrice(model="Qwen/Qwen2.5-72B-Instruct", meter=LlmMeter.VLLM, prompt_usd_per_mtok=0.4,
+             completion_usd_per_mtok=1.2, cached_usd_per_mtok=0.1,
+             source="example: internal chargeback for a self-hosted model; set from the GPU-hour cost"),
+)
+
+
+class Alerting(Spec):
+    runbook_base_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
+        "https://git.example.internal/platform/gpu-cluster/-/blob/main/docs/sop"
+    )
+    """Where docs/sop/ is browsable; every alert links `<base>/<alert-kebab>.md` (example host: set it)."""
+    platform_channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")] = "#gpu-platform"
+    """Where warnings and tuning alerts that no team owns go."""
+    oncall_webhook_url: Annotated[str, Field(pattern=r"^https?://\S+$")] = (
+        "http://oncall-bridge.monitoring.svc:8080/alertmanager"
+    )
+    """The on-call pager's Alertmanager webhook (not secret; its token is read from a file)."""
+    secrets_dir: Annotated[str, Field(pattern=r"^/\S+[^/]$")] = "/etc/alertmanager/secrets"
+    """Directory mounted into Alertmanager holding `slack-api-url` and `oncall-token` (never inline)."""
+    hbm_temp_incident_c: Annotated[float, Field(gt=0)] = defaults.HBM_TEMP_INCIDENT_C
+    """C; HBM temperature that raises an incident (A100/A800 SXM4 report Memory Max Operating Temp
+    95 C in `nvidia-smi -q -d TEMPERATURE`)."""
+    thermal_throttle_pct: Percent = defaults.THERMAL_THROTTLE_PCT
+    """% of the last 10 minutes a GPU may spend clocked down for heat before a warning."""
+    xid_hardware: tuple[Annotated[int, Field(gt=0)], ...] = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+    """XIDs that mean the GPU, its memory, NVLink or GSP failed (NVIDIA XID catalog,
+    docs.nvidia.com/deploy/xid-errors); any other XID is the application's (13, 31, 43, 45, ...)."""
+    llm_prices: list[LlmPrice] = list(DEFAULT_LLM_PRICES)
+    """Price table for LLM API cost per team, model and token type."""
+
+    @field_validator("llm_prices")
+    @classmethod
+    def _one_meter_per_model(cls, prices: list[LlmPrice]) -> list[LlmPrice]:
+        seen: set[str] = set()
+        for i, price in enumerate(prices):
+            if price.model in seen:
+                raise ValueError(f'[{i}]: model "{price.model}" is priced twice; a model is metered once')
+            seen.add(price.model)
+            if price.cached_usd_per_mtok is not None and price.meter != LlmMeter.VLLM:
+                raise ValueError(f"[{i}]: cached_usd_per_mtok needs meter vllm (LiteLLM does not count cached tokens)")
+        return prices
+
+
+class SlurmSettings(Spec):
+    """Slurm controller and daemons; rendered by components.slurm.conf (QoS come from scheduling.classes)."""
+
+    controller_host: Annotated[str, Field(min_length=1)] = "slurm-controller"
+    """Hostname of the slurmctld and slurmdbd machine, resolvable from every node."""
+    slurmctld_port: Annotated[int, Field(gt=0, lt=65536)] = 6817
+    """TCP port of slurmctld (the slurm.conf(5) default)."""
+    slurmd_port: Annotated[int, Field(gt=0, lt=65536)] = 6818
+    """TCP port of slurmd on every node (the slurm.conf(5) default)."""
+    slurmdbd_port: Annotated[int, Field(gt=0, lt=65536)] = 6819
+    """TCP port of slurmdbd (the slurmdbd.conf(5) default)."""
+    state_save_dir: Annotated[str, Field(pattern=r"^/")] = "/var/spool/slurmctld"
+    """Where slurmctld keeps its state; must survive reboots (Debian's slurmctld package default)."""
+    slurmd_spool_dir: Annotated[str, Field(pattern=r"^/")] = "/var/spool/slurmd"
+    """Where each slurmd keeps batch scripts and its state (Debian's slurmd package default)."""
+    log_dir: Annotated[str, Field(pattern=r"^/")] = "/var/log/slurm"
+    """Where the daemons write their logs (Debian's slurm-wlm default)."""
+    exporter_port: Annotated[int, Field(gt=0, lt=65536)] = defaults.SLURM_EXPORTER_PORT
+    """TCP port of the Slurm exporter (hosts/slurm_exporter.py) on the controller; Prometheus scrapes it."""
+    os_memory_reserve_pct: Annotated[float, Field(ge=0, lt=50)] = defaults.SLURM_OS_MEMORY_RESERVE_PCT
+    """% of a node's installed memory kept out of RealMemory: the kernel's page map alone is ~1.6 %
+    (64 B per 4 KiB page), plus firmware holes, the OS, slurmd, the GPU driver's pinned buffers and the
+    NFS page cache. A RealMemory above what slurmd detects would drain the node."""
+    def_mem_per_gpu_gib: Annotated[int, Field(gt=0)] = defaults.SLURM_DEF_MEM_PER_GPU_GIB
+    """GiB of host memory a job gets per allocated GPU unless it asks (--mem); without it a 1-GPU job
+    would be given the whole node's memory and block the other 7 GPUs."""
+    priority_weight_qos: Annotated[int, Field(ge=0)] = defaults.SLURM_PRIORITY_WEIGHT_QOS
+    """Weight of the QoS factor in multifactor priority; larger than fairshare so QoS orders the queue first."""
+    priority_weight_fairshare: Annotated[int, Field(ge=0)] = defaults.SLURM_PRIORITY_WEIGHT_FAIRSHARE
+    """Weight of the fairshare factor; orders jobs of one QoS by how little each account has used lately."""
+
+
+class GpuOperator(Spec):
+    driver_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)+$")] = defaults.GPU_DRIVER_VERSION
+    """NVIDIA driver the operator installs on every GPU node, the one driver Kubernetes and Slurm share."""
+    namespace: Name = "gpu-operator"
+
+
+class Site(Spec):
+    site_name: Name
+    stage: Name
+    """The rollout stage deployed now (stages[].name)."""
+    ssh_user: Annotated[str, Field(min_length=1)]
+    """User the node checks and Slurm deploy log in as (its key is the secret ssh_private_key)."""
+    bmc_user: Annotated[str, Field(min_length=1)]
+    """BMC user (its password is the secret bmc_password)."""
+    gpu_catalog: dict[str, GpuModel] = Field(default_factory=lambda: _catalog({}), validate_default=True)
+    """GPU models by name; entries given here add to or replace the built-in catalog."""
+    rooms: Annotated[list[Room], Field(min_length=1)]
+    racks: Annotated[list[Rack], Field(min_length=1)]
+    node_groups: Annotated[list[NodeGroup], Field(min_length=1)]
+    storage: Storage
+    monitoring: Monitoring = Monitoring()
+    alerting: Alerting = Alerting()
+    scheduling: Scheduling = Scheduling()
+    teams: Annotated[list[Team], Field(min_length=1)]
+    stages: Annotated[list[Stage], Field(min_length=1)] = list(DEFAULT_STAGES)
+    """Rollout stages in order; each team names the one that onboards it."""
+    rollout: Rollout = Rollout()
+    slack: Slack
+    slurm: SlurmSettings = SlurmSettings()
+    node_check: NodeCheck = NodeCheck()
+    """How each node proves itself before it takes work."""
+    gpu_operator: GpuOperator = GpuOperator()
+
+    @field_validator("gpu_catalog", mode="before")
+    @classmethod
+    def _merge_catalog(cls, value: Any) -> Any:
+        return _catalog(value) if isinstance(value, dict) else value
+
+    def gpu(self, group: NodeGroup) -> GpuModel:
+        return self.gpu_catalog[group.gpu_model]
+
+    def platform_w(self, group: NodeGroup) -> float:
+        if group.platform_w is not None:
+            return group.platform_w
+        return defaults.PLATFORM_W[self.gpu(group).gpu_class]
+
+    def teams_onboarded(self) -> list[Team]:
+        """Teams whose stage is the current stage or one before it, in spec order."""
+        order = [s.name for s in self.stages]
+        now = order.index(self.stage)
+        return [t for t in self.teams if order.index(t.stage) <= now]
+
+
+def _catalog(overrides: dict[str, Any]) -> dict[str, Any]:
+    return {**GPU_CATALOG, **overrides}

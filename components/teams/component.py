@@ -1,0 +1,50 @@
+"""One Team per onboarded team: its namespace, GPU quotas, Kueue ClusterQueue and LocalQueue, NFS StorageClass.
+
+Its Slurm account is made by the Slurm accounting commands, its dashboards and alert route by the monitoring
+stack; the Team records where they are (outputs), it does not make them twice. Names and inputs depend on the
+team and on site-wide facts no stage changes, so a later stage adds Teams and leaves the earlier ones as they were.
+"""
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.k8s import custom
+from components.spec.site import Site
+from components.teams.plan import (
+    TeamPlan,
+    cluster_queue_manifest,
+    local_queue_manifest,
+    namespace_manifest,
+    nfs_storage_class,
+    resource_quota_manifest,
+    team_facts,
+)
+
+TEAM_TYPE = "gpucluster:teams:Team"
+
+
+class Team(pulumi.ComponentResource):
+    def __init__(self, name: str, site: Site, plan: TeamPlan, opts: pulumi.ResourceOptions) -> None:
+        """opts must depend on the monitoring stack (the team serves traffic) and on the Scheduling and storage
+        components (the queues need Kueue's CRDs and flavors, the StorageClass the NFS driver)."""
+        facts = team_facts(plan)
+        super().__init__(TEAM_TYPE, name, facts, opts)
+        ns = kubernetes.core.v1.Namespace(f"{name}-namespace", metadata=namespace_manifest(plan)["metadata"],
+                                          opts=pulumi.ResourceOptions(parent=self))
+        in_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        quota = resource_quota_manifest(plan)
+        kubernetes.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=quota["metadata"], spec=quota["spec"],
+                                         opts=in_namespace)
+        caps = kubernetes.apiextensions.CustomResource(
+            f"{name}-cluster-queue", **custom(cluster_queue_manifest(site, plan)),
+            opts=pulumi.ResourceOptions(parent=self))
+        kubernetes.apiextensions.CustomResource(f"{name}-queue", **custom(local_queue_manifest(plan)),
+                                                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, caps]))
+        share = nfs_storage_class(plan.share)
+        kubernetes.storage.v1.StorageClass(
+            f"{name}-nfs-hot", metadata=share["metadata"], provisioner=share["provisioner"],
+            parameters=share["parameters"], mount_options=share["mountOptions"],
+            reclaim_policy=share["reclaimPolicy"], volume_binding_mode=share["volumeBindingMode"],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs(facts)

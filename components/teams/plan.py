@@ -1,0 +1,146 @@
+"""What each onboarded team gets, as plain data: namespace, GPU quotas per flavor, Kueue queues, NFS share, Slurm
+account, and where its dashboards and alerts already are.
+
+Pure. Everything about a team depends on the team's own entry, its place in `teams` and site-wide facts no stage
+changes (the flavors, the preemption table), never on the stage or on who else is onboarded, so advancing the
+stage adds teams and leaves earlier ones untouched.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from components.monitoring.alertmanager import team_receiver
+from components.monitoring.dashboards import TEAM_USAGE_UID, TEAMS_FOLDER
+from components.scheduling.kueue import (
+    TEAM_LABEL,
+    TEAM_QUEUE,
+    local_queue,
+    team_cluster_queue,
+    team_cluster_queue_name,
+    team_flavors,
+)
+from components.scheduling.preemption import team_qos
+from components.spec import defaults
+from components.spec.site import Site, Team
+
+GPU_QUOTA = "gpu-quota"
+NFS_MOUNT_OPTIONS = ["nfsvers=4.1", "hard", "nconnect=8"]
+"""nconnect spreads one client's traffic over several TCP connections (nfs(5)); hard never loses a write."""
+
+
+@dataclass(frozen=True)
+class TeamShare:
+    team: str
+    server: str
+    share: str
+
+    @property
+    def storage_class(self) -> str:
+        return f"nfs-hot-{self.team}"
+
+
+@dataclass(frozen=True)
+class SlurmAccount:
+    name: str
+    fairshare: int
+    qos: list[str]
+    default_qos: str
+
+
+@dataclass(frozen=True)
+class TeamPlan:
+    team: Team
+    gpu_quota: dict[str, int]
+    """Most GPUs per Kueue flavor the team's jobs may hold."""
+    gpu_guaranteed: dict[str, int]
+    """GPUs per flavor the team can always reclaim; part of gpu_quota."""
+    share: TeamShare
+    slurm: SlurmAccount
+
+    @property
+    def name(self) -> str:
+        return self.team.name
+
+
+def team_shares(site: Site) -> list[TeamShare]:
+    """Onboarded teams' shares. Servers are assigned by a team's place in the spec, so onboarding more
+    teams never moves an earlier team to another server."""
+    nfs, onboarded = site.storage.nfs_hot, {t.name for t in site.teams_onboarded()}
+    return [
+        TeamShare(team.name, nfs.servers[index % len(nfs.servers)], f"{nfs.export_root}/{team.name}")
+        for index, team in enumerate(site.teams) if team.name in onboarded
+    ]
+
+
+def team_plans(site: Site) -> list[TeamPlan]:
+    """One plan per onboarded team, in spec order."""
+    shares = {s.team: s for s in team_shares(site)}
+    names = [f.name for f in team_flavors(site)]
+    qos = team_qos(site)
+    return [
+        TeamPlan(
+            team=team,
+            gpu_quota={name: team.gpu_quota.get(name, defaults.TEAM_GPU_QUOTA) for name in names},
+            gpu_guaranteed={name: team.gpu_guaranteed.get(name, 0) for name in names},
+            share=shares[team.name],
+            slurm=SlurmAccount(team.name, team.fairshare, qos, site.scheduling.team_default_class),
+        )
+        for team in site.teams_onboarded()
+    ]
+
+
+def namespace_manifest(plan: TeamPlan) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": plan.name, "labels": {TEAM_LABEL: plan.name}}}
+
+
+def resource_quota_manifest(plan: TeamPlan) -> dict[str, Any]:
+    """A namespace quota counts GPUs of every flavor alike (it cannot select nodes), so it holds the team's total,
+    which also bounds GPU pods that no queue admits (inference Deployments); the per-flavor caps are the team's
+    ClusterQueue's."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": GPU_QUOTA, "namespace": plan.name, "labels": {TEAM_LABEL: plan.name}},
+        "spec": {"hard": {"requests.nvidia.com/gpu": str(sum(plan.gpu_quota.values()))}},
+    }
+
+
+def cluster_queue_manifest(site: Site, plan: TeamPlan) -> dict[str, Any]:
+    return team_cluster_queue(site, plan.name, plan.gpu_quota, plan.gpu_guaranteed)
+
+
+def local_queue_manifest(plan: TeamPlan) -> dict[str, Any]:
+    return local_queue(plan.name)
+
+
+def nfs_storage_class(share: TeamShare) -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": share.storage_class, "labels": {TEAM_LABEL: share.team}},
+        "provisioner": "nfs.csi.k8s.io",
+        "parameters": {"server": share.server, "share": share.share},
+        "mountOptions": NFS_MOUNT_OPTIONS,
+        "reclaimPolicy": "Retain",
+        "volumeBindingMode": "Immediate",
+    }
+
+
+def team_facts(plan: TeamPlan) -> dict[str, Any]:
+    """What the Team component records: its own objects, and where the team's existing dashboards, alert route
+    and Slurm account are (rendered by the monitoring stack and Slurm accounting, not created again)."""
+    return {
+        "team": plan.name,
+        "stage": plan.team.stage,
+        "namespace": plan.name,
+        "gpu_quota": dict(plan.gpu_quota),
+        "gpu_guaranteed": dict(plan.gpu_guaranteed),
+        "cluster_queue": team_cluster_queue_name(plan.name),
+        "local_queue": TEAM_QUEUE,
+        "storage_class": plan.share.storage_class,
+        "nfs_share": f"{plan.share.server}:{plan.share.share}",
+        "slurm_account": {"name": plan.slurm.name, "fairshare": plan.slurm.fairshare, "qos": list(plan.slurm.qos),
+                          "default_qos": plan.slurm.default_qos},
+        "grafana": {"folder": TEAMS_FOLDER, "dashboard": TEAM_USAGE_UID, "variable": f"team={plan.name}"},
+        "alert_route": {"receiver": team_receiver(plan.name), "channel": plan.team.slack_channel},
+    }

@@ -1,0 +1,87 @@
+"""Parse the site from Pulumi config, as the CLI hands it over: every value a string, objects as JSON.
+
+One entry point, `parse_site`, for the engine (`__main__.py`) and the offline plan alike. It
+reports every problem it finds, with its path and rule, and raises once.
+"""
+
+import json
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from components.spec.problems import Problem, SiteSpecError
+from components.spec.rules import check_site
+from components.spec.site import Site
+
+SECRET_KEYS = ("ssh_private_key", "bmc_password")
+"""Config keys that must be Pulumi secrets; they never enter the spec, only Pulumi outputs."""
+
+_STRING_KEYS = {name for name, field in Site.model_fields.items() if field.annotation is str}
+
+
+def parse_site(raw: Mapping[str, str], secret_keys: Collection[str]) -> Site:
+    """raw: the project's config without its namespace (`racks`, not `gpu-cluster:racks`).
+
+    secret_keys: the keys of raw that the CLI marked secret.
+    """
+    problems = _check_secrets(raw, secret_keys)
+    data: dict[str, Any] = {}
+    unreadable = set()
+    for key, value in raw.items():
+        if key in SECRET_KEYS:
+            continue
+        if key not in Site.model_fields:
+            known = ", ".join(sorted([*Site.model_fields, *SECRET_KEYS]))
+            problems.append(Problem(key, f"unknown config key (known keys: {known})"))
+            continue
+        try:
+            data[key] = value if key in _STRING_KEYS or not isinstance(value, str) else json.loads(value)
+        except json.JSONDecodeError as err:
+            unreadable.add(key)
+            problems.append(Problem(key, f"not valid JSON: {err.msg} at char {err.pos}"))
+    try:
+        site = Site.model_validate(data)
+    except ValidationError as err:
+        # A key we could not read would show up again as "missing"; its real cause is reported.
+        problems += [
+            Problem(_path(e["loc"]), _message(e))
+            for e in err.errors(include_url=False)
+            if e["loc"][:1] not in {(key,) for key in unreadable}
+        ]
+        raise SiteSpecError(problems) from None
+    problems += check_site(site)
+    if problems:
+        raise SiteSpecError(problems)
+    return site
+
+
+def _check_secrets(raw: Mapping[str, str], secret_keys: Collection[str]) -> list[Problem]:
+    problems = []
+    for key in SECRET_KEYS:
+        if key not in raw:
+            problems.append(Problem(key, f"required; set it with `pulumi config set --secret {key}`", "secrets"))
+        elif key not in secret_keys:
+            problems.append(Problem(
+                key, f"must be a secret, not plain text; set it with `pulumi config set --secret {key}`", "secrets"
+            ))
+    return problems
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _message(error: Any) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    shown = json.dumps(error["input"], default=str)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"{error['msg']} (got {shown})"

@@ -1,0 +1,221 @@
+"""Lending the flex pool to Kubernetes inference at a peak, and taking it back.
+
+Flex nodes run Slurm work until lent (docs/scheduling.md, "Lending the flex pool"). Lending a node:
+
+1. Slurm stops starting jobs on it: `scontrol update State=DRAIN Reason=<LEND_REASON>`. A node with any other
+   reason (a failed node check, an operator) or down, failed or in maintenance is not lent.
+2. Running jobs whose QoS the inference class preempts in the one preemption table are requeued; any other job
+   (train_normal, train_high, inference, critical, or one Slurm cannot requeue) is left to finish, and the node
+   stays draining until it does.
+3. Once Slurm has the node idle, it gets the label LENT_LABEL=true. The flex taint stays: only pods that tolerate
+   it land on flex nodes, and the inference manifests in docs/scheduling.md also require the label, so they use
+   lent nodes only. Kueue's flex flavor selects the label too.
+
+Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
+node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
+then does Slurm resume it. Both directions read the live state first, so running them again finishes what a
+timeout or a crash left half done.
+"""
+
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from components.facility.admission import FLEX_LENT_LABEL as LENT_LABEL
+from components.scheduling.preemption import slurm_qos
+from components.spec.site import Pool, Site, Workload
+
+LEND_REASON = "gpuctl flex: lent to kubernetes inference"
+COMMAND_TIMEOUT_S = 30
+RUNNING = "R,CF,CG,S,ST,SI,SO,RS"
+"""squeue states of jobs that hold a node's GPUs (all but pending and ended)."""
+UNHEALTHY = ("DOWN", "FAIL", "MAINT", "REBOOT", "POWER")
+"""Prefixes of Slurm node state flags that make a node unfit to lend or to resume (NOT_RESPONDING is transient)."""
+
+
+
+class Runner(Protocol):
+    def __call__(self, args: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S) -> str:
+        """Runs a command and returns its standard output, or raises CommandError."""
+
+
+class CommandError(Exception):
+    """A command failed, timed out or is not installed."""
+
+
+class FlexError(Exception):
+    """The request does not apply: not a flex node, or nothing to do it with."""
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    node: str
+    done: bool
+    """Whether the node reached the state asked for (lent, or back in Slurm)."""
+    detail: str
+
+
+def run_command(args: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S) -> str:
+    try:
+        result = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise CommandError(f"{args[0]} is not installed or not on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise CommandError(f"{' '.join(args)} did not answer within {timeout_s:g} s") from None
+    if result.returncode != 0:
+        said = (result.stderr or result.stdout).strip().splitlines()
+        raise CommandError(f"{' '.join(args)} exited {result.returncode}: {said[-1] if said else 'no output'}")
+    return result.stdout
+
+
+def unhealthy(state: str) -> bool:
+    return any(flag.startswith(UNHEALTHY) for flag in state.split("+"))
+
+
+def flex_nodes(site: Site) -> list[str]:
+    return [node.name for group in site.node_groups if group.pool == Pool.FLEX for node in group.nodes]
+
+
+def inference_preempts(site: Site) -> set[str]:
+    """The Slurm QoS an inference class of the table preempts: the only jobs lending may requeue."""
+    inference = {c.name for c in site.scheduling.classes if c.workload == Workload.INFERENCE}
+    return {victim for qos in slurm_qos(site) if qos.name in inference for victim in qos.preempts}
+
+
+def chosen(site: Site, nodes: Sequence[str]) -> list[str]:
+    """The nodes asked for (all flex nodes when none), refusing any that is not in the flex pool."""
+    flex = flex_nodes(site)
+    if not flex:
+        raise FlexError("the site has no flex pool nodes (node_groups[].pool: flex)")
+    strangers = [n for n in nodes if n not in flex]
+    if strangers:
+        raise FlexError(f"--node {', '.join(strangers)}: not in the flex pool (flex nodes: {', '.join(flex)})")
+    return list(dict.fromkeys(nodes)) or flex
+
+
+@dataclass
+class Flex:
+    site: Site
+    slurm: Runner
+    kubectl: Runner
+    progress: Callable[[str], None]
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    def node_fields(self, node: str) -> dict[str, str]:
+        out = self.slurm(["scontrol", "--oneliner", "show", "node", node])
+        fields: dict[str, str] = {}
+        for pair in out.split():
+            key, _, value = pair.partition("=")
+            fields.setdefault(key, value)
+        # Reason may hold spaces; it is the last field and runs to the end of the line.
+        if "Reason=" in out:
+            fields["Reason"] = out.split("Reason=", 1)[1].rsplit(" [", 1)[0].strip()
+        return fields
+
+    def jobs(self, node: str) -> list[tuple[str, str]]:
+        """(job id, QoS) of the jobs holding the node's GPUs."""
+        out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={RUNNING}", "--format=%i %q"])
+        return [(job, qos) for job, qos in (line.split() for line in out.splitlines() if line.strip())]
+
+    def lend(self, nodes: Sequence[str], wait_s: float, poll_s: float = 2.0) -> list[NodeOutcome]:
+        targets, refused = [], []
+        for node in chosen(self.site, nodes):
+            fields = self.node_fields(node)
+            state, reason = fields.get("State", ""), fields.get("Reason", "")
+            if reason not in ("", LEND_REASON) or unhealthy(state):
+                why = f" for {reason!r}" if reason else ""
+                refused.append(NodeOutcome(node, False, f"not lent: Slurm has it {state}{why}"))
+                continue
+            self.slurm(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={LEND_REASON}"])
+            targets.append(node)
+        preemptible, kept = inference_preempts(self.site), {}
+        for node in targets:
+            for job, qos in self.jobs(node):
+                if qos not in preemptible:
+                    kept[job] = "not preempted by inference"
+                    continue
+                try:
+                    self.slurm(["scontrol", "requeue", job])
+                except CommandError as error:
+                    # Interactive jobs and --no-requeue ones cannot be requeued; cancelling is the owner's call.
+                    kept[job] = "could not be requeued"
+                    self.progress(f"{node}: job {job} ({qos}) stays: {error}")
+                    continue
+                self.progress(f"{node}: requeued job {job} ({qos}), which inference preempts")
+        outcomes = self._wait_idle(targets, wait_s, poll_s, kept)
+        for outcome in outcomes:
+            if outcome.done:
+                self.kubectl(["kubectl", "label", "node", outcome.node, f"{LENT_LABEL}=true", "--overwrite"])
+                # A reclaim that stopped at `kubectl drain` left the node cordoned.
+                self.kubectl(["kubectl", "uncordon", outcome.node])
+                self.progress(f"{outcome.node}: lent to kubernetes inference")
+        return refused + outcomes
+
+    def _wait_idle(self, nodes: list[str], wait_s: float, poll_s: float, kept: dict[str, str]) -> list[NodeOutcome]:
+        """Waits until each node runs no job and Slurm has it IDLE (epilogs done), at most wait_s."""
+        deadline = self.clock() + wait_s
+        pending = set(nodes)
+        held: dict[str, tuple[list[tuple[str, str]], str]] = {}
+        while True:
+            for node in sorted(pending):
+                jobs, state = self.jobs(node), self.node_fields(node).get("State", "")
+                held[node] = (jobs, state)
+                if not jobs and state.split("+")[0] == "IDLE" and "COMPLETING" not in state:
+                    pending.discard(node)
+            if not pending or self.clock() >= deadline:
+                break
+            self.sleep(poll_s)
+        outcomes = []
+        for node in nodes:
+            jobs, state = held[node]
+            if node not in pending:
+                outcomes.append(NodeOutcome(node, True, "lent"))
+            elif jobs:
+                running = ", ".join(f"{job} ({qos}{', ' + kept[job] if job in kept else ''})" for job, qos in jobs)
+                outcomes.append(NodeOutcome(node, False, f"draining: still runs {running}; run lend again to finish"))
+            else:
+                outcomes.append(NodeOutcome(node, False, f"draining: Slurm has it {state}; run lend again to finish"))
+        return outcomes
+
+    def reclaim(self, nodes: Sequence[str], wait_s: float) -> list[NodeOutcome]:
+        outcomes = []
+        for node in chosen(self.site, nodes):
+            self.kubectl(["kubectl", "label", "node", node, f"{LENT_LABEL}-"])
+            try:
+                self.kubectl(["kubectl", "drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
+                              f"--timeout={max(1, round(wait_s))}s"], wait_s + COMMAND_TIMEOUT_S)
+            except CommandError as error:
+                # Pods may still hold GPUs: Slurm must not get the node back yet.
+                outcomes.append(NodeOutcome(node, False, f"pods not evicted, Slurm not resumed: {error}"))
+                continue
+            self.kubectl(["kubectl", "uncordon", node])
+            fields = self.node_fields(node)
+            state, reason = fields.get("State", ""), fields.get("Reason", "")
+            if reason == LEND_REASON:
+                self.slurm(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+                outcomes.append(NodeOutcome(node, True, "back in Slurm"))
+            elif reason:
+                outcomes.append(NodeOutcome(node, False, f"left drained: Slurm drained it for {reason!r}, not for "
+                                                         "lending"))
+            elif unhealthy(state):
+                outcomes.append(NodeOutcome(node, False, f"Slurm has it {state}: see "
+                                                         "docs/sop/slurm-nodes-unavailable.md"))
+            else:
+                outcomes.append(NodeOutcome(node, True, "back in Slurm (it was not lent)"))
+            self.progress(f"{node}: {outcomes[-1].detail}")
+        return outcomes
+
+    def status(self) -> list[NodeOutcome]:
+        lent = set(self.kubectl(["kubectl", "get", "nodes", "--selector", f"{LENT_LABEL}=true",
+                                 "--output", "name"]).split())
+        outcomes = []
+        for node in flex_nodes(self.site):
+            fields = self.node_fields(node)
+            jobs = self.jobs(node)
+            where = "kubernetes" if f"node/{node}" in lent else "slurm"
+            outcomes.append(NodeOutcome(node, where == "kubernetes", f"{where}; Slurm {fields.get('State', '?')}"
+                                        f"{', ' + str(len(jobs)) + ' jobs' if jobs else ''}"))
+        return outcomes

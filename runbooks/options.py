@@ -1,0 +1,37 @@
+"""The site of a stack, for the operator commands: Pulumi.<stack>.yaml read and parsed, or exit 2 saying why."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from components.spec.problems import SiteSpecError
+from components.spec.site import Site
+from components.validate import parse_site
+from runbooks.offline.engine import StackConfigError, load_stack_config
+
+EXIT_BAD_INPUT = 2
+
+StackOption = Annotated[str, typer.Option(help="Stack whose Pulumi.<stack>.yaml describes the site.")]
+ProjectDirOption = Annotated[Path, typer.Option(help="Directory holding Pulumi.yaml.")]
+
+
+def site_or_exit(project_dir: Path, stack: str, err: Console) -> Site:
+    try:
+        return parse_site(*load_stack_config(project_dir, stack).project_values())
+    except StackConfigError as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except SiteSpecError as error:
+        print_spec_problems(error, stack, err)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def print_spec_problems(error: SiteSpecError, stack: str, err: Console) -> None:
+    """Every problem of the spec, each with its field path and rule."""
+    count = len(error.problems)
+    err.print(f"[red]invalid site spec[/] in Pulumi.{stack}.yaml ({count} problem{'s' * (count != 1)}):")
+    for problem in error.problems:
+        err.print(f"  - {escape(str(problem))}", highlight=False)

@@ -1,0 +1,293 @@
+"""The offline plan: validate the site, render the stack under the offline engine, summarize, write.
+
+Every figure in the summary is read from what the program registered (the components' outputs),
+not recomputed from the spec, so the plan shows what the engine and the policy pack will see.
+"""
+
+import json
+import re
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.cluster import CLUSTER_TYPE
+from components.facility.component import GPU_NODE_TYPE, RACK_TYPE
+from components.gpu_operator.dcgm_counters import render_counters_csv
+from components.monitoring.alertmanager import render_alertmanager_config
+from components.monitoring.alerts import render_rule_groups
+from components.monitoring.dashboards import render_dashboards
+from components.scheduling.component import SCHEDULING_TYPE
+from components.slurm.component import SLURM_TYPE
+from components.slurm.conf import (
+    accounting_script,
+    render_cgroup_conf,
+    render_gres_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+)
+from components.spec.site import Site
+from components.storage.component import STORAGE_TYPE
+from components.teams.component import TEAM_TYPE
+from components.validate import parse_site
+from runbooks.offline.engine import STACK_TYPE, ResourceGraph, Secret, load_stack_config, run_program
+from runbooks.offline.policy_pack import Finding, PolicyResult, check_policies
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class GroupRow:
+    node_group: str
+    pool: str
+    gpu_model: str
+    nodes: int = 0
+    gpus: int = 0
+
+
+@dataclass
+class RackRow:
+    rack: str
+    room: str
+    nodes: int
+    gpus: int
+    it_load_kw: float
+    usable_kw: float
+    cooling_type: str
+    cooling_capacity_kw: float
+    feed_capacity_kw: dict[str, float]
+    failed_checks: list[str]
+
+    @property
+    def power_headroom_kw(self) -> float:
+        return self.usable_kw - self.it_load_kw
+
+    @property
+    def cooling_headroom_kw(self) -> float:
+        # Heat load equals IT load: every watt drawn leaves the rack as heat.
+        return self.cooling_capacity_kw - self.it_load_kw
+
+
+@dataclass
+class TeamRow:
+    team: str
+    stage: str
+    """The stage that onboarded the team."""
+    gpu_quota: dict[str, int]
+    """Most GPUs per Kueue flavor the team's jobs may hold on Kubernetes."""
+    gpu_guaranteed: dict[str, int]
+    """GPUs per flavor set aside for the team (part of gpu_quota)."""
+    local_queue: str
+    storage_class: str
+    slurm_default_qos: str
+    slurm_qos: list[str]
+    fairshare: int
+
+    @property
+    def gpu_total(self) -> int:
+        return sum(self.gpu_quota.values())
+
+
+@dataclass
+class Summary:
+    stack: str
+    stage: str
+    teams_onboarded: list[str]
+    teams_total: int
+    groups: list[GroupRow]
+    racks: list[RackRow]
+    resources_by_type: dict[str, int]
+    storage: dict[str, Any]
+    """The storage tiers' outputs: StorageClasses, sizes, the mover's schedule."""
+    teams: list[TeamRow]
+    """The onboarded teams, in spec order, as their Team components registered them."""
+    scheduling: dict[str, Any]
+    """The Scheduling component's outputs: PriorityClasses, Kueue flavors and queues."""
+    slurm_qos: list[dict[str, Any]]
+    """The Slurm QoS the Slurm component reports, from the same table."""
+    policies: list[PolicyResult]
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        return sum(g.gpus for g in self.groups)
+
+    @property
+    def nodes(self) -> int:
+        return sum(g.nodes for g in self.groups)
+
+
+@dataclass
+class Plan:
+    site: Site
+    graph: ResourceGraph
+    policies: list[PolicyResult]
+    policy_seconds: float
+    """Wall time of the policy pack run: start, Analyze per resource, AnalyzeStack."""
+
+    @property
+    def blocking(self) -> list[Finding]:
+        """Violations of mandatory policies: what would stop `pulumi preview --policy-pack policy`."""
+        return [v for r in self.policies for v in r.violations if v.enforcement_level == "mandatory"]
+
+
+def plan(project_dir: Path, stack: str, policy_config: dict[str, Any] | None = None,
+         progress: Progress = lambda _: None) -> Plan:
+    """Raises StackConfigError or SiteSpecError before anything is registered."""
+    progress(f"reading Pulumi.yaml and Pulumi.{stack}.yaml")
+    config = load_stack_config(project_dir, stack)
+    progress("validating the site spec")
+    site = parse_site(*config.project_values())
+    progress("running the program under the offline engine")
+    graph = run_program(project_dir, stack, config)
+    progress("judging the resources with the policy pack (its real gRPC entry point)")
+    started = time.monotonic()
+    policies = check_policies(graph, policy_config, project_dir / "policy")
+    return Plan(site, graph, policies, time.monotonic() - started)
+
+
+def summarize(result: Plan) -> Summary:
+    site, graph = result.site, result.graph
+    groups: dict[str, GroupRow] = {}
+    per_rack: dict[str, list[dict[str, Any]]] = {}
+    for node in graph.of_type(GPU_NODE_TYPE):
+        out = node.outputs
+        row = groups.setdefault(out["node_group"], GroupRow(out["node_group"], out["pool"], out["gpu_model"]))
+        row.nodes += 1
+        row.gpus += int(out["gpu_count"])
+        per_rack.setdefault(out["rack"], []).append(out)
+    racks = []
+    for rack in graph.of_type(RACK_TYPE):
+        out = rack.outputs
+        racks.append(RackRow(
+            rack=rack.name,
+            room=out["room"],
+            nodes=len(per_rack.get(rack.name, [])),
+            gpus=int(out["gpu_count"]),
+            it_load_kw=out["it_load_kw"],
+            usable_kw=out["usable_kw"],
+            cooling_type=out["cooling_type"],
+            cooling_capacity_kw=out["cooling_capacity_kw"],
+            feed_capacity_kw=out["feed_capacity_kw"],
+            failed_checks=sorted(rule for rule, ok in out["verdicts"].items() if not ok),
+        ))
+    counts = Counter(r.type for r in graph.resources.values() if r.type != STACK_TYPE)
+    onboarded = [t.name for t in site.teams_onboarded()]
+    by_team = {r.outputs["team"]: r.outputs for r in graph.of_type(TEAM_TYPE)}
+    teams = []
+    for name in onboarded:
+        team = by_team[name]
+        account = team["slurm_account"]
+        teams.append(TeamRow(
+            team=name, stage=team["stage"], gpu_quota={f: int(n) for f, n in team["gpu_quota"].items()},
+            gpu_guaranteed={f: int(n) for f, n in team["gpu_guaranteed"].items()},
+            local_queue=team["local_queue"], storage_class=team["storage_class"],
+            slurm_default_qos=account["default_qos"], slurm_qos=account["qos"], fairshare=int(account["fairshare"]),
+        ))
+    return Summary(
+        stack=graph.stack,
+        stage=graph.resources[_one(graph, CLUSTER_TYPE)].inputs["stage"],
+        teams_onboarded=onboarded,
+        teams_total=len(site.teams),
+        groups=sorted(groups.values(), key=lambda g: g.node_group),
+        racks=sorted(racks, key=lambda r: r.rack),
+        resources_by_type=dict(sorted(counts.items())),
+        storage=graph.resources[_one(graph, STORAGE_TYPE)].outputs,
+        teams=teams,
+        scheduling=graph.resources[_one(graph, SCHEDULING_TYPE)].outputs,
+        slurm_qos=graph.resources[_one(graph, SLURM_TYPE)].outputs["qos"],
+        policies=result.policies,
+    )
+
+
+def artifacts(site: Site) -> dict[str, str]:
+    """Generated configuration, as its consumer reads it (promtool, amtool, Grafana, ...), by path."""
+    files = {
+        "prometheus/rules.yaml": yaml.safe_dump(render_rule_groups(site), sort_keys=False),
+        "alertmanager/alertmanager.yml": yaml.safe_dump(render_alertmanager_config(site), sort_keys=False),
+        "dcgm-exporter/dcgm-metrics.csv": render_counters_csv(),
+    }
+    for uid, board in render_dashboards(site).items():
+        files[f"grafana/{uid}.json"] = json.dumps(board, indent=2) + "\n"
+    files |= {
+        "slurm/slurm.conf": render_slurm_conf(site),
+        "slurm/gres.conf": render_gres_conf(site),
+        "slurm/cgroup.conf": render_cgroup_conf(),
+        "slurm/slurmdbd.conf": render_slurmdbd_conf(site),
+        "slurm/accounting.sh": accounting_script(site) + "\n",
+    }
+    return files
+
+
+def write_plan(site: Site, graph: ResourceGraph, out_dir: Path) -> list[Path]:
+    """One YAML file per Kubernetes object, one JSON file per other resource, and the generated
+    configuration files; stale files from an earlier plan are removed."""
+    generated = artifacts(site)
+    for sub in ("kubernetes", "resources", *{path.split("/")[0] for path in generated}):
+        shutil.rmtree(out_dir / sub, ignore_errors=True)
+    written = []
+    for relative, text in generated.items():
+        path = out_dir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    for resource in sorted(graph.resources.values(), key=lambda r: r.urn):
+        if resource.type == STACK_TYPE:
+            continue
+        if _is_kubernetes_object(resource.type):
+            path = out_dir / "kubernetes" / f"{_slug(resource.type.split(':')[-1])}--{_slug(resource.name)}.yaml"
+            body = yaml.safe_dump(_redacted(_manifest(resource.type, resource.inputs)), sort_keys=False)
+        else:
+            path = out_dir / "resources" / f"{_slug(resource.type)}--{_slug(resource.name)}.json"
+            record = {
+                "urn": resource.urn,
+                "type": resource.type,
+                "name": resource.name,
+                "custom": resource.custom,
+                "parent": resource.parent,
+                "dependencies": resource.dependencies,
+                "property_dependencies": resource.property_dependencies,
+                "options": resource.options,
+                "inputs": resource.inputs,
+                "outputs": resource.outputs,
+            }
+            body = json.dumps(_redacted(record), indent=2, sort_keys=True) + "\n"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+        written.append(path)
+    return written
+
+
+def _one(graph: ResourceGraph, type_: str) -> str:
+    (resource,) = graph.of_type(type_)
+    return resource.urn
+
+
+def _is_kubernetes_object(type_: str) -> bool:
+    # kubernetes:<group>/<version>:<Kind>; Helm releases and the provider itself are not objects.
+    return type_.startswith("kubernetes:") and not type_.startswith(("kubernetes:helm.sh/", "pulumi:providers:"))
+
+
+def _manifest(type_: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    group_version, kind = type_.split(":")[1:]
+    api_version = group_version.removeprefix("core/")
+    return {"apiVersion": api_version, "kind": kind, **inputs}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, Secret):
+        return "[secret]"
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value

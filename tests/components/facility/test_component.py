@@ -1,0 +1,87 @@
+"""A GpuNode's admission: the node-check stdout decides its labels, taints and Slurm eligibility."""
+
+import json
+import threading
+from typing import Any
+
+import pulumi
+import pytest
+
+from components.facility.component import GpuNode, NodeAdmission
+from components.facility.power import node_loads
+from tests.builders import parse, prod_values
+
+HEALTHY = json.dumps({"node": "gpu-a800-01", "ok": True, "checks": [{"name": "gpu-inventory", "ok": True,
+                                                                     "detail": "8 x NVIDIA A800-SXM4-80GB"}]})
+HOT = json.dumps({"node": "gpu-a800-01", "ok": False, "checks": [
+    {"name": "gpu-inventory", "ok": True, "detail": "8 x NVIDIA A800-SXM4-80GB"},
+    {"name": "burn-in", "ok": False, "detail": "GPU 3 reached 91 C (limit 85 C)"},
+]})
+
+
+class NodeCheckMocks(pulumi.runtime.Mocks):
+    """The node check answers with `stdout`; every registration's inputs are kept by type."""
+
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+        self.inputs: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        with self._lock:
+            self.inputs[args.typ] = args.inputs
+        outputs = dict(args.inputs)
+        if args.typ == "command:remote:Command":
+            outputs["stdout"] = self.stdout
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
+        return {}, None
+
+
+def admit(stdout: str) -> tuple[dict[str, Any], bool]:
+    """The NodePatch inputs and the `validated` output of gpu-a800-01 under a node check answering stdout."""
+    mocks = NodeCheckMocks(stdout)
+    pulumi.runtime.set_mocks(mocks, project="gpu-cluster", stack="prod", preview=False)
+    site = parse(prod_values())
+    load = node_loads(site)[0]
+    validated: list[bool] = []
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[None]:
+        admission = NodeAdmission(site, pulumi.Output.secret("key"))
+        node = GpuNode(load, admission, pulumi.ResourceOptions())
+        return node.verdict.apply(lambda v: validated.append(v.validated))
+
+    program()
+    return mocks.inputs["kubernetes:core/v1:NodePatch"], validated[0]
+
+
+def test_should_admit_a_node_whose_check_passed() -> None:
+    patch, validated = admit(HEALTHY)
+    assert validated is True
+    assert patch["metadata"]["labels"] == {
+        "gpucluster.io/validated": "true", "gpucluster.io/gpu-model": "A800-SXM4-80GB",
+        "gpucluster.io/rack": "a01", "gpucluster.io/pool": "slurm",
+    }
+    # Only the pool taint remains: Slurm nodes take Kubernetes pods only when lent.
+    assert patch["spec"]["taints"] == [{"key": "gpucluster.io/pool", "value": "slurm", "effect": "NoSchedule"}]
+    assert patch["metadata"]["annotations"] == {"gpucluster.io/validation-reason": ""}
+
+
+@pytest.mark.parametrize(
+    ("stdout", "reason"),
+    [
+        pytest.param(HOT, "burn-in: GPU 3 reached 91 C (limit 85 C)", id="should taint a node that ran hot"),
+        pytest.param("Traceback (most recent call last):",
+                     "unreadable node-check output: 'Traceback (most recent call last):'",
+                     id="should taint a node whose check printed garbage"),
+        pytest.param("", "no node-check result yet", id="should taint a node without a result"),
+    ],
+)
+def test_should_keep_a_failed_node_tainted_with_its_reason(stdout: str, reason: str) -> None:
+    patch, validated = admit(stdout)
+    assert validated is False
+    assert patch["metadata"]["labels"]["gpucluster.io/validated"] == "false"
+    assert {"key": "gpucluster.io/unvalidated", "value": "true", "effect": "NoSchedule"} in patch["spec"]["taints"]
+    assert patch["metadata"]["annotations"] == {"gpucluster.io/validation-reason": reason}

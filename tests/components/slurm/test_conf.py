@@ -1,0 +1,362 @@
+"""Slurm rendering rules, checked on the rendered text and commands (real daemons: test_slurm_real.py)."""
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.gpu_operator.component import HPC_JOB_MAPPING_DIR
+from components.slurm.conf import (
+    EXPORTER_UNIT,
+    MOVER_TIMEOUT_S,
+    LoopbackOverlay,
+    gres_type,
+    real_memory_mib,
+    render_accounting_commands,
+    render_cgroup_conf,
+    render_epilog,
+    render_exporter_unit,
+    render_gres_conf,
+    render_prolog,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+    render_tier_mounts,
+    slurm_nodes,
+    systemd_path_unit,
+)
+from components.spec.site import Site
+from components.teams.plan import NFS_MOUNT_OPTIONS, team_shares
+from tests.builders import parse, with_changes
+
+GOLDEN = Path(__file__).parent / "golden"
+KUBERNETES_NODES = ["gpu-a800-11", "gpu-a800-12", "gpu-4090-01", "gpu-4090-02", "gpu-4090-03", "gpu-4090-04"]
+
+
+def node_lines(conf: str) -> dict[str, str]:
+    return {m.group(1): m.group(0) for m in re.finditer(r"^NodeName=(\S+) .*$", conf, re.MULTILINE)}
+
+
+def partition_nodes(conf: str) -> dict[str, list[str]]:
+    found = re.finditer(r"^PartitionName=(\S+) Nodes=(\S+)", conf, re.MULTILINE)
+    return {m.group(1): m.group(2).split(",") for m in found}
+
+
+def qos_settings(site: Site) -> dict[str, dict[str, str]]:
+    """QoS name -> the settings its `modify qos ... set` command writes."""
+    found = {}
+    for command in render_accounting_commands(site):
+        if command[2:4] == ["modify", "qos"]:
+            name = command[command.index("where") + 1].removeprefix("name=")
+            found[name] = dict(arg.split("=", 1) for arg in command[command.index("set") + 1:])
+    return found
+
+
+def accounts(site: Site) -> list[str]:
+    (names,) = [c[4] for c in render_accounting_commands(site) if c[2:4] == ["add", "account"]]
+    return names.split(",")
+
+
+Render = Callable[[Site], str]
+
+
+@pytest.mark.parametrize(
+    ("file", "render"),
+    [
+        pytest.param("slurm.conf", render_slurm_conf, id="prod slurm.conf matches its golden copy"),
+        pytest.param("gres.conf", render_gres_conf, id="prod gres.conf matches its golden copy"),
+        pytest.param("cgroup.conf", lambda _: render_cgroup_conf(), id="cgroup.conf matches its golden copy"),
+        pytest.param("slurmdbd.conf", render_slurmdbd_conf, id="prod slurmdbd.conf matches its golden copy"),
+        pytest.param("prolog.sh", lambda _: render_prolog(HPC_JOB_MAPPING_DIR),
+                     id="prod prolog matches its golden copy"),
+        pytest.param("epilog.sh", lambda site: render_epilog(site, HPC_JOB_MAPPING_DIR),
+                     id="prod epilog matches its golden copy"),
+    ],
+)
+def test_should_render_prod_files_as_reviewed(prod: dict[str, Any], file: str, render: Render) -> None:
+    assert render(parse(prod)) == (GOLDEN / file).read_text()
+
+
+def test_should_put_slurm_and_flex_pool_nodes_in_partitions_per_gpu_type_and_pool(prod: dict[str, Any]) -> None:
+    conf = render_slurm_conf(parse(prod))
+    assert partition_nodes(conf) == {
+        "a800-train": [f"gpu-a800-{i:02}" for i in range(1, 9)],
+        "a800-flex": ["gpu-a800-09", "gpu-a800-10"],
+    }
+    assert "PartitionName=a800-train Nodes=" in conf and " Default=YES " in conf.split("PartitionName=a800-train")[1]
+
+
+@pytest.mark.parametrize("node", KUBERNETES_NODES, ids=lambda n: f"kubernetes-pool node {n} is not in Slurm")
+def test_should_leave_kubernetes_pool_nodes_out_of_slurm(prod: dict[str, Any], node: str) -> None:
+    site = parse(prod)
+    assert node not in render_slurm_conf(site)
+    assert node not in render_gres_conf(site)
+
+
+def test_should_add_a_node_group_moved_to_the_flex_pool_with_its_own_gpu_type(prod: dict[str, Any]) -> None:
+    conf = render_slurm_conf(parse(with_changes(prod, node_groups__3__pool="flex")))
+    assert partition_nodes(conf)["rtx4090-flex"] == ["gpu-4090-01", "gpu-4090-02", "gpu-4090-03", "gpu-4090-04"]
+    assert "Gres=gpu:rtx4090:8" in node_lines(conf)["gpu-4090-01"]
+
+
+def test_should_describe_each_node_with_real_cpus_memory_less_reserve_and_gpus(prod: dict[str, Any]) -> None:
+    site = parse(prod)
+    line = node_lines(render_slurm_conf(site))["gpu-a800-01"]
+    # 2048 GiB x 1024 MiB x (1 - 5 % OS reserve) = 1992294.4 MiB, rounded down.
+    assert real_memory_mib(site, site.node_groups[0]) == 1992294
+    assert line == ("NodeName=gpu-a800-01 NodeAddr=10.20.1.11 CPUs=128 RealMemory=1992294 Gres=gpu:a800:8 "
+                    "State=UNKNOWN")
+
+
+def test_should_bind_every_gpu_to_its_device_file(prod: dict[str, Any]) -> None:
+    gres = render_gres_conf(parse(with_changes(prod, node_groups__3__pool="slurm")))
+    assert "Name=gpu Type=rtx4090 File=/dev/nvidia[0-7]" in gres
+    assert "AutoDetect=off" in gres
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        pytest.param("A800-SXM4-80GB", "a800", id="A800 SXM4 80GB is gres type a800"),
+        pytest.param("RTX-4090", "rtx4090", id="RTX 4090 is gres type rtx4090"),
+        pytest.param("H100-SXM5-80GB", "h100", id="H100 SXM5 80GB is gres type h100"),
+        pytest.param("L40S", "l40s", id="L40S is gres type l40s"),
+    ],
+)
+def test_should_name_the_gres_type_after_the_gpu_not_its_form_factor(model: str, expected: str) -> None:
+    assert gres_type(model) == expected
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "SelectType=select/cons_tres", "ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity",
+        "PreemptType=preempt/qos", "PreemptMode=REQUEUE", "PriorityType=priority/multifactor",
+        "PriorityWeightFairshare=10000", "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageTRES=gres/gpu", "AccountingStorageEnforce=associations,limits,qos", "GresTypes=gpu",
+        "DefMemPerGPU=98304", "Prolog=/etc/slurm/prolog.sh", "Epilog=/etc/slurm/epilog.sh", "PrologFlags=Alloc",
+    ],
+    ids=lambda s: f"slurm.conf sets {s}",
+)
+def test_should_set_the_scheduling_contract(prod: dict[str, Any], setting: str) -> None:
+    assert setting in render_slurm_conf(parse(prod)).splitlines()
+
+
+@pytest.mark.parametrize("never", ["inference", "critical"], ids=lambda q: f"no QoS preempts {q}")
+def test_should_never_list_inference_or_critical_in_a_preempt_list(prod: dict[str, Any], never: str) -> None:
+    settings = qos_settings(parse(prod))
+    assert set(settings) == {"train_preemptible", "train_normal", "train_high", "inference", "critical"}
+    assert all(never not in s.get("preempt", "").split(",") for s in settings.values())
+
+
+def test_should_let_higher_training_qos_preempt_lower_ones(prod: dict[str, Any]) -> None:
+    settings = qos_settings(parse(prod))
+    assert settings["train_high"]["preempt"] == "train_normal,train_preemptible"
+    assert settings["train_normal"]["preempt"] == "train_preemptible"
+    assert "preempt" not in settings["train_preemptible"]
+    priorities = [int(settings[q]["priority"]) for q in ("train_preemptible", "train_normal", "train_high")]
+    assert priorities == sorted(priorities) and len(set(priorities)) == 3
+
+
+@pytest.mark.parametrize(
+    ("stage", "teams"),
+    [
+        pytest.param("canary", ["nlp-foundation", "speech"], id="canary makes accounts for its 2 teams only"),
+        pytest.param("half", ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm"],
+                     id="half adds the 4 half-stage teams"),
+        pytest.param("full", ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm", "safety", "recsys",
+                              "bio-ai", "robotics", "agents", "eval"], id="full makes all 12"),
+    ],
+)
+def test_should_make_accounts_only_for_onboarded_teams(prod: dict[str, Any], stage: str, teams: list[str]) -> None:
+    assert accounts(parse(with_changes(prod, stage=stage))) == teams
+
+
+def test_should_grant_teams_every_qos_but_critical(prod: dict[str, Any]) -> None:
+    grants = [c for c in render_accounting_commands(parse(prod)) if c[2:4] == ["modify", "account"]]
+    team = dict(arg.split("=", 1) for arg in grants[0][grants[0].index("set") + 1:])
+    root = dict(arg.split("=", 1) for arg in grants[-1][grants[-1].index("set") + 1:])
+    assert team == {"qos": "inference,train_high,train_normal,train_preemptible", "defaultqos": "train_normal"}
+    assert "name=root" in grants[-1] and root["qos"].startswith("critical,")
+
+
+def test_should_set_each_teams_fairshare_from_the_spec(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, stage="half", teams__1__fairshare=3))
+    shares = [(c[5], c[-1]) for c in render_accounting_commands(site)
+              if c[2:4] == ["modify", "account"] and c[-1].startswith("fairshare=")]
+    assert shares == [("name=nlp-foundation,vision,multimodal,rl,code-llm", "fairshare=1"),
+                      ("name=speech", "fairshare=3")]
+
+
+def test_should_render_the_slurm_qos_from_the_one_table_only(prod: dict[str, Any]) -> None:
+    # Kubernetes-only classes (production, staging, dev) never become QoS, nor appear in a preempt list.
+    settings = qos_settings(parse(prod))
+    assert list(settings) == ["train_preemptible", "train_normal", "train_high", "inference", "critical"]
+    assert settings["inference"] == {"priority": "50000", "preempt": "train_preemptible"}
+
+
+def loopback(root: Path, site: Site) -> LoopbackOverlay:
+    """An overlay for rendering only: nothing listens on its ports."""
+    return LoopbackOverlay(root=root, slurmctld_port=1, slurmd_ports={n.name: 10 for n in slurm_nodes(site)},
+                           slurmdbd_port=2, munge_socket=root / "m", storage_port=3, storage_user="slurm",
+                           storage_pass="x")
+
+
+def run_script(script: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(script)], env={**os.environ, **env}, capture_output=True, text=True, timeout=10)
+
+
+def test_should_point_a_loopback_clusters_job_scripts_into_its_root(prod: dict[str, Any], tmp_path: Path) -> None:
+    site = parse(prod)
+    conf = render_slurm_conf(site, loopback(tmp_path, site)).splitlines()
+    assert f"Prolog={tmp_path}/etc/prolog.sh" in conf and f"Epilog={tmp_path}/etc/epilog.sh" in conf
+
+
+def test_should_map_each_gpu_of_the_job_to_its_id_in_the_prolog(tmp_path: Path) -> None:
+    prolog = tmp_path / "prolog.sh"
+    prolog.write_text(render_prolog(str(tmp_path / "map")))
+    prolog.chmod(0o755)
+    assert run_script(prolog, SLURM_JOB_ID="41", SLURM_JOB_GPUS="0,3").returncode == 0
+    assert {f.name: f.read_text() for f in (tmp_path / "map").iterdir()} == {"0": "41\n", "3": "41\n"}
+
+
+def test_should_exit_0_and_write_nothing_for_a_job_without_gpus(tmp_path: Path) -> None:
+    prolog = tmp_path / "prolog.sh"
+    prolog.write_text(render_prolog(str(tmp_path / "map")))
+    prolog.chmod(0o755)
+    assert run_script(prolog, SLURM_JOB_ID="41", SLURM_JOB_GPUS="").returncode == 0
+    assert not (tmp_path / "map").exists()
+
+
+def epilog_in(tmp_path: Path, prod: dict[str, Any], mover: str) -> tuple[Path, LoopbackOverlay]:
+    """A loopback epilog whose mover is a stand-in Python script."""
+    overlay = loopback(tmp_path, parse(prod))
+    for directory in (overlay.root / "etc", overlay.root / "log", overlay.mapping_dir, overlay.cold_root):
+        directory.mkdir(parents=True)
+    overlay.epilog.write_text(render_epilog(parse(prod), str(overlay.mapping_dir), overlay))
+    overlay.epilog.chmod(0o755)
+    overlay.mover.write_text(mover)
+    return overlay.epilog, overlay
+
+
+def test_should_unmap_only_the_ending_jobs_gpus_in_the_epilog(tmp_path: Path, prod: dict[str, Any]) -> None:
+    epilog, overlay = epilog_in(tmp_path, prod, "")
+    for gpu, job in (("0", "41"), ("1", "41"), ("2", "42")):
+        (overlay.mapping_dir / gpu).write_text(f"{job}\n")
+    assert run_script(epilog, SLURM_JOB_ID="41", SLURM_JOB_GPUS="0,1,2", SLURM_JOB_ACCOUNT="root").returncode == 0
+    assert sorted(f.name for f in overlay.mapping_dir.iterdir()) == ["2"]
+
+
+def test_should_return_at_once_while_the_teams_mover_runs_detached(tmp_path: Path, prod: dict[str, Any]) -> None:
+    site = parse(prod)
+    gate, done = tmp_path / "gate", tmp_path / "mover-args"
+    # The stand-in mover blocks until the test opens the gate, as a long copy would.
+    epilog, overlay = epilog_in(tmp_path, prod, (
+        f"import os, sys, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+        f"open({str(done)!r}, 'w').write(' '.join(sys.argv[1:]))\n"))
+    (server,) = [s.server for s in team_shares(site) if s.team == "speech"]
+    (overlay.hot_root / server / "speech").mkdir(parents=True)
+    started = time.monotonic()
+    assert run_script(epilog, SLURM_JOB_ID="41", SLURM_JOB_ACCOUNT="speech").returncode == 0
+    assert time.monotonic() - started < 3
+    gate.touch()
+    deadline = time.monotonic() + 10
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert done.read_text() == (f"--hot {overlay.hot_root / server} --cold {overlay.cold_root} --keep 3 "
+                                "--archive-after-days 7")
+    assert (overlay.hot_root / server / ".checkpoint-mover.lock").exists()
+
+
+def test_should_keep_the_mover_alive_when_slurmd_kills_the_epilogs_process_group(
+        tmp_path: Path, prod: dict[str, Any]) -> None:
+    site = parse(prod)
+    done = tmp_path / "mover-ran"
+    # Slow to start, as python3 is on a loaded node: the kill below lands before the mover would have got going.
+    epilog, overlay = epilog_in(tmp_path, prod, f"import time\ntime.sleep(0.5)\nopen({str(done)!r}, 'w').close()\n")
+    (server,) = [s.server for s in team_shares(site) if s.team == "speech"]
+    (overlay.hot_root / server / "speech").mkdir(parents=True)
+    for _ in range(20):
+        done.unlink(missing_ok=True)
+        # As slurmd runs an epilog (run_command.c): in a process group of its own, killed whole once it exits.
+        env = {**os.environ, "SLURM_JOB_ID": "41", "SLURM_JOB_ACCOUNT": "speech"}
+        script = subprocess.Popen([str(epilog)], env=env, process_group=0)
+        assert script.wait(timeout=15) == 0
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.exists(), (overlay.root / "log" / "checkpoint-mover.log").read_text()
+
+
+def test_should_bound_the_mover_and_never_give_it_a_metrics_file(prod: dict[str, Any]) -> None:
+    epilog = render_epilog(parse(prod), HPC_JOB_MAPPING_DIR)
+    assert f"setsid -f timeout --kill-after=60 {MOVER_TIMEOUT_S} sh -c" in epilog
+    assert "--metrics-file" not in epilog
+
+
+def test_should_mount_each_nfs_export_root_under_the_hot_mount_root_as_pods_do(prod: dict[str, Any]) -> None:
+    units = render_tier_mounts(parse(prod), NFS_MOUNT_OPTIONS, "ckpt-cold")
+    unit = units["mnt-ckpt\\x2dhot-nfs\\x2dhot\\x2d02.dc1.internal.mount"].splitlines()
+    assert {"What=nfs-hot-02.dc1.internal:/exports", "Where=/mnt/ckpt-hot/nfs-hot-02.dc1.internal", "Type=nfs",
+            f"Options=_netdev,{','.join(NFS_MOUNT_OPTIONS)}"} <= set(unit)
+    assert len(units) == 3
+
+
+def test_should_mount_the_cold_cephfs_by_name_with_no_address_or_secret(prod: dict[str, Any]) -> None:
+    unit = render_tier_mounts(parse(prod), NFS_MOUNT_OPTIONS, "ckpt-cold")["mnt-ckpt\\x2dcold.mount"]
+    assert {"What=:/", "Where=/mnt/ckpt-cold", "Type=ceph", "Options=_netdev,name=slurm-nodes,fs=ckpt-cold,noatime"} \
+        <= set(unit.splitlines())
+    assert "secret" not in unit
+
+
+def test_should_follow_moved_mount_points_in_the_spec(prod: dict[str, Any]) -> None:
+    moved = with_changes(prod, storage__nfs_hot__mount_root="/ckpt/hot", storage__ceph_cold__mount_path="/ckpt/cold")
+    site = parse(moved)
+    assert set(render_tier_mounts(site, NFS_MOUNT_OPTIONS, "ckpt-cold")) == {
+        "ckpt-hot-nfs\\x2dhot\\x2d01.dc1.internal.mount", "ckpt-hot-nfs\\x2dhot\\x2d02.dc1.internal.mount",
+        "ckpt-cold.mount"}
+    assert 'hot_root=/ckpt/hot cold_root=/ckpt/cold' in render_epilog(site, HPC_JOB_MAPPING_DIR)
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="needs systemd-analyze: apt-get install systemd")
+def test_should_write_units_systemd_accepts(prod: dict[str, Any], tmp_path: Path) -> None:
+    # systemd's own parser: unknown keys, bad values, a mount unit named other than its Where=, a missing ExecStart
+    # binary all fail verify.
+    site = parse(prod)
+    units = {**render_tier_mounts(site, NFS_MOUNT_OPTIONS, "ckpt-cold"), EXPORTER_UNIT: render_exporter_unit(site)}
+    for name, content in units.items():
+        (tmp_path / name).write_text(content)
+    assert SYSTEMD_ANALYZE is not None
+    result = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", *(str(tmp_path / name) for name in units)],
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_should_run_the_exporter_unprivileged_on_the_spec_port(prod: dict[str, Any]) -> None:
+    unit = render_exporter_unit(parse(with_changes(prod, slurm={"exporter_port": 9400})))
+    assert "ExecStart=/usr/bin/python3 /usr/local/lib/gpucluster/slurm_exporter.py --port 9400 --interval 30" in unit
+    assert "DynamicUser=yes" in unit and "ProtectSystem=strict" in unit
+
+
+@pytest.mark.parametrize(
+    ("path", "unit"),
+    [
+        pytest.param("/mnt/ckpt-cold", "mnt-ckpt\\x2dcold.mount", id="escapes a dash"),
+        pytest.param("/mnt/.x/a b", "mnt-.x-a\\x20b.mount", id="keeps an inner dot and escapes a space"),
+        pytest.param("/.a/\u00fc", "\\x2ea-\\xc3\\xbc.mount", id="escapes a leading dot and each utf-8 byte"),
+    ],
+)
+def test_should_name_a_mount_unit_as_systemd_escape_does(path: str, unit: str) -> None:
+    assert systemd_path_unit(path, "mount") == unit

@@ -1,0 +1,75 @@
+"""What each onboarded team gets, and that it never changes when the stage advances."""
+
+from typing import Any
+
+import pytest
+
+from components.teams.plan import (
+    cluster_queue_manifest,
+    local_queue_manifest,
+    nfs_storage_class,
+    resource_quota_manifest,
+    team_facts,
+    team_plans,
+    team_shares,
+)
+from tests.builders import parse, with_changes
+
+
+def test_should_spread_team_shares_over_the_nfs_servers(prod: dict[str, Any]) -> None:
+    shares = team_shares(parse(with_changes(prod, stage="full")))
+    servers = {s.server for s in shares}
+    assert len(shares) == 12 and servers == {"nfs-hot-01.dc1.internal", "nfs-hot-02.dc1.internal"}
+    assert [s.share for s in shares[:2]] == ["/exports/nlp-foundation", "/exports/speech"]
+
+
+def test_should_give_each_team_its_own_nfs_class(prod: dict[str, Any]) -> None:
+    cls = nfs_storage_class(team_shares(parse(prod))[1])
+    assert cls["metadata"] == {"name": "nfs-hot-speech", "labels": {"gpucluster.io/team": "speech"}}
+    assert cls["provisioner"] == "nfs.csi.k8s.io"
+    assert cls["parameters"] == {"server": "nfs-hot-02.dc1.internal", "share": "/exports/speech"}
+    assert cls["reclaimPolicy"] == "Retain"
+
+
+@pytest.mark.parametrize("stage", ["half", "full"], ids=lambda s: f"canary teams are unchanged at {s}")
+def test_should_keep_a_teams_plan_when_the_stage_advances(prod: dict[str, Any], stage: str) -> None:
+    canary = {p.name: team_facts(p) for p in team_plans(parse(prod))}
+    later = {p.name: team_facts(p) for p in team_plans(parse(with_changes(prod, stage=stage)))}
+    assert list(canary) == ["nlp-foundation", "speech"]
+    assert {name: later[name] for name in canary} == canary
+
+
+def test_should_default_each_flavor_quota_to_one_node_and_guarantee_nothing(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, teams__1__gpu_quota={"rtx4090-kubernetes": 16},
+                              teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4}))
+    plans = {p.name: p for p in team_plans(site)}
+    assert plans["nlp-foundation"].gpu_quota == {"a800-kubernetes": 8, "rtx4090-kubernetes": 8}
+    assert plans["nlp-foundation"].gpu_guaranteed == {"a800-kubernetes": 0, "rtx4090-kubernetes": 0}
+    assert plans["speech"].gpu_quota["rtx4090-kubernetes"] == 16
+    assert plans["speech"].gpu_guaranteed["rtx4090-kubernetes"] == 4
+    # The namespace quota cannot tell flavors apart: it holds the team's total (8 + 16).
+    assert resource_quota_manifest(plans["speech"])["spec"] == {"hard": {"requests.nvidia.com/gpu": "24"}}
+
+
+def test_should_hold_each_team_to_its_quota_in_its_own_cluster_queue(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, teams__1__gpu_quota={"rtx4090-kubernetes": 16},
+                              teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4}))
+    speech = team_plans(site)[1]
+    queue = cluster_queue_manifest(site, speech)
+    assert queue["metadata"]["name"] == "team-speech" == local_queue_manifest(speech)["spec"]["clusterQueue"]
+    assert local_queue_manifest(speech)["metadata"] == {"name": "default", "namespace": "speech"}
+    assert team_facts(speech)["cluster_queue"] == "team-speech"
+    gpus = {f["name"]: next(r for r in f["resources"] if r["name"] == "nvidia.com/gpu")
+            for f in queue["spec"]["resourceGroups"][0]["flavors"]}
+    assert gpus["rtx4090-kubernetes"] == {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 12}
+    assert list(gpus) == ["a800-kubernetes", "rtx4090-kubernetes"]  # flex is lent to inference, not to teams
+    assert gpus["a800-kubernetes"] == {"name": "nvidia.com/gpu", "nominalQuota": 0, "borrowingLimit": 8}
+
+
+def test_should_record_the_existing_dashboard_route_and_account(prod: dict[str, Any]) -> None:
+    facts = team_facts(team_plans(parse(prod))[0])
+    assert facts["grafana"] == {"folder": "gpu-teams", "dashboard": "team-usage", "variable": "team=nlp-foundation"}
+    assert facts["alert_route"] == {"receiver": "slack-team-nlp-foundation", "channel": "#team-nlp-foundation"}
+    assert facts["slurm_account"] == {"name": "nlp-foundation", "fairshare": 1, "default_qos": "train_normal",
+                                      "qos": ["inference", "train_high", "train_normal", "train_preemptible"]}
+

@@ -1,0 +1,195 @@
+"""Lending the flex pool to Kubernetes inference and taking it back, against the real Slurm test cluster.
+
+Slurm is real (tests/harness/slurm_cluster.py) and is reached the way an operator reaches it: `run_command` with
+SLURM_CONF in the environment. kubectl is faked at its command line: each call is recorded and answered.
+"""
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runbooks.cli import app
+from runbooks.flex.lending import (
+    LEND_REASON,
+    LENT_LABEL,
+    CommandError,
+    Flex,
+    FlexError,
+    chosen,
+    inference_preempts,
+    run_command,
+    unhealthy,
+)
+from tests.builders import copy_project, parse, prod_values
+from tests.harness.slurm_cluster import Cluster, slurm_marks
+
+FLEX = ("gpu-a800-09", "gpu-a800-10")
+GPU8 = ("-p", "a800-flex", "--gres=gpu:a800:8", "--wrap=sleep 300")
+
+
+def test_should_requeue_only_what_inference_preempts_in_the_table() -> None:
+    assert inference_preempts(parse(prod_values())) == {"train_preemptible"}
+
+
+@pytest.mark.parametrize(("nodes", "expected"), [
+    pytest.param((), list(FLEX), id="should take every flex node when none is named"),
+    pytest.param(("gpu-a800-10", "gpu-a800-10"), ["gpu-a800-10"], id="should take a node named twice once"),
+])
+def test_should_choose_flex_nodes(nodes: tuple[str, ...], expected: list[str]) -> None:
+    assert chosen(parse(prod_values()), nodes) == expected
+
+
+def test_should_refuse_a_node_outside_the_flex_pool() -> None:
+    with pytest.raises(FlexError, match=r"^--node gpu-a800-01, gpu-4090-01: not in the flex pool "
+                                        r"\(flex nodes: gpu-a800-09, gpu-a800-10\)$"):
+        chosen(parse(prod_values()), ["gpu-a800-01", "gpu-4090-01"])
+
+
+@pytest.mark.parametrize(("state", "expected"), [
+    ("IDLE", False), ("IDLE+DRAIN", False), ("MIXED+DRAIN", False), ("IDLE+NOT_RESPONDING", False),
+    ("DOWN+NOT_RESPONDING", True), ("IDLE+FAIL", True), ("ALLOCATED+FAILING", True), ("IDLE+MAINT", True),
+    ("IDLE+REBOOT_REQUESTED", True), ("IDLE+POWERED_DOWN", True),
+])
+def test_should_keep_unhealthy_nodes_out_of_lending_and_resuming(state: str, expected: bool) -> None:
+    assert unhealthy(state) is expected
+
+
+def test_should_name_a_missing_command() -> None:
+    with pytest.raises(CommandError, match="^no-such-kubectl is not installed or not on PATH$"):
+        run_command(["no-such-kubectl", "get", "nodes"])
+
+
+@dataclass
+class FakeKubectl:
+    """Records kubectl calls; `drain` fails while `pdb_blocks` (a PodDisruptionBudget holding pods)."""
+
+    calls: list[list[str]] = field(default_factory=list)
+    labelled: set[str] = field(default_factory=set)
+    pdb_blocks: bool = False
+
+    def __call__(self, args: Sequence[str], timeout_s: float = 30) -> str:
+        call = list(args)
+        self.calls.append(call)
+        if call[1:3] == ["label", "node"]:
+            (self.labelled.add if call[4].endswith("=true") else self.labelled.discard)(call[3])
+        if call[1] == "drain" and self.pdb_blocks:
+            raise CommandError(f"{' '.join(call)} exited 1: Cannot evict pod as it would violate the pod's "
+                               "disruption budget")
+        if call[1] == "get":
+            return "".join(f"node/{node}\n" for node in sorted(self.labelled))
+        return ""
+
+
+@pytest.fixture
+def flex_slurm(slurm: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """The session cluster as an operator's shell sees it; the flex nodes are resumed afterwards (and the slurm
+    fixture then waits for every node to be idle)."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf_dir / "slurm.conf"))
+    yield slurm
+    slurm.run("scancel", "--full", "--user=root", check=False)
+    for name in FLEX:
+        slurm.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
+
+
+def flex(cluster: Cluster, kubectl: FakeKubectl, said: list[str]) -> Flex:
+    return Flex(cluster.site, run_command, kubectl, said.append)
+
+
+def node(cluster: Cluster, name: str) -> dict[str, Any]:
+    out = cluster.run("scontrol", "--oneliner", "show", "node", name).stdout
+    return {"State": out.split("State=", 1)[1].split()[0], "Reason": out.split("Reason=", 1)[1] if "Reason=" in out
+            else ""}
+
+
+class TestOnRealSlurm:
+    pytestmark = slurm_marks()
+
+    def test_should_lend_a_node_by_requeueing_preemptible_training_and_wait_for_the_rest(
+            self, flex_slurm: Cluster) -> None:
+        preemptible = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)
+        normal = flex_slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", FLEX[1], *GPU8)
+        for job in (preemptible, normal):
+            flex_slurm.wait_state(job, "RUNNING")
+        kubectl, said = FakeKubectl(), []
+        outcomes = flex(flex_slurm, kubectl, said).lend([], wait_s=8, poll_s=0.5)
+        assert [(o.node, o.done) for o in outcomes] == [(FLEX[0], True), (FLEX[1], False)]
+        assert outcomes[1].detail == (f"draining: still runs {normal} (train_normal, not preempted by inference); "
+                                      "run lend again to finish")
+        # Requeued, not lost; the train_normal job runs on.
+        assert int(flex_slurm.wait_state(preemptible, "PENDING")["Restarts"]) >= 1
+        assert flex_slurm.job(normal)["JobState"] == "RUNNING"
+        assert kubectl.labelled == {FLEX[0]}
+        assert said == [f"{FLEX[0]}: requeued job {preemptible} (train_preemptible), which inference preempts",
+                        f"{FLEX[0]}: lent to kubernetes inference"]
+        # Both are drained for lending, so Slurm starts nothing new on either.
+        assert all(node(flex_slurm, n)["Reason"].startswith(LEND_REASON) for n in FLEX)
+        # The train_normal job ends; running lend again finishes the second node.
+        flex_slurm.run("scancel", normal)
+        again = flex(flex_slurm, kubectl, said).lend([FLEX[1]], wait_s=15, poll_s=0.5)
+        assert [(o.node, o.done, o.detail) for o in again] == [(FLEX[1], True, "lent")]
+        assert kubectl.labelled == set(FLEX)
+
+    def test_should_wait_for_a_job_slurm_cannot_requeue(self, flex_slurm: Cluster) -> None:
+        job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "--no-requeue", "-w", FLEX[0], *GPU8)
+        flex_slurm.wait_state(job, "RUNNING")
+        kubectl, said = FakeKubectl(), []
+        (outcome,) = flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=3, poll_s=0.5)
+        assert (outcome.done, outcome.detail) == (
+            False, f"draining: still runs {job} (train_preemptible, could not be requeued); run lend again to finish")
+        assert said[0].startswith(f"{FLEX[0]}: job {job} (train_preemptible) stays: scontrol requeue {job} exited 1")
+        assert flex_slurm.job(job)["JobState"] == "RUNNING" and kubectl.labelled == set()
+
+    def test_should_not_lend_a_node_drained_for_another_reason(self, flex_slurm: Cluster) -> None:
+        flex_slurm.run("scontrol", "update", f"NodeName={FLEX[1]}", "State=DRAIN", "Reason=node check failed")
+        kubectl = FakeKubectl()
+        outcomes = flex(flex_slurm, kubectl, []).lend([FLEX[1]], wait_s=1)
+        assert [(o.done, o.detail) for o in outcomes] == [
+            (False, "not lent: Slurm has it IDLE+DRAIN for 'node check failed'")]
+        assert kubectl.calls == []
+        # Nor does taking the pool back resume it: its drain was not ours.
+        back = flex(flex_slurm, kubectl, []).reclaim([FLEX[1]], wait_s=5)
+        assert [(o.done, o.detail) for o in back] == [
+            (False, "left drained: Slurm drained it for 'node check failed', not for lending")]
+        assert "DRAIN" in node(flex_slurm, FLEX[1])["State"]
+
+    def test_should_give_a_node_back_to_slurm_only_after_its_pods_are_gone(self, flex_slurm: Cluster) -> None:
+        kubectl = FakeKubectl()
+        assert [o.done for o in flex(flex_slurm, kubectl, []).lend([FLEX[0]], wait_s=5)] == [True]
+        kubectl.pdb_blocks = True
+        (blocked,) = flex(flex_slurm, kubectl, []).reclaim([FLEX[0]], wait_s=5)
+        assert not blocked.done and blocked.detail.startswith("pods not evicted, Slurm not resumed: kubectl drain")
+        assert "DRAIN" in node(flex_slurm, FLEX[0])["State"] and FLEX[0] not in kubectl.labelled
+        kubectl.pdb_blocks, kubectl.calls = False, []
+        (back,) = flex(flex_slurm, kubectl, []).reclaim([FLEX[0]], wait_s=5)
+        assert (back.done, back.detail) == (True, "back in Slurm")
+        assert [call[1] for call in kubectl.calls] == ["label", "drain", "uncordon"]
+        assert kubectl.calls[0] == ["kubectl", "label", "node", FLEX[0], f"{LENT_LABEL}-"]
+        job = flex_slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", FLEX[0], *GPU8)
+        flex_slurm.wait_state(job, "RUNNING")
+
+    def test_should_report_each_flex_nodes_owner_from_the_cli(self, flex_slurm: Cluster, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        log = tmp_path / "kubectl.log"
+        kubectl = bin_dir / "kubectl"
+        # A stand-in kubectl: logs its arguments; `get nodes` answers that nothing is lent.
+        kubectl.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+        kubectl.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+        project = copy_project(tmp_path, lambda config: None)
+        lent = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "lend", "--node", FLEX[0],
+                                        "--wait-minutes", "0.2"])
+        assert lent.exit_code == 0, lent.output
+        assert f"{FLEX[0]}: lent" in lent.output
+        assert f"label node {FLEX[0]} {LENT_LABEL}=true --overwrite" in log.read_text()
+        status = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "status"])
+        assert status.exit_code == 0, status.output
+        assert f"{FLEX[0]}: slurm; Slurm IDLE+DRAIN" in status.output
+        refused = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "lend", "--node", "gpu-a800-01"])
+        assert refused.exit_code == 2
+        assert "--node gpu-a800-01: not in the flex pool" in refused.output

@@ -1,0 +1,204 @@
+"""The Slurm exporter: parsing, counting each job start once, the exposition format (promtool), and real Slurm."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from components.monitoring.component import slurm_scrape_config
+from hosts import SLURM_EXPORTER
+from hosts.slurm_exporter import Exporter, job_starts, node_states
+from runbooks.rollout.gates import GateResult, PrometheusGates, Verdict
+from tests.harness.daemons import PROMETHEUS, PrometheusServer, free_ports, stop_all, wait_for
+from tests.harness.slurm_cluster import Cluster, slurm_marks
+
+EXPORTER = SLURM_EXPORTER
+T0 = datetime(2026, 11, 29, 9, 0, 0)
+
+
+def test_should_count_each_node_once_by_its_base_state() -> None:
+    sinfo = ("gpu-a800-01 allocated\ngpu-a800-09 drained*\ngpu-a800-09 drained*\ngpu-a800-10 draining\n"
+             "gpu-a800-02 idle~\ngpu-a800-03 down*\ngpu-a800-04 mixed\ngpu-a800-05 future\n")
+    assert node_states(sinfo) == {"alloc": 1, "comp": 0, "down": 1, "drain": 2, "fail": 0, "idle": 1, "maint": 0,
+                                  "mix": 1, "resv": 0, "other": 1}
+
+
+def test_should_read_only_jobs_that_started() -> None:
+    sacct = ("12|2026-11-29T09:00:00|2026-11-29T09:05:00|a800-train|train_normal\n"
+             "13|2026-11-29T09:01:00|Unknown|a800-train|train_normal\n"
+             "14|2026-11-29T09:01:00|None|a800-flex|train_high\n")
+    assert job_starts(sacct) == [("12", "a800-train", "train_normal", T0, T0 + timedelta(minutes=5))]
+
+
+class FakeSlurm:
+    def __init__(self) -> None:
+        self.now = T0
+        self.sacct = ""
+        self.calls: list[list[str]] = []
+
+    def __call__(self, args: list[str]) -> str:
+        self.calls.append(args)
+        return "gpu-a800-01 idle\n" if args[0] == "sinfo" else self.sacct
+
+
+def line(job: str, submit: datetime, start: datetime, partition: str = "a800-train", qos: str = "train_normal") -> str:
+    return f"{job}|{submit:%Y-%m-%dT%H:%M:%S}|{start:%Y-%m-%dT%H:%M:%S}|{partition}|{qos}\n"
+
+
+def sample(text: str, name: str) -> float:
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    assert found, f"{name} not in:\n{text}"
+    return float(found.group(1))
+
+
+def test_should_count_each_job_start_once_across_polls() -> None:
+    slurm = FakeSlurm()
+    exporter = Exporter(slurm, lambda: slurm.now)
+    # Started before the exporter: not a start it saw.
+    slurm.sacct = line("10", T0 - timedelta(hours=2), T0 - timedelta(hours=1))
+    slurm.now = T0 + timedelta(minutes=1)
+    exporter.poll()
+    slurm.sacct += line("11", T0, T0 + timedelta(seconds=30)) + line("12", T0, T0 + timedelta(minutes=50))
+    slurm.now = T0 + timedelta(minutes=55)
+    exporter.poll()
+    exporter.poll()  # the same window again
+    # Requeued: job 11 starts a second time, after waiting 20 minutes more.
+    slurm.sacct += line("11", T0, T0 + timedelta(minutes=70))
+    slurm.now = T0 + timedelta(minutes=75)
+    exporter.poll()
+    out = exporter.render()
+    labels = 'partition="a800-train",qos="train_normal"'
+    assert sample(out, f"slurm_job_queue_wait_seconds_count{{{labels}}}") == 3
+    assert sample(out, f"slurm_job_queue_wait_seconds_sum{{{labels}}}") == 30 + 50 * 60 + 70 * 60
+    assert sample(out, f'slurm_job_queue_wait_seconds_bucket{{{labels},le="60"}}') == 1
+    assert sample(out, f'slurm_job_queue_wait_seconds_bucket{{{labels},le="3600"}}') == 2
+    assert sample(out, f'slurm_job_queue_wait_seconds_bucket{{{labels},le="+Inf"}}') == 3
+    # Each poll re-reads at most an hour, never everything since the exporter started.
+    assert slurm.calls[-1][5] == "--starttime=2026-11-29T09:15:00"
+
+
+def test_should_count_a_failed_poll_and_keep_the_last_snapshot() -> None:
+    def broken(args: list[str]) -> str:
+        raise RuntimeError("sinfo exited 1: Unable to contact slurm controller")
+
+    exporter = Exporter(broken, lambda: T0)
+    exporter.poll()
+    out = exporter.render()
+    assert sample(out, "slurm_exporter_errors_total") == 1
+    assert sample(out, "slurm_exporter_last_success_timestamp_seconds") == 0
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="needs promtool: apt-get install prometheus")
+def test_should_expose_metrics_promtool_accepts() -> None:
+    slurm = FakeSlurm()
+    exporter = Exporter(slurm, lambda: slurm.now)
+    slurm.sacct = line("11", T0, T0 + timedelta(seconds=30)) + line("12", T0, T0 + timedelta(hours=3), "a800-flex")
+    slurm.now = T0 + timedelta(hours=3)
+    exporter.poll()
+    assert PROMTOOL is not None
+    result = subprocess.run([PROMTOOL, "check", "metrics"], input=exporter.render(), capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+@pytest.fixture
+def exporter_url(slurm: Cluster) -> Iterator[str]:
+    """The exporter as its service runs it, on 127.0.0.1, polling the session cluster every second."""
+    (port,) = free_ports(1)
+    env = {**os.environ, "SLURM_CONF": str(slurm.conf_dir / "slurm.conf")}
+    log = (slurm.overlay.root / "log" / "slurm-exporter.log").open("a")
+    process = subprocess.Popen([sys.executable, str(EXPORTER), "--listen", "127.0.0.1", "--port", str(port),
+                                "--interval", "1"], env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_for("the exporter to serve", lambda: _answers(url), timeout_s=10)
+        yield url
+    finally:
+        stop_all([process])
+
+
+def _answers(url: str) -> bool:
+    try:
+        return "slurm_nodes_idle" in scrape(url)
+    except OSError:
+        return False
+
+
+def make_a_job_wait(slurm: Cluster, node: str, qos: str, seconds: float) -> None:
+    """Two whole-node jobs on one node: the first starts at once, the second waits `seconds` for it to go."""
+    gpus = ("-A", "speech", f"--qos={qos}", "-w", node, "-p", "a800-train", "--gres=gpu:a800:8", "--wrap=sleep 300")
+    blocker = slurm.sbatch(*gpus)
+    slurm.wait_state(blocker, "RUNNING")
+    waiter = slurm.sbatch(*gpus)
+    time.sleep(seconds)
+    slurm.run("scancel", blocker)
+    slurm.wait_state(waiter, "RUNNING")
+
+
+class TestOnRealSlurm:
+    pytestmark = slurm_marks()
+
+    def test_should_measure_how_long_a_job_waited_for_its_node(self, slurm: Cluster, exporter_url: str) -> None:
+        make_a_job_wait(slurm, "gpu-a800-03", "train_normal", 4)
+        labels = 'partition="a800-train",qos="train_normal"'
+
+        def both_counted() -> bool:
+            return f"slurm_job_queue_wait_seconds_count{{{labels}}} 2" in scrape(exporter_url)
+
+        wait_for("both starts in the histogram", both_counted, timeout_s=15)
+        out = scrape(exporter_url)
+        # The blocker started at once; the waiter waited at least the 4 s its node was taken.
+        assert 4 <= sample(out, f"slurm_job_queue_wait_seconds_sum{{{labels}}}") <= 30
+        assert sample(out, f'slurm_job_queue_wait_seconds_bucket{{{labels},le="60"}}') == 2
+
+    @pytest.mark.skipif(PROMETHEUS is None, reason="needs prometheus: apt-get install prometheus")
+    def test_should_feed_the_rollouts_queue_gate_through_prometheus(self, slurm: Cluster, exporter_url: str,
+                                                                    tmp_path: Path) -> None:
+        # Prometheus scrapes the exporter with the stack's own scrape config (target and interval made local).
+        site = slurm.site
+        scrape = {**slurm_scrape_config(site), "scrape_interval": "1s",
+                  "static_configs": [{"targets": [exporter_url.split("/")[2]]}]}
+        prometheus = PrometheusServer(tmp_path, [scrape])
+        try:
+            prometheus.wait_ready()
+            time.sleep(2)  # a first scrape before any job starts, so rate() sees the increase
+            make_a_job_wait(slurm, "gpu-a800-05", "train_high", 3)
+            gates = PrometheusGates(prometheus.url, site.rollout.gates, window_minutes=0.5)
+            queue: list[GateResult] = []
+
+            def measured() -> bool:
+                queue[:] = [r for r in gates.check().results if r.gate == "train_queue_time"]
+                return queue[0].value is not None
+
+            wait_for("the queue gate to have data", measured, timeout_s=20, interval_s=1)
+            # Both waits sit in the first bucket (<= 60 s): the gate reads at most a minute, and passes.
+            assert queue[0].verdict == Verdict.PASS and 0 < queue[0].value <= 1, queue[0]
+        finally:
+            prometheus.stop()
+
+    def test_should_count_a_drained_node(self, slurm: Cluster, exporter_url: str) -> None:
+        slurm.run("scontrol", "update", "NodeName=gpu-a800-04", "State=DRAIN", "Reason=exporter test")
+        try:
+            wait_for("the drain in the metrics", lambda: sample(scrape(exporter_url), "slurm_nodes_drain") == 1,
+                     timeout_s=10)
+            out = scrape(exporter_url)
+            assert sample(out, "slurm_nodes_idle") + sample(out, "slurm_nodes_drain") == 10
+            assert sample(out, "slurm_exporter_errors_total") == 0
+        finally:
+            slurm.run("scontrol", "update", "NodeName=gpu-a800-04", "State=RESUME")

@@ -1,0 +1,123 @@
+"""The offline engine records what the real engine would see: URNs, parents, dependencies, options, secrets."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from runbooks.offline.engine import ProgramError, Secret, StackConfigError, load_stack_config, run_program
+
+PROGRAM = '''
+import pulumi
+
+cfg = pulumi.Config()
+
+class Box(pulumi.ComponentResource):
+    def __init__(self, name, opts=None):
+        super().__init__("test:box:Box", name, {"size": cfg.require_int("size")}, opts)
+        self.inner = pulumi.CustomResource(
+            "test:index:Thing", f"{name}-thing", {"token": cfg.require_secret("token"), "note": "plain"},
+            pulumi.ResourceOptions(parent=self, protect=True, ignore_changes=["note"]),
+        )
+        self.register_outputs({"size": cfg.require_int("size")})
+
+outer = Box("outer")
+inner = Box("inner", pulumi.ResourceOptions(parent=outer))
+after = pulumi.CustomResource("test:index:Thing", "after", {"ref": outer.inner.id},
+                              pulumi.ResourceOptions(depends_on=[inner]))
+if cfg.get_bool("fail"):
+    raise pulumi.RunError("told to fail")
+pulumi.export("size", cfg.require_int("size"))
+'''
+
+
+def make_project(tmp_path: Path, stack_config: str) -> Path:
+    (tmp_path / "Pulumi.yaml").write_text(textwrap.dedent("""\
+        name: boxes
+        runtime: python
+        config:
+          size: {type: integer, default: 3}
+    """))
+    (tmp_path / "Pulumi.dev.yaml").write_text(textwrap.dedent(stack_config))
+    (tmp_path / "__main__.py").write_text(PROGRAM)
+    return tmp_path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path, """\
+        config:
+          boxes:token:
+            secure: v1:bm9uY2U=:Y2lwaGVydGV4dA==
+    """)
+
+
+def test_should_take_defaults_from_pulumi_yaml_and_secrets_from_the_stack_file(project: Path) -> None:
+    config = load_stack_config(project, "dev")
+    assert config.values["boxes:size"] == "3"
+    assert config.secret_keys == {"boxes:token"}
+    assert config.project_values() == ({"size": "3", "token": config.values["boxes:token"]}, {"token"})
+
+
+def test_should_build_urns_from_the_whole_parent_type_chain(project: Path) -> None:
+    graph = run_program(project, "dev")
+    assert sorted(graph.resources) == sorted([
+        "urn:pulumi:dev::boxes::pulumi:pulumi:Stack::boxes-dev",
+        "urn:pulumi:dev::boxes::test:box:Box::outer",
+        "urn:pulumi:dev::boxes::test:box:Box$test:index:Thing::outer-thing",
+        "urn:pulumi:dev::boxes::test:box:Box$test:box:Box::inner",
+        "urn:pulumi:dev::boxes::test:box:Box$test:box:Box$test:index:Thing::inner-thing",
+        "urn:pulumi:dev::boxes::test:index:Thing::after",
+    ])
+    inner_thing = "urn:pulumi:dev::boxes::test:box:Box$test:box:Box$test:index:Thing::inner-thing"
+    assert [r.name for r in graph.ancestors(inner_thing)] == ["inner", "outer", "boxes-dev"]
+
+
+def test_should_record_dependencies_options_and_outputs(project: Path) -> None:
+    graph = run_program(project, "dev")
+    after = graph.resources["urn:pulumi:dev::boxes::test:index:Thing::after"]
+    outer_thing = "urn:pulumi:dev::boxes::test:box:Box$test:index:Thing::outer-thing"
+    inner_thing = "urn:pulumi:dev::boxes::test:box:Box$test:box:Box$test:index:Thing::inner-thing"
+    # The SDK sends a dependency on a component as its custom descendants, as the engine sees it.
+    assert set(after.dependencies) == {inner_thing, outer_thing}
+    assert after.property_dependencies == {"ref": [outer_thing]}
+    assert after.parent == graph.stack_urn
+    thing = graph.resources[outer_thing]
+    assert thing.options == {"protect": True, "ignore_changes": ["note"]}
+    assert graph.resources["urn:pulumi:dev::boxes::test:box:Box::outer"].outputs == {"size": 3.0}
+    assert graph.stack_outputs == {"size": 3.0}
+
+
+def test_should_keep_secrets_secret(project: Path) -> None:
+    graph = run_program(project, "dev")
+    thing = graph.resources["urn:pulumi:dev::boxes::test:box:Box$test:index:Thing::outer-thing"]
+    assert thing.inputs == {"token": Secret(), "note": "plain"}
+    assert "not decrypted" not in repr(graph.resources)
+
+
+def test_should_report_a_failing_program_with_what_it_registered(tmp_path: Path) -> None:
+    project = make_project(tmp_path, """\
+        config:
+          boxes:token: {secure: v1:bm9uY2U=:Y2lwaGVydGV4dA==}
+          boxes:fail: "true"
+    """)
+    with pytest.raises(ProgramError, match="told to fail") as caught:
+        run_program(project, "dev")
+    assert "urn:pulumi:dev::boxes::test:index:Thing::after" in caught.value.registered
+
+
+@pytest.mark.parametrize(
+    ("stack_file", "message"),
+    [
+        pytest.param(None, "no stack file Pulumi.dev.yaml", id="rejects a missing stack file"),
+        pytest.param("config: [unclosed", "Pulumi.dev.yaml: not valid YAML", id="rejects broken YAML"),
+        pytest.param("config:\n  size: 3\n", "config key 'size' needs a namespace, e.g. boxes:size",
+                     id="rejects a key without namespace"),
+    ],
+)
+def test_should_deny_unreadable_stack_files(tmp_path: Path, stack_file: str | None, message: str) -> None:
+    project = make_project(tmp_path, stack_file or "")
+    if stack_file is None:
+        (project / "Pulumi.dev.yaml").unlink()
+    with pytest.raises(StackConfigError, match=message):
+        load_stack_config(project, "dev")

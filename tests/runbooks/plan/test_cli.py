@@ -1,0 +1,156 @@
+"""`gpuctl plan` end to end: the installed console script, its exit codes, and the files it writes."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from runbooks.cli import app
+from runbooks.offline.engine import run_program
+from runbooks.plan.plan import artifacts
+from tests.builders import REPO, copy_project, parse, prod_values
+
+GPUCTL = REPO / ".venv" / "bin" / "gpuctl"
+
+
+@pytest.mark.skipif(not GPUCTL.exists(), reason="needs the project's .venv (make test creates it)")
+def test_should_plan_the_prod_site_with_the_installed_console_script(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    result = subprocess.run([GPUCTL, "plan", "--stack", "prod", "--out", out], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "stack prod: 128 GPUs on 16 nodes in 4 racks; stage canary onboards 2 of 12 teams" in result.stdout
+    graph = run_program(REPO, "prod")
+    expected = len(graph.resources) - 1 + len(artifacts(parse(prod_values())))  # all but the Stack, and configs
+    assert f"wrote {expected} files" in result.stdout
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert len(files) == expected
+    patch = yaml.safe_load((out / "kubernetes" / "NodePatch--gpu-a800-01-admission.yaml").read_text())
+    assert (patch["apiVersion"], patch["kind"], patch["metadata"]["name"]) == ("v1", "Node", "gpu-a800-01")
+    rack = json.loads((out / "resources" / "gpucluster-facility-Rack--a01.json").read_text())
+    assert rack["urn"] == ("urn:pulumi:prod::gpu-cluster::gpucluster:cluster:GpuCluster"
+                           "$gpucluster:facility:Facility$gpucluster:facility:Rack::a01")
+    assert rack["outputs"]["heat_load_kw"] == pytest.approx(25.957)
+
+
+def test_should_replace_stale_files_on_a_second_plan(tmp_path: Path) -> None:
+    out = tmp_path / "plan"
+    stale = out / "resources" / "gone.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not stale.exists()
+
+
+def _over_budget(config: dict[str, Any]) -> None:
+    config["gpu-cluster:racks"][0]["power_budget_kw"] = 20
+
+
+def _unknown_key(config: dict[str, Any]) -> None:
+    config["gpu-cluster:racks"][0]["colour"] = "red"
+
+
+def _no_stack_file(config: dict[str, Any]) -> None:
+    config.clear()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param(_over_budget, "racks[0].power_budget_kw: planned draw 26.0 kW", id="rack over its power budget"),
+        pytest.param(_unknown_key, "racks[0].colour: unknown key", id="unknown key"),
+        pytest.param(_no_stack_file, "required key is missing", id="empty stack file"),
+    ],
+)
+def test_should_exit_2_naming_the_field(tmp_path: Path, change: Any, message: str) -> None:
+    project = copy_project(tmp_path, change)
+    out = tmp_path / "plan"
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(out)])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not out.exists()
+
+
+def test_should_exit_2_on_a_missing_stack(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(copy_project(tmp_path)), "--stack", "staging"])
+    assert result.exit_code == 2
+    assert "no stack file Pulumi.staging.yaml" in result.output
+
+
+def test_should_exit_1_when_the_program_itself_fails(tmp_path: Path) -> None:
+    project = copy_project(tmp_path)
+    (project / "__main__.py").write_text("raise RuntimeError('boom')\n")
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(project)])
+    assert result.exit_code == 1
+    assert "the program failed: boom" in result.output
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "artifact"),
+    [
+        pytest.param("promtool", ["check", "rules"], "prometheus/rules.yaml", id="promtool accepts the rules"),
+        pytest.param("amtool", ["check-config"], "alertmanager/alertmanager.yml", id="amtool accepts the routing"),
+    ],
+)
+def test_should_write_configs_their_consumers_accept(tmp_path: Path, tool: str, args: list[str], artifact: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed (make test installs it)")
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    checked = subprocess.run([tool, *args, str(tmp_path / artifact)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "exit_code", "message"),
+    [
+        pytest.param({"metrics-hot-retention": {"min_days": 45}}, 3,
+                     "metrics-hot-retention (mandatory)", id="exits 3 when a tightened mandatory policy fails"),
+        pytest.param({"metrics-hot-retention": {"enforcementLevel": "advisory", "min_days": 45}}, 0,
+                     "metrics-hot-retention (advisory)", id="only reports an advisory violation"),
+    ],
+)
+def test_should_judge_the_plan_with_the_stacks_policy_config(tmp_path: Path, config: dict[str, Any], exit_code: int,
+                                                             message: str) -> None:
+    config_file = tmp_path / "policy-config.json"
+    config_file.write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--policy-pack-config", str(config_file)])
+    assert result.exit_code == exit_code, result.output
+    assert message in result.output
+
+
+@pytest.mark.parametrize(
+    ("stage", "teams"),
+    [
+        pytest.param("canary", ["nlp-foundation", "speech"], id="canary lists its 2 teams and their quotas"),
+        pytest.param("half", ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm"],
+                     id="half lists its 6 teams and their quotas"),
+        pytest.param("full", ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm", "safety", "recsys",
+                              "bio-ai", "robotics", "agents", "eval"], id="full lists all 12 teams and their quotas"),
+    ],
+)
+def test_should_list_the_onboarded_teams_and_quotas_per_stage(tmp_path: Path, stage: str, teams: list[str]) -> None:
+    def at_stage(config: dict[str, Any]) -> None:
+        config["gpu-cluster:stage"] = stage
+        config["gpu-cluster:teams"][1]["gpu_quota"] = {"rtx4090-kubernetes": 16}
+        config["gpu-cluster:teams"][1]["gpu_guaranteed"] = {"rtx4090-kubernetes": 4}
+
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(copy_project(tmp_path, at_stage))])
+    assert result.exit_code == 0, result.output
+    assert f"Teams onboarded at stage {stage}: GPU quota per Kueue flavor, and in total" in result.output
+    rows = [line.split("│")[1:-1] for line in result.output.splitlines() if line.startswith("│ ")]
+    listed = {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows if cells[0].strip() in teams}
+    assert list(listed) == teams
+    # stage, a800-kubernetes, rtx4090-kubernetes, total
+    assert listed["speech"][:4] == ["canary", "8", "16 (4 guaranteed)", "24"]
+    assert listed["nlp-foundation"][:4] == ["canary", "8", "8", "16"]
+    # The kubernetes pool lends what the onboarded teams are not guaranteed; flex lends nothing until lent.
+    assert "GPUs the pools lend to team queues now: a800-kubernetes 16, rtx4090-kubernetes 28, a800-flex 0" in (
+        result.output)
+    assert listed[teams[-1]][0] == stage
