@@ -35,6 +35,7 @@ plan: $(VENV)/.installed-base
 
 test: $(VENV)/.installed-test .apt-test-packages
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports  # the layering contracts in .importlinter
 	$(BIN)/mypy
 	$(BIN)/mypy --strict policy/*.py  # the pack's modules are top-level names, as the CLI loads them
 	$(BIN)/pytest

@@ -7,11 +7,10 @@ from components.gpu_operator.component import GpuOperator
 from components.monitoring.component import MonitoringStack
 from components.scheduling.component import Scheduling
 from components.slurm.component import Slurm
+from components.spec.wellknown import CLUSTER_TYPE
 from components.storage.component import StorageTiers
 from components.teams.component import Team
 from components.teams.plan import team_plans
-
-CLUSTER_TYPE = "gpucluster:cluster:GpuCluster"
 
 
 class GpuCluster(pulumi.ComponentResource):

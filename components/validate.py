@@ -10,9 +10,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from components.facility.power import plan_racks
+from components.scheduling.preemption import check_preemption
 from components.spec.problems import Problem, SiteSpecError
-from components.spec.rules import check_site
+from components.spec.rules import SPEC_RULES, Rule
 from components.spec.site import Site
+from components.teams.plan import check_team_quotas
 
 SECRET_KEYS = ("ssh_private_key", "bmc_password")
 """Config keys that must be Pulumi secrets; they never enter the spec, only Pulumi outputs."""
@@ -85,3 +88,14 @@ def _message(error: Any) -> str:
     if len(shown) > 60:
         shown = shown[:57] + "..."
     return f"{error['msg']} (got {shown})"
+
+
+def check_racks(site: Site) -> list[Problem]:
+    return [p for plan in plan_racks(site) for p in plan.problems]
+
+
+RULES: tuple[Rule, ...] = (*SPEC_RULES, check_team_quotas, check_preemption, check_racks)
+
+
+def check_site(site: Site) -> list[Problem]:
+    return [problem for rule in RULES for problem in rule(site)]

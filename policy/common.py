@@ -18,7 +18,10 @@ GPU_NODE_TYPE = f"{FACILITY}:GpuNode"
 MONITORING_STACK_TYPE = "gpucluster:monitoring:Stack"
 STORAGE_TIERS_TYPE = "gpucluster:storage:Tiers"
 SLURM_TYPE = "gpucluster:slurm:Slurm"
-SLURM_PARTITION_TYPE = "gpucluster:slurm:Partition"
+TEAM_LABEL = "gpucluster.io/team"
+"""Marks a team's namespace and its queues."""
+# These names mirror the program's components/spec/wellknown.py (the pack imports nothing from the program);
+# tests/policy/test_contract.py holds the two to one value.
 
 
 class ViolationError(Exception):

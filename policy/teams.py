@@ -9,10 +9,9 @@ nominal quota is the limit. Judged on resource properties.
 
 from typing import Any
 
-from common import ViolationError, describe, fact, of_type, text
+from common import TEAM_LABEL, ViolationError, describe, fact, of_type, text
 from pulumi_policy import PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-TEAM_LABEL = "gpucluster.io/team"
 NAME_LABEL = "kubernetes.io/metadata.name"
 """Set by Kubernetes on every namespace to its name."""
 NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"

@@ -9,7 +9,8 @@ import re
 
 from common import (
     MONITORING_STACK_TYPE,
-    SLURM_PARTITION_TYPE,
+    SLURM_TYPE,
+    TEAM_LABEL,
     ViolationError,
     describe,
     fact,
@@ -18,12 +19,11 @@ from common import (
 )
 from pulumi_policy import PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-TEAM_LABEL = "gpucluster.io/team"
 NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
 SERVING_TYPES = frozenset({
     "kubernetes:core/v1:ResourceQuota",
     "kubernetes:scheduling.k8s.io/v1:PriorityClass",
-    SLURM_PARTITION_TYPE,
+    SLURM_TYPE,
 })
 KUEUE_QUEUE = re.compile(r"^kubernetes:kueue\.x-k8s\.io/[^:]+:(LocalQueue|ClusterQueue)$")
 
@@ -63,7 +63,7 @@ def validate_wired(args: StackValidationArgs, report: ReportViolation) -> None:
 
 SERVING_AFTER_MONITORING = StackValidationPolicy(
     name="serving-after-monitoring",
-    description="Team namespaces, quotas, Kueue queues, priority classes and Slurm partitions depend on monitoring.",
+    description="Team namespaces, quotas, Kueue queues, priority classes and Slurm depend on monitoring.",
     validate=validate_wired,
 )
 

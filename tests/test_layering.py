@@ -1,6 +1,11 @@
-"""Layering: components never import runbooks or policy; pure modules never import pulumi."""
+"""Layering: the import-linter contracts in .importlinter (run by `make test`) fail on a wrong-way import, and the
+host programs import nothing but the standard library (the pack's own rule is in tests/policy/test_pack.py)."""
 
 import ast
+import os
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -8,10 +13,7 @@ import pytest
 
 from tests.builders import REPO
 
-# Planning and rendering modules: pure functions of the spec, testable without the Pulumi runtime. Only each
-# concern's component.py, the cluster and the manifest helper turn plans into resources.
-RESOURCE_MODULES = {"component.py", "cluster.py", "k8s.py"}
-PURE = sorted(p for p in (REPO / "components").rglob("*.py") if p.name not in RESOURCE_MODULES)
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
 def imports(path: Path) -> set[str]:
@@ -20,25 +22,60 @@ def imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module.split(".")[0])
     return names
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "components").rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
-def test_should_deny_components_importing_runbooks_or_policy(path: Path) -> None:
-    assert not imports(path) & {"runbooks", "policy"}
+def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LINT_IMPORTS, "--config", str(tree / ".importlinter"), "--no-cache"], cwd=tree,
+                          env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("path", PURE, ids=lambda p: str(p.relative_to(REPO)))
-def test_should_deny_pulumi_in_pure_modules(path: Path) -> None:
-    assert "pulumi" not in imports(path)
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    copy = tmp_path_factory.mktemp("layering")
+    for name in ("components", "runbooks", "hosts", ".importlinter"):
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, copy / name)
+    return copy
+
+
+def test_should_keep_every_contract_on_the_tree_as_it_is(tree: Path) -> None:
+    result = lint_imports(tree)
+    assert result.returncode == 0, result.stdout
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(("module", "wrong_way", "contract"), [
+    pytest.param("components/spec/site.py", "import components.facility.power", "the spec at the bottom",
+                 id="should fail when the spec imports a planner"),
+    pytest.param("components/scheduling/kueue.py", "import components.teams.plan", "the spec at the bottom",
+                 id="should fail when a concern imports one above it"),
+    pytest.param("components/monitoring/alerts.py", "import pulumi", "planners stay pure",
+                 id="should fail when a planner imports pulumi"),
+    pytest.param("components/storage/component.py", "import runbooks.console", "host programs import nothing",
+                 id="should fail when the program imports a runbook"),
+    pytest.param("hosts/node_check.py", "import components.spec.site", "host programs import nothing",
+                 id="should fail when a host program imports the program"),
+])
+def test_should_fail_a_wrong_way_import(tree: Path, module: str, wrong_way: str, contract: str) -> None:
+    path = tree / module
+    original = path.read_text()
+    path.write_text(original + f"\n{wrong_way}  # a deliberate wrong-way import\n")
+    try:
+        result = lint_imports(tree)
+    finally:
+        path.write_text(original)
+    assert result.returncode == 1, result.stdout
+    summary = " ".join(result.stdout.split())  # the report wraps long contract names
+    assert re.search(f"{re.escape(contract)}(?:(?!KEPT).)*? BROKEN", summary), result.stdout
 
 
 # Programs copied to hosts and run by their own python3: nothing of the project or its virtualenv is there.
-HOST_PROGRAMS = ["hosts/node_check.py", "hosts/slurm_exporter.py", "hosts/checkpoint_mover.py"]
-
-
-@pytest.mark.parametrize("program", HOST_PROGRAMS)
-def test_should_keep_host_programs_to_the_standard_library(program: str) -> None:
-    assert imports(REPO / program) <= set(sys.stdlib_module_names) | {"__future__"}
+@pytest.mark.parametrize("program", sorted((REPO / "hosts").glob("[!_]*.py")), ids=lambda p: p.name)
+def test_should_keep_host_programs_to_the_standard_library(program: Path) -> None:
+    assert imports(program) <= set(sys.stdlib_module_names) | {"__future__"}

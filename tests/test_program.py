@@ -5,14 +5,18 @@ from collections import Counter
 
 import pytest
 
-from components.cluster import CLUSTER_TYPE
-from components.facility.component import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE
-from components.gpu_operator.component import GPU_OPERATOR_TYPE
-from components.monitoring.component import MONITORING_TYPE
-from components.scheduling.component import SCHEDULING_TYPE
-from components.slurm.component import SLURM_TYPE
-from components.storage.component import STORAGE_TYPE
-from components.teams.component import TEAM_TYPE
+from components.spec.wellknown import (
+    CLUSTER_TYPE,
+    FACILITY_TYPE,
+    GPU_NODE_TYPE,
+    GPU_OPERATOR_TYPE,
+    MONITORING_TYPE,
+    RACK_TYPE,
+    SCHEDULING_TYPE,
+    SLURM_TYPE,
+    STORAGE_TYPE,
+    TEAM_TYPE,
+)
 from runbooks.offline.engine import ProgramError, Resource, ResourceGraph, Secret, StackConfig, run_program
 from tests.builders import REPO, encode, prod_config, prod_values, with_changes
 

@@ -13,15 +13,16 @@ from typing import Any
 
 from components.facility.power import NodeLoad
 from components.spec.site import Site
+from components.spec.wellknown import (
+    GPU_MODEL_LABEL,
+    POOL_LABEL,
+    POOL_TAINT,
+    RACK_LABEL,
+    UNVALIDATED_TAINT,
+    VALIDATED_LABEL,
+)
 from hosts import NODE_CHECK
 
-LABEL_PREFIX = "gpucluster.io"
-VALIDATED_LABEL = f"{LABEL_PREFIX}/validated"
-REASON_ANNOTATION = f"{LABEL_PREFIX}/validation-reason"
-UNVALIDATED_TAINT = f"{LABEL_PREFIX}/unvalidated"
-POOL_TAINT = f"{LABEL_PREFIX}/pool"
-FLEX_LENT_LABEL = f"{LABEL_PREFIX}/flex-lent"
-"""Set to "true" by `gpuctl flex lend` on a flex node lent to Kubernetes inference (runbooks/flex/lending.py)."""
 REMOTE_PATH = "/opt/gpucluster/node_check.py"
 CHECK_VERSION = hashlib.sha256(NODE_CHECK.read_bytes()).hexdigest()[:12]
 """Changes with the program's bytes; a new version re-validates every node (the program reports the same)."""
@@ -71,9 +72,9 @@ def check_command(site: Site, load: NodeLoad) -> str:
 def node_labels(load: NodeLoad, verdict: Verdict) -> dict[str, str]:
     return {
         VALIDATED_LABEL: str(verdict.validated).lower(),
-        f"{LABEL_PREFIX}/gpu-model": load.gpu_model,
-        f"{LABEL_PREFIX}/rack": load.rack,
-        f"{LABEL_PREFIX}/pool": load.pool,
+        GPU_MODEL_LABEL: load.gpu_model,
+        RACK_LABEL: load.rack,
+        POOL_LABEL: load.pool,
     }
 
 

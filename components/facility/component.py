@@ -15,7 +15,6 @@ import pulumi_kubernetes as kubernetes
 
 from components.facility.admission import (
     CHECK_VERSION,
-    REASON_ANNOTATION,
     REMOTE_PATH,
     Verdict,
     check_command,
@@ -25,11 +24,8 @@ from components.facility.admission import (
 )
 from components.facility.power import NodeLoad, RackPlan, plan_racks
 from components.spec.site import Node, Site
+from components.spec.wellknown import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE, REASON_ANNOTATION
 from hosts import NODE_CHECK_ASSET
-
-FACILITY_TYPE = "gpucluster:facility:Facility"
-RACK_TYPE = "gpucluster:facility:Rack"
-GPU_NODE_TYPE = "gpucluster:facility:GpuNode"
 
 
 def _kw(value: float) -> float:

@@ -12,16 +12,13 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import GPU_OPERATOR
-from components.facility.admission import POOL_TAINT, UNVALIDATED_TAINT
 from components.gpu_operator.dcgm_counters import render_counters_csv
 from components.k8s import release
 from components.spec.site import Site
+from components.spec.wellknown import GPU_OPERATOR_TYPE, HPC_JOB_MAPPING_DIR, POOL_TAINT, UNVALIDATED_TAINT
 
-GPU_OPERATOR_TYPE = "gpucluster:gpu_operator:GpuOperator"
 COUNTERS_CONFIGMAP = "dcgm-exporter-counters"
 COUNTERS_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"
-HPC_JOB_MAPPING_DIR = "/var/run/dcgm-hpc-jobs"
-"""Slurm's prolog writes one file per GPU index holding the job id; the exporter adds it as `hpc_job`."""
 
 
 def operator_values(site: Site) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from components.facility.admission import FLEX_LENT_LABEL
 from components.spec.site import LlmMeter, Pool, Site
+from components.spec.wellknown import FLEX_LENT_LABEL
 
 KSM_FLEX_LENT = "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", FLEX_LENT_LABEL)
 """The flex-lent node label as kube-state-metrics names it on kube_node_labels."""

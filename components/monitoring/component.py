@@ -13,15 +13,14 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import KUBE_PROMETHEUS_STACK, VICTORIA_METRICS_SINGLE
-from components.facility.admission import FLEX_LENT_LABEL
 from components.k8s import release
 from components.monitoring.alertmanager import ONCALL, render_alertmanager_config
 from components.monitoring.alerts import prometheus_rule_manifest, render_rule_groups
 from components.monitoring.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL, dashboard_configmaps, render_dashboards
 from components.spec import defaults
 from components.spec.site import Site
+from components.spec.wellknown import FLEX_LENT_LABEL, MONITORING_TYPE
 
-MONITORING_TYPE = "gpucluster:monitoring:Stack"
 NAMESPACE = "monitoring"
 PROMETHEUS_RELEASE = "kube-prometheus-stack"
 COLD_RELEASE = "metrics-cold"

@@ -15,8 +15,8 @@ from components.k8s import custom, release
 from components.scheduling.kueue import NAMESPACE, chart_values, cluster_queues, flavors, lendable_gpus, resource_flavor
 from components.scheduling.preemption import priority_class_manifest, priority_classes
 from components.spec.site import Site
+from components.spec.wellknown import SCHEDULING_TYPE
 
-SCHEDULING_TYPE = "gpucluster:scheduling:Scheduling"
 KUEUE_RELEASE = "kueue"
 
 

@@ -25,16 +25,14 @@ from typing import Any
 
 import yaml
 
-from components.facility.admission import FLEX_LENT_LABEL, LABEL_PREFIX, POOL_TAINT
-from components.slurm.conf import gres_type
+from components.spec.catalog import gres_type
 from components.spec.site import Pool, Site
+from components.spec.wellknown import FLEX_LENT_LABEL, GPU_MODEL_LABEL, POOL_LABEL, POOL_TAINT, TEAM_LABEL
 
 API_VERSION = "kueue.x-k8s.io/v1beta1"
 NAMESPACE = "kueue-system"
 COHORT = "gpu-cluster"
 GPU_RESOURCE = "nvidia.com/gpu"
-TEAM_LABEL = f"{LABEL_PREFIX}/team"
-"""Marks a team's namespace and queue; the policy pack's serving-after-monitoring rule keys on it too."""
 KUBERNETES_POOLS = (Pool.KUBERNETES, Pool.FLEX)
 """Pools whose nodes Kubernetes may schedule GPU work on; the slurm pool is Slurm's alone."""
 TEAM_QUEUE = "default"
@@ -72,8 +70,8 @@ def flavors(site: Site) -> list[Flavor]:
 
 
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeLabels": {f"{LABEL_PREFIX}/gpu-model": flavor.gpu_model,
-                                           f"{LABEL_PREFIX}/pool": flavor.pool.value}}
+    spec: dict[str, Any] = {"nodeLabels": {GPU_MODEL_LABEL: flavor.gpu_model,
+                                           POOL_LABEL: flavor.pool.value}}
     if flavor.pool != Pool.KUBERNETES:
         # Only flex nodes lent to Kubernetes (runbooks/flex/lending.py); the others are Slurm's.
         spec["nodeLabels"][FLEX_LENT_LABEL] = "true"

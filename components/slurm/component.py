@@ -24,7 +24,6 @@ import pulumi_command as command
 
 from components.facility.admission import Verdict
 from components.facility.component import GpuNode
-from components.gpu_operator.component import HPC_JOB_MAPPING_DIR
 from components.scheduling.preemption import slurm_qos
 from components.slurm.conf import (
     EPILOG,
@@ -45,11 +44,10 @@ from components.slurm.conf import (
     slurm_nodes,
 )
 from components.spec.site import Site
-from components.storage.component import COLD_FILESYSTEM
+from components.spec.wellknown import COLD_FILESYSTEM, HPC_JOB_MAPPING_DIR, SLURM_TYPE
 from components.teams.plan import NFS_MOUNT_OPTIONS
 from hosts import CHECKPOINT_MOVER, SLURM_EXPORTER
 
-SLURM_TYPE = "gpucluster:slurm:Slurm"
 CONFIG_DIR = "/etc/slurm"
 SLURMD_DEFAULTS = "/etc/default/slurmd"
 SYSTEMD_UNIT_DIR = "/etc/systemd/system"

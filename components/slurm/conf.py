@@ -10,7 +10,6 @@ https://slurm.schedmd.com/archive/slurm-22.05.8/.
 """
 
 import math
-import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +17,9 @@ from pathlib import Path
 
 from components.scheduling.preemption import slurm_qos, team_qos
 from components.spec import defaults
+from components.spec.catalog import gres_type
 from components.spec.site import Node, NodeGroup, Pool, Site
+from components.spec.wellknown import MOVER_LOCK
 
 SLURM_POOLS = (Pool.SLURM, Pool.FLEX)
 """Pools whose nodes Slurm schedules; kubernetes-pool nodes are not in slurm.conf at all."""
@@ -45,9 +46,6 @@ MOVER_START_TIMEOUT_S = 10
 """s the epilog waits for its detached mover to start; the node stays COMPLETING meanwhile."""
 LOCK_HELD = 75
 """flock(1)'s exit status (-E) when another mover holds the server's lock, told apart from the mover's own."""
-MOVER_LOCK = ".checkpoint-mover.lock"
-"""Lock file in each hot export root: one epilog mover per NFS server at a time, cluster-wide (flock(1) locks
-reach the server on NFSv4). The mover skips names starting with '.'."""
 EXPORTER = "/usr/local/lib/gpucluster/slurm_exporter.py"
 """The Slurm exporter (hosts/slurm_exporter.py, stdlib only) on the controller."""
 EXPORTER_UNIT = "gpucluster-slurm-exporter.service"
@@ -55,8 +53,6 @@ CEPH_CLIENT = "slurm-nodes"
 """CephX user the nodes mount the cold tier as; its keyring is /etc/ceph/ceph.client.slurm-nodes.keyring."""
 SCRIPT_SEARCH_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 """slurmd runs Prolog and Epilog without a search path (Prolog and Epilog Guide, slurm.schedmd.com)."""
-
-_GPU_MODEL_QUALIFIERS = re.compile(r"^(SXM\d*|PCIE|NVL|\d+GB)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -127,12 +123,6 @@ class ConfigFile:
 
     def render(self) -> str:
         return "\n".join(self._lines) + "\n"
-
-
-def gres_type(gpu_model: str) -> str:
-    """The GRES type of a GPU model: its name without form factor and memory (`A800-SXM4-80GB` -> `a800`)."""
-    parts = [p for p in gpu_model.split("-") if not _GPU_MODEL_QUALIFIERS.match(p)]
-    return "".join(parts).lower()
 
 
 def slurm_groups(site: Site) -> list[NodeGroup]:

@@ -1,5 +1,6 @@
 """The GPU catalog: power, memory and class of the GPUs a site may hold, with each figure's source."""
 
+import re
 from enum import StrEnum
 from typing import Final
 
@@ -54,3 +55,12 @@ GPU_CATALOG: Final[dict[str, dict[str, object]]] = {
         "smi_name": "NVIDIA GeForce RTX 4090",
     },
 }
+
+
+_GPU_MODEL_QUALIFIERS = re.compile(r"^(SXM\d*|PCIE|NVL|\d+GB)$", re.IGNORECASE)
+
+
+def gres_type(gpu_model: str) -> str:
+    """The GRES type of a GPU model: its name without form factor and memory (`A800-SXM4-80GB` -> `a800`)."""
+    parts = [p for p in gpu_model.split("-") if not _GPU_MODEL_QUALIFIERS.match(p)]
+    return "".join(parts).lower()

@@ -1,11 +1,9 @@
-"""Cross-field rules of the site spec: small named checks, each returning every problem it finds."""
+"""Cross-field rules of the site spec that read the spec alone: small named checks, each returning every problem it
+finds. The rules that need a planner's figures (rack power and cooling, team quotas against Kueue flavors, the
+preemption table) live beside their planners and are composed with these in components.validate."""
 
 from collections.abc import Callable, Iterable
 
-from components.facility import power
-from components.scheduling.kueue import flavors, team_flavors
-from components.scheduling.preemption import check_preemption
-from components.spec import defaults
 from components.spec.problems import Problem
 from components.spec.site import Site
 
@@ -24,7 +22,7 @@ def _unique(items: Iterable[tuple[str, str]], rule: str = "unique-names") -> lis
     return problems
 
 
-def _dangling(path: str, kind: str, name: str, known: Iterable[str]) -> Problem:
+def dangling(path: str, kind: str, name: str, known: Iterable[str]) -> Problem:
     names = ", ".join(dict.fromkeys(known)) or "none defined"
     return Problem(path, f'no {kind} named "{name}" (known: {names})', "references")
 
@@ -55,23 +53,23 @@ def check_references(site: Site) -> list[Problem]:
     racks = [r.name for r in site.racks]
     stages = [s.name for s in site.stages]
     problems = [
-        _dangling(f"racks[{i}].room", "room", rack.room, rooms)
+        dangling(f"racks[{i}].room", "room", rack.room, rooms)
         for i, rack in enumerate(site.racks) if rack.room not in rooms
     ]
     for i, group in enumerate(site.node_groups):
         if group.gpu_model not in site.gpu_catalog:
-            problems.append(_dangling(f"node_groups[{i}].gpu_model", "gpu_catalog entry", group.gpu_model,
+            problems.append(dangling(f"node_groups[{i}].gpu_model", "gpu_catalog entry", group.gpu_model,
                                       sorted(site.gpu_catalog)))
         problems += [
-            _dangling(f"node_groups[{i}].nodes[{j}].rack", "rack", node.rack, racks)
+            dangling(f"node_groups[{i}].nodes[{j}].rack", "rack", node.rack, racks)
             for j, node in enumerate(group.nodes) if node.rack not in racks
         ]
     problems += [
-        _dangling(f"teams[{i}].stage", "stage", team.stage, stages)
+        dangling(f"teams[{i}].stage", "stage", team.stage, stages)
         for i, team in enumerate(site.teams) if team.stage not in stages
     ]
     if site.stage not in stages:
-        problems.append(_dangling("stage", "stage", site.stage, stages))
+        problems.append(dangling("stage", "stage", site.stage, stages))
     return problems
 
 
@@ -110,44 +108,6 @@ def check_team_onboarding(site: Site) -> list[Problem]:
     return problems
 
 
-def check_team_quotas(site: Site) -> list[Problem]:
-    """A team's quota and guarantee name kubernetes-pool flavors and fit in them; a guarantee is part of the quota,
-    and the guarantees of all teams (every stage, so the last one is known to fit) fit the flavor."""
-    known = {f.name: f for f in flavors(site)}
-    capacity = {f.name: f.gpus for f in team_flavors(site)}
-    guaranteed = dict.fromkeys(capacity, 0)
-    problems = []
-
-    def team_flavor(path: str, name: str) -> bool:
-        if name not in known:
-            problems.append(_dangling(path, "Kueue GPU flavor", name, capacity))
-        elif name not in capacity:
-            problems.append(Problem(path, f"{name} GPUs are Slurm's until lent to inference (gpuctl flex); teams "
-                                    "get quota on kubernetes-pool flavors only", "team-quotas"))
-        return name in capacity
-
-    for i, team in enumerate(site.teams):
-        for name, gpus in team.gpu_quota.items():
-            path = f"teams[{i}].gpu_quota.{name}"
-            if team_flavor(path, name) and gpus > capacity[name]:
-                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name]} GPUs of flavor {name}",
-                                        "team-quotas"))
-        for name, gpus in team.gpu_guaranteed.items():
-            path = f"teams[{i}].gpu_guaranteed.{name}"
-            quota = team.gpu_quota.get(name, defaults.TEAM_GPU_QUOTA)
-            if not team_flavor(path, name):
-                continue
-            if gpus > quota:
-                problems.append(Problem(path, f"{gpus} guaranteed GPUs exceed the team's quota of {quota} on {name}",
-                                        "team-quotas"))
-                continue
-            before, guaranteed[name] = guaranteed[name], guaranteed[name] + gpus
-            if before <= capacity[name] < guaranteed[name]:
-                problems.append(Problem(path, f"with this team the guarantees on {name} add up to {guaranteed[name]} "
-                                        f"GPUs, more than its {capacity[name]}", "team-quotas"))
-    return problems
-
-
 def check_retention(site: Site) -> list[Problem]:
     m = site.monitoring
     if m.cold_retention_days > m.hot_retention_days:
@@ -174,22 +134,12 @@ def check_driver_version(site: Site) -> list[Problem]:
     )]
 
 
-def check_racks(site: Site) -> list[Problem]:
-    return [p for plan in power.plan_racks(site) for p in plan.problems]
-
-
-RULES: tuple[Rule, ...] = (
+SPEC_RULES: tuple[Rule, ...] = (
     check_unique_names,
     check_references,
     check_stage_sizes,
     check_team_onboarding,
-    check_team_quotas,
-    check_preemption,
     check_retention,
     check_driver_version,
-    check_racks,
 )
-
-
-def check_site(site: Site) -> list[Problem]:
-    return [problem for rule in RULES for problem in rule(site)]
+"""Rules that read the spec alone; components.validate adds those that need a planner (racks, quotas, preemption)."""

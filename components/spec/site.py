@@ -3,7 +3,8 @@
 Pure data (pydantic v2, frozen, unknown keys rejected). Field names are the keys of the stack file
 (`Pulumi.<stack>.yaml`, namespace `gpu-cluster:`), so an error path such as
 `racks[2].cooling.capacity_kw` points straight at the line to fix. Defaults live in
-`components.spec.defaults`; rules that span fields live in `components.spec.rules`.
+`components.spec.defaults`; rules that span fields live in `components.spec.rules` (the spec alone)
+and `components.validate` (with the planners).
 """
 
 from enum import StrEnum

@@ -21,19 +21,16 @@ from components.charts import (
     ROOK_CEPH,
     ROOK_CEPH_CLUSTER,
 )
-from components.facility.admission import POOL_TAINT, UNVALIDATED_TAINT
 from components.k8s import release
-from components.slurm.conf import MOVER_LOCK
 from components.spec.site import Site
+from components.spec.wellknown import COLD_FILESYSTEM, MOVER_LOCK, POOL_TAINT, STORAGE_TYPE, UNVALIDATED_TAINT
 from components.teams.plan import team_shares
 from hosts import CHECKPOINT_MOVER
 
-STORAGE_TYPE = "gpucluster:storage:Tiers"
 NAMESPACE = "storage"
 CEPH_NAMESPACE = "rook-ceph"
 NVME_CLASS = "nvme-local"
 COLD_CLASS = "ceph-cold"
-COLD_FILESYSTEM = "ckpt-cold"
 COLD_CLAIM = "checkpoint-archive"
 TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 """node-exporter's textfile collector directory on each node: the mover's metrics land here."""

@@ -10,6 +10,7 @@ import pulumi_kubernetes as kubernetes
 
 from components.k8s import custom
 from components.spec.site import Site
+from components.spec.wellknown import TEAM_TYPE
 from components.teams.plan import (
     TeamPlan,
     cluster_queue_manifest,
@@ -19,8 +20,6 @@ from components.teams.plan import (
     resource_quota_manifest,
     team_facts,
 )
-
-TEAM_TYPE = "gpucluster:teams:Team"
 
 
 class Team(pulumi.ComponentResource):

@@ -12,8 +12,8 @@ from typing import Any
 from components.monitoring.alertmanager import team_receiver
 from components.monitoring.dashboards import TEAM_USAGE_UID, TEAMS_FOLDER
 from components.scheduling.kueue import (
-    TEAM_LABEL,
     TEAM_QUEUE,
+    flavors,
     local_queue,
     team_cluster_queue,
     team_cluster_queue_name,
@@ -21,7 +21,10 @@ from components.scheduling.kueue import (
 )
 from components.scheduling.preemption import team_qos
 from components.spec import defaults
+from components.spec.problems import Problem
+from components.spec.rules import dangling
 from components.spec.site import Site, Team
+from components.spec.wellknown import TEAM_LABEL
 
 GPU_QUOTA = "gpu-quota"
 NFS_MOUNT_OPTIONS = ["nfsvers=4.1", "hard", "nconnect=8"]
@@ -144,3 +147,41 @@ def team_facts(plan: TeamPlan) -> dict[str, Any]:
         "grafana": {"folder": TEAMS_FOLDER, "dashboard": TEAM_USAGE_UID, "variable": f"team={plan.name}"},
         "alert_route": {"receiver": team_receiver(plan.name), "channel": plan.team.slack_channel},
     }
+
+
+def check_team_quotas(site: Site) -> list[Problem]:
+    """A team's quota and guarantee name kubernetes-pool flavors and fit in them; a guarantee is part of the quota,
+    and the guarantees of all teams (every stage, so the last one is known to fit) fit the flavor."""
+    known = {f.name: f for f in flavors(site)}
+    capacity = {f.name: f.gpus for f in team_flavors(site)}
+    guaranteed = dict.fromkeys(capacity, 0)
+    problems = []
+
+    def team_flavor(path: str, name: str) -> bool:
+        if name not in known:
+            problems.append(dangling(path, "Kueue GPU flavor", name, capacity))
+        elif name not in capacity:
+            problems.append(Problem(path, f"{name} GPUs are Slurm's until lent to inference (gpuctl flex); teams "
+                                    "get quota on kubernetes-pool flavors only", "team-quotas"))
+        return name in capacity
+
+    for i, team in enumerate(site.teams):
+        for name, gpus in team.gpu_quota.items():
+            path = f"teams[{i}].gpu_quota.{name}"
+            if team_flavor(path, name) and gpus > capacity[name]:
+                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name]} GPUs of flavor {name}",
+                                        "team-quotas"))
+        for name, gpus in team.gpu_guaranteed.items():
+            path = f"teams[{i}].gpu_guaranteed.{name}"
+            quota = team.gpu_quota.get(name, defaults.TEAM_GPU_QUOTA)
+            if not team_flavor(path, name):
+                continue
+            if gpus > quota:
+                problems.append(Problem(path, f"{gpus} guaranteed GPUs exceed the team's quota of {quota} on {name}",
+                                        "team-quotas"))
+                continue
+            before, guaranteed[name] = guaranteed[name], guaranteed[name] + gpus
+            if before <= capacity[name] < guaranteed[name]:
+                problems.append(Problem(path, f"with this team the guarantees on {name} add up to {guaranteed[name]} "
+                                        f"GPUs, more than its {capacity[name]}", "team-quotas"))
+    return problems

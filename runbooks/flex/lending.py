@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from components.facility.admission import FLEX_LENT_LABEL as LENT_LABEL
 from components.scheduling.preemption import slurm_qos
 from components.spec.site import Pool, Site, Workload
+from components.spec.wellknown import FLEX_LENT_LABEL as LENT_LABEL
 
 LEND_REASON = "gpuctl flex: lent to kubernetes inference"
 COMMAND_TIMEOUT_S = 30

@@ -16,14 +16,10 @@ from typing import Any
 
 import yaml
 
-from components.cluster import CLUSTER_TYPE
-from components.facility.component import GPU_NODE_TYPE, RACK_TYPE
 from components.gpu_operator.dcgm_counters import render_counters_csv
 from components.monitoring.alertmanager import render_alertmanager_config
 from components.monitoring.alerts import render_rule_groups
 from components.monitoring.dashboards import render_dashboards
-from components.scheduling.component import SCHEDULING_TYPE
-from components.slurm.component import SLURM_TYPE
 from components.slurm.conf import (
     accounting_script,
     render_cgroup_conf,
@@ -32,8 +28,15 @@ from components.slurm.conf import (
     render_slurmdbd_conf,
 )
 from components.spec.site import Site
-from components.storage.component import STORAGE_TYPE
-from components.teams.component import TEAM_TYPE
+from components.spec.wellknown import (
+    CLUSTER_TYPE,
+    GPU_NODE_TYPE,
+    RACK_TYPE,
+    SCHEDULING_TYPE,
+    SLURM_TYPE,
+    STORAGE_TYPE,
+    TEAM_TYPE,
+)
 from components.validate import parse_site
 from runbooks.offline.engine import STACK_TYPE, ResourceGraph, Secret, load_stack_config, run_program
 from runbooks.offline.policy_pack import Finding, PolicyResult, check_policies

@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 import wiring
-from common import MONITORING_STACK_TYPE, SLURM_PARTITION_TYPE
+from common import MONITORING_STACK_TYPE, SLURM_TYPE
 from pulumi_policy import PolicyResource
 from pulumi_policy.proxy import UNKNOWN_OBJECT_VALUE
 
@@ -51,8 +51,8 @@ UNWIRED = ("{} serves traffic but neither it nor its parents depend on the monit
                  [UNWIRED.format("ResourceQuota nlp-gpus")], id="should deny an unwired ResourceQuota"),
     pytest.param(lambda: [MONITORING, resource("kubernetes:scheduling.k8s.io/v1:PriorityClass", "production")],
                  [UNWIRED.format("PriorityClass production")], id="should deny an unwired PriorityClass"),
-    pytest.param(lambda: [MONITORING, resource(SLURM_PARTITION_TYPE, "train")], [UNWIRED.format("Partition train")],
-                 id="should deny an unwired Slurm partition"),
+    pytest.param(lambda: [MONITORING, resource(SLURM_TYPE, "prod-slurm")], [UNWIRED.format("Slurm prod-slurm")],
+                 id="should deny an unwired Slurm component"),
     pytest.param(lambda: [MONITORING, resource("kubernetes:core/v1:ConfigMap", "nlp-settings")], [],
                  id="should leave resources that serve no traffic alone"),
 ])

@@ -13,12 +13,10 @@ from typing import Any
 
 import pytest
 
-from components.gpu_operator.component import HPC_JOB_MAPPING_DIR
 from components.slurm.conf import (
     EXPORTER_UNIT,
     MOVER_TIMEOUT_S,
     LoopbackOverlay,
-    gres_type,
     real_memory_mib,
     render_accounting_commands,
     render_cgroup_conf,
@@ -32,7 +30,9 @@ from components.slurm.conf import (
     slurm_nodes,
     systemd_path_unit,
 )
+from components.spec.catalog import gres_type
 from components.spec.site import Site
+from components.spec.wellknown import HPC_JOB_MAPPING_DIR
 from components.teams.plan import NFS_MOUNT_OPTIONS, team_shares
 from tests.builders import parse, with_changes
 

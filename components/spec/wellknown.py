@@ -1,0 +1,42 @@
+"""Well-known names: the labels, taints, type tokens and host paths that more than one part of the system reads.
+
+The program writes them, the runbooks and host scripts act on them, and the policy pack keys on them: one
+definition here, which the pack mirrors under a contract test (tests/policy/test_contract.py), since the pack
+imports nothing from the program.
+"""
+
+# Labels, annotations and taints on Kubernetes nodes and namespaces.
+LABEL_PREFIX = "gpucluster.io"
+VALIDATED_LABEL = f"{LABEL_PREFIX}/validated"
+"""A node that passed its node check; the only nodes GPU work is scheduled on."""
+REASON_ANNOTATION = f"{LABEL_PREFIX}/validation-reason"
+UNVALIDATED_TAINT = f"{LABEL_PREFIX}/unvalidated"
+POOL_TAINT = f"{LABEL_PREFIX}/pool"
+GPU_MODEL_LABEL = f"{LABEL_PREFIX}/gpu-model"
+RACK_LABEL = f"{LABEL_PREFIX}/rack"
+POOL_LABEL = f"{LABEL_PREFIX}/pool"
+FLEX_LENT_LABEL = f"{LABEL_PREFIX}/flex-lent"
+"""Set to "true" by `gpuctl flex lend` on a flex node lent to Kubernetes inference (runbooks/flex/lending.py)."""
+TEAM_LABEL = f"{LABEL_PREFIX}/team"
+"""Marks a team's namespace and queue; the policy pack's serving-after-monitoring and team rules key on it."""
+
+# Component type tokens, gpucluster:<concern>:<Noun>.
+CLUSTER_TYPE = "gpucluster:cluster:GpuCluster"
+FACILITY_TYPE = "gpucluster:facility:Facility"
+RACK_TYPE = "gpucluster:facility:Rack"
+GPU_NODE_TYPE = "gpucluster:facility:GpuNode"
+GPU_OPERATOR_TYPE = "gpucluster:gpu_operator:GpuOperator"
+MONITORING_TYPE = "gpucluster:monitoring:Stack"
+SCHEDULING_TYPE = "gpucluster:scheduling:Scheduling"
+SLURM_TYPE = "gpucluster:slurm:Slurm"
+STORAGE_TYPE = "gpucluster:storage:Tiers"
+TEAM_TYPE = "gpucluster:teams:Team"
+
+# Paths and names on the hosts.
+HPC_JOB_MAPPING_DIR = "/var/run/dcgm-hpc-jobs"
+"""Slurm's prolog writes one file per GPU index holding the job id; the DCGM exporter adds it as `hpc_job`."""
+MOVER_LOCK = ".checkpoint-mover.lock"
+"""Lock file in each hot export root: one epilog mover per NFS server at a time, cluster-wide (flock(1) locks
+reach the server on NFSv4). The mover skips names starting with '.'."""
+COLD_FILESYSTEM = "ckpt-cold"
+"""The CephFS filesystem of the cold tier, as Rook creates it and the Slurm nodes mount it."""
