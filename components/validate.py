@@ -4,6 +4,7 @@ One entry point, `parse_site`, for the engine (`__main__.py`) and the offline pl
 reports every problem it finds, with its path and rule, and raises once.
 """
 
+import functools
 import json
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -27,7 +28,15 @@ def parse_site(raw: Mapping[str, str], secret_keys: Collection[str]) -> Site:
     """raw: the project's config without its namespace (`racks`, not `gpu-cluster:racks`).
 
     secret_keys: the keys of raw that the CLI marked secret.
+    The same input gives the same Site: `gpuctl plan` parses the stack, then runs the program on the same config,
+    and both share one Site and every fact derived from it (components.spec.derived).
     """
+    return _parse(tuple(sorted(raw.items())), frozenset(secret_keys))
+
+
+@functools.lru_cache(maxsize=4)
+def _parse(items: tuple[tuple[str, str], ...], secret_keys: frozenset[str]) -> Site:
+    raw = dict(items)
     problems = _check_secrets(raw, secret_keys)
     data: dict[str, Any] = {}
     unreadable = set()

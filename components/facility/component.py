@@ -23,6 +23,7 @@ from components.facility.admission import (
     parse_result,
 )
 from components.facility.power import NodeLoad, RackPlan, plan_racks
+from components.spec.derived import nodes_by_name
 from components.spec.site import Node, Site
 from components.spec.wellknown import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE, REASON_ANNOTATION
 from hosts import NODE_CHECK_ASSET
@@ -40,7 +41,7 @@ class NodeAdmission:
     ssh_private_key: pulumi.Output[str]
 
     def node(self, name: str) -> Node:
-        return next(n for g in self.site.node_groups for n in g.nodes if n.name == name)
+        return nodes_by_name(self.site)[name]
 
 
 class GpuNode(pulumi.ComponentResource):

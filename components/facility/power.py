@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from components.spec import defaults
 from components.spec.catalog import GpuClass
+from components.spec.derived import once_per_site
 from components.spec.problems import Problem
 from components.spec.site import CoolingType, Feed, NodeGroup, Pdu, Rack, Site
 
@@ -98,6 +99,7 @@ def node_loads(site: Site) -> list[NodeLoad]:
     return loads
 
 
+@once_per_site
 def plan_racks(site: Site) -> list[RackPlan]:
     by_rack: dict[str, list[NodeLoad]] = {}
     for load in node_loads(site):

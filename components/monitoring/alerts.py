@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from components.spec.derived import once_per_site
 from components.spec.site import LlmMeter, Pool, Site
 from components.spec.wellknown import FLEX_LENT_LABEL
 
@@ -312,6 +313,7 @@ def llm_cost_rules(site: Site) -> list[dict[str, Any]]:
     return rules
 
 
+@once_per_site
 def render_rule_groups(site: Site, timing: Timing = PRODUCTION_TIMING) -> dict[str, Any]:
     """The rule file as promtool and Prometheus read it."""
     every = timing.evaluation_interval

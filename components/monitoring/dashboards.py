@@ -33,6 +33,7 @@ from grafana_foundation_sdk.models import dashboard as dashboard_models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
 from components.monitoring.alerts import GPU, GPU_MATCH, KSM_FLEX_LENT, Record, llm_cost_rules
+from components.spec.derived import once_per_site
 from components.spec.site import Pool, Site
 
 NAMESPACE = "monitoring"
@@ -340,6 +341,7 @@ FOLDERS = {
 BUILDERS = (_gpu_fleet, _pools_board, _team_usage, _llm_cost)
 
 
+@once_per_site
 def render_dashboards(site: Site) -> dict[str, dict[str, Any]]:
     """Each dashboard's JSON model (as Grafana exports it) keyed by uid."""
     boards = [json.loads(json.dumps(build(site).build(), cls=JSONEncoder)) for build in BUILDERS]

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from components.spec.catalog import gres_type
+from components.spec.derived import once_per_site
 from components.spec.site import Pool, Site
 from components.spec.wellknown import FLEX_LENT_LABEL, GPU_MODEL_LABEL, POOL_LABEL, POOL_TAINT, TEAM_LABEL
 
@@ -53,6 +54,7 @@ class Flavor:
     memory_gib: int
 
 
+@once_per_site
 def flavors(site: Site) -> list[Flavor]:
     """One flavor per GPU model and Kubernetes pool, with the capacity of its nodes, in spec order."""
     found: dict[str, Flavor] = {}
