@@ -1,6 +1,6 @@
 """gpuctl: the operator's command line.
 
-Exit codes: 0 done; 1 the program, or a child it started, failed; 2 the input (stack file, site spec) is invalid.
+Exit codes: runbooks.exit_codes.ExitCode, one table for every command (the README lists it).
 """
 
 import json
@@ -13,15 +13,14 @@ from rich.table import Table
 
 from components.spec.problems import SiteSpecError
 from runbooks.console import err, out
+from runbooks.exit_codes import ExitCode
 from runbooks.flex.cli import app as flex_app
 from runbooks.offline.engine import ProgramError, StackConfigError
 from runbooks.offline.policy_pack import PolicyConfigError, PolicyPackError
-from runbooks.options import EXIT_BAD_INPUT, StackOption, print_spec_problems
+from runbooks.options import StackOption, print_spec_problems
 from runbooks.plan import plan as planning
 from runbooks.plan.consumers import run_checks
 from runbooks.rollout.cli import app as rollout_app
-
-EXIT_POLICY_VIOLATION = 3
 
 app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
 app.add_typer(rollout_app, name="rollout")
@@ -39,7 +38,7 @@ def find_project_dir(start: Path) -> Path:
         if (directory / "Pulumi.yaml").exists():
             return directory
     err.print(f"[red]error:[/] no Pulumi.yaml in {start} or any directory above it")
-    raise typer.Exit(EXIT_BAD_INPUT)
+    raise typer.Exit(ExitCode.INVALID)
 
 
 @app.command()
@@ -61,16 +60,16 @@ def plan(
             result = planning.plan(project, stack, policy_config, progress=lambda step: status.update(step))
     except (OSError, json.JSONDecodeError, PolicyConfigError, StackConfigError) as error:
         err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     except SiteSpecError as error:
         print_spec_problems(error, stack, err)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     except ProgramError as error:
         err.print(f"[red]the program failed:[/] {escape(str(error))}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
     except PolicyPackError as error:
         err.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
     summary = planning.summarize(result)
     if out_dir is not None:
         summary.files = planning.write_plan(result.site, result.graph, out_dir)
@@ -78,11 +77,11 @@ def plan(
     out.print(f"policy pack: {len(summary.policies)} policies judged {len(result.graph.resources)} resources "
               f"in {result.policy_seconds:.2f} s")
     if out_dir is not None and not _consumers_accept(out_dir):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     if result.blocking:
         err.print(f"[red]{len(result.blocking)} mandatory policy violation(s)[/]: `pulumi preview --policy-pack "
                   "policy` would stop here")
-        raise typer.Exit(EXIT_POLICY_VIOLATION)
+        raise typer.Exit(ExitCode.HELD)
 
 
 def _consumers_accept(out_dir: Path) -> bool:

@@ -3,6 +3,7 @@
 import sys
 
 from runbooks.children import missing_module
+from runbooks.exit_codes import ExitCode
 
 
 def main() -> None:
@@ -10,5 +11,5 @@ def main() -> None:
         from runbooks.cli import app  # imports every package gpuctl uses
     except ModuleNotFoundError as error:
         print(f"error: {missing_module(error.name or str(error))}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise SystemExit(ExitCode.FAILED) from None
     app()

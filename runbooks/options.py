@@ -10,9 +10,8 @@ from rich.markup import escape
 from components.spec.problems import SiteSpecError
 from components.spec.site import Site
 from components.validate import parse_site
+from runbooks.exit_codes import ExitCode
 from runbooks.offline.engine import StackConfigError, load_stack_config
-
-EXIT_BAD_INPUT = 2
 
 StackOption = Annotated[str, typer.Option(help="Stack whose Pulumi.<stack>.yaml describes the site.")]
 ProjectDirOption = Annotated[Path, typer.Option(help="Directory holding Pulumi.yaml.")]
@@ -23,10 +22,10 @@ def site_or_exit(project_dir: Path, stack: str, err: Console) -> Site:
         return parse_site(*load_stack_config(project_dir, stack).project_values())
     except StackConfigError as error:
         err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     except SiteSpecError as error:
         print_spec_problems(error, stack, err)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        raise typer.Exit(ExitCode.INVALID) from None
 
 
 def print_spec_problems(error: SiteSpecError, stack: str, err: Console) -> None:

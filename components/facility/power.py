@@ -14,7 +14,8 @@ from components.spec.derived import once_per_site
 from components.spec.problems import Problem
 from components.spec.site import CoolingType, Feed, NodeGroup, Pdu, Rack, Site
 
-RULES = ("power-budget", "cooling-capacity", "dense-placement", "dual-path-pdus")
+RULES = ("rack-load-within-power", "rack-heat-within-cooling", "dense-gpus-in-dense-racks", "rack-dual-feeds")
+"""The rack rules the spec checks, named as the policy pack's policies that judge the same rack facts again."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def check_power_budget(plan: RackPlan) -> list[Problem]:
         f"racks[{plan.index}].power_budget_kw",
         f"planned draw {plan.it_load_kw:.1f} kW of {_describe(plan.nodes)} exceeds budget "
         f"{rack.power_budget_kw:g} kW less {rack.headroom_pct:g} % headroom ({plan.usable_kw:.1f} kW usable)",
-        "power-budget",
+        "rack-load-within-power",
     )]
 
 
@@ -142,13 +143,13 @@ def check_cooling(plan: RackPlan) -> list[Problem]:
         problems.append(Problem(
             path,
             f"{cooling.type.value} cooling removes at most {limit:g} kW per rack, not {cooling.capacity_kw:g} kW",
-            "cooling-capacity",
+            "rack-heat-within-cooling",
         ))
     if plan.heat_load_kw > cooling.capacity_kw:
         problems.append(Problem(
             path,
             f"{cooling.capacity_kw:g} kW cannot remove {plan.heat_load_kw:.1f} kW of heat from {_describe(plan.nodes)}",
-            "cooling-capacity",
+            "rack-heat-within-cooling",
         ))
     return problems
 
@@ -164,14 +165,14 @@ def check_dense_placement(plan: RackPlan) -> list[Problem]:
             f"racks[{plan.index}].power_budget_kw",
             f"dense GPUs ({models}) need a rack of at least {defaults.DENSE_RACK_MIN_KW:g} kW, "
             f"not {rack.power_budget_kw:g} kW",
-            "dense-placement",
+            "dense-gpus-in-dense-racks",
         ))
     if rack.cooling.type == CoolingType.AIR:
         problems.append(Problem(
             f"racks[{plan.index}].cooling.type",
             f"dense GPUs ({models}) never go in an air-cooled rack; use in-row chilled water, "
             "direct liquid or immersion",
-            "dense-placement",
+            "dense-gpus-in-dense-racks",
         ))
     return problems
 
@@ -184,16 +185,16 @@ def check_pdus(plan: RackPlan) -> list[Problem]:
             problems.append(Problem(
                 f"{base}[{j}].current_a",
                 f"{pdu.current_a} A is not a site socket rating (32 or 63 A)",
-                "dual-path-pdus",
+                "rack-dual-feeds",
             ))
         if pdu.phases not in (1, 3):
-            problems.append(Problem(f"{base}[{j}].phases", f"{pdu.phases} phases: must be 1 or 3", "dual-path-pdus"))
+            problems.append(Problem(f"{base}[{j}].phases", f"{pdu.phases} phases: must be 1 or 3", "rack-dual-feeds"))
     for feed in Feed:
         capacity = feed_capacity_kw(rack, feed)
         if capacity == 0:
             problems.append(Problem(
                 base, f"no PDU on feed {feed.value}; every rack needs dual-path power (feeds A and B)",
-                "dual-path-pdus",
+                "rack-dual-feeds",
             ))
         elif capacity < plan.it_load_kw:
             problems.append(Problem(
@@ -201,6 +202,6 @@ def check_pdus(plan: RackPlan) -> list[Problem]:
                 f"feed {feed.value} alone carries {capacity:.1f} kW at "
                 f"{defaults.PDU_CONTINUOUS_DERATING * 100:g} % continuous derating, less than the rack's "
                 f"{plan.it_load_kw:.1f} kW",
-                "dual-path-pdus",
+                "rack-dual-feeds",
             ))
     return problems

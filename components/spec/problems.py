@@ -10,7 +10,7 @@ class Problem:
     message: str
     """The rule and the numbers that break it."""
     rule: str = "schema"
-    """Name of the rule, so components can report a verdict per rule (`power-budget`, ...)."""
+    """Name of the rule, so components can report a verdict per rule (`rack-load-within-power`, ...)."""
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"

@@ -1,9 +1,9 @@
 """`gpuctl flex`: lend the flex pool to Kubernetes inference at a peak, take it back, see who has it.
 
 Runs where an operator's `scontrol`/`squeue` reach slurmctld (SLURM_CONF as usual) and `kubectl` reaches the
-cluster. Exit codes: 0 every node asked for got there; 1 some did not yet (still draining, pods not evicted, or
-drained by someone else: the output says which, and running the command again finishes what is left);
-2 bad input (not a flex node, bad spec); 3 a command failed (Slurm or kubectl unreachable).
+cluster. Exit codes (runbooks.exit_codes.ExitCode): 0 every node asked for got there; 1 a command failed (Slurm or
+kubectl unreachable); 2 bad input (not a flex node, bad spec); 3 some nodes did not get there yet (still draining,
+pods not evicted, or drained by someone else: the output says which, and running the command again finishes it).
 """
 
 from collections.abc import Callable
@@ -15,11 +15,9 @@ import typer
 from rich.markup import escape
 
 from runbooks.console import err, out
+from runbooks.exit_codes import ExitCode
 from runbooks.flex.lending import CommandError, Flex, FlexError, NodeOutcome, run_command
-from runbooks.options import EXIT_BAD_INPUT, ProjectDirOption, StackOption, site_or_exit
-
-EXIT_NOT_YET = 1
-EXIT_COMMAND_FAILED = 3
+from runbooks.options import ProjectDirOption, StackOption, site_or_exit
 
 app = typer.Typer(no_args_is_help=True, help="Lend the flex pool to Kubernetes inference at a peak, and take it back.")
 
@@ -54,14 +52,14 @@ def _report(run: Callable[[], list[NodeOutcome]], require_done: bool = True) -> 
         outcomes = run()
     except FlexError as error:
         err.print(f"[red]refused:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     except CommandError as error:
         err.print(f"[red]failed:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_COMMAND_FAILED) from None
+        raise typer.Exit(ExitCode.FAILED) from None
     for outcome in outcomes:
         out.print(f"{outcome.node}: {escape(outcome.detail)}", highlight=False)
     if require_done and not all(o.done for o in outcomes):
-        raise typer.Exit(EXIT_NOT_YET)
+        raise typer.Exit(ExitCode.HELD)
 
 
 @app.command()

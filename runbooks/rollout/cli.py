@@ -1,7 +1,7 @@
 """`gpuctl rollout`: status, request <stage>, wait, apply, rollback.
 
-Exit codes: 0 done; 1 the program failed; 2 the command does not apply (wrong stage, nothing open, bad
-spec); 3 held (soak, gates or approvals: run it again later); 4 the rollout ended without advancing
+Exit codes (runbooks.exit_codes.ExitCode): 0 done; 1 the program failed; 2 the command does not apply (wrong stage,
+nothing open, bad spec); 3 held (soak, gates or approvals: run it again later); 4 the rollout ended without advancing
 (rejected, failed, rolled back). Slack credentials come from the environment and are never printed:
 SLACK_BOT_TOKEN (chat:write, usergroups:read), SLACK_APP_TOKEN (Socket Mode, connections:write),
 SLACK_SIGNING_SECRET (HTTP receiver); SLACK_API_URL overrides the Web API base URL (a proxy).
@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from components.spec.site import Site, SlackReceiver
 from runbooks.console import err, out
+from runbooks.exit_codes import ExitCode
 from runbooks.options import ProjectDirOption, StackOption, site_or_exit
 from runbooks.rollout.approvals import SlackApprovals, web_client
 from runbooks.rollout.audit import AuditChainBrokenError, AuditLog
@@ -34,10 +35,6 @@ from runbooks.rollout.machine import (
 )
 from runbooks.rollout.receivers import ClickInbox, HttpReceiver, SocketModeReceiver
 from runbooks.rollout.store import RolloutState, Store
-
-EXIT_REFUSED = 2
-EXIT_HELD = 3
-EXIT_ENDED = 4
 
 T = TypeVar("T")
 
@@ -87,15 +84,15 @@ def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, 
         # The Automation API drives the real CLI; without it nothing about the stack can be known.
         err.print("[red]error:[/] the Pulumi CLI (`pulumi`) is not on PATH: `gpuctl rollout` reads and updates the "
                   "stack through it (https://www.pulumi.com/docs/install/). `gpuctl plan` works without it.")
-        raise typer.Exit(EXIT_REFUSED) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     except auto.CommandError as error:
         err.print(f"[red]error:[/] pulumi could not open stack {context.stack}: {escape(str(error).strip()[-300:])}")
-        raise typer.Exit(EXIT_REFUSED) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     gates = PrometheusGates(site.rollout.prometheus_url, site.rollout.gates, site.rollout.gate_window_minutes, now)
     token = os.environ.get("SLACK_BOT_TOKEN")
     if token is None and slack_required:
         err.print("[red]error:[/] SLACK_BOT_TOKEN is not set (approvals need Slack; `rollback` does not)")
-        raise typer.Exit(EXIT_REFUSED)
+        raise typer.Exit(ExitCode.INVALID)
     runbook = Runbook(site, store, audit, deployer, gates, None, context.state_dir / "plans", now, _progress)
     if token is not None:
         client = web_client(token, os.environ.get("SLACK_API_URL"))
@@ -114,13 +111,13 @@ def _outcome(run: Callable[[], T]) -> T:
         return run()
     except RolloutRefusedError as error:
         err.print(f"[red]refused:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_REFUSED) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     except StepHeldError as error:
         err.print(f"[yellow]held:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_HELD) from None
+        raise typer.Exit(ExitCode.HELD) from None
     except RolloutHaltedError as error:
         err.print(f"[red]{error.state.value}:[/] {escape(str(error))}")
-        raise typer.Exit(EXIT_ENDED) from None
+        raise typer.Exit(ExitCode.ENDED) from None
 
 
 @app.command()
@@ -164,7 +161,7 @@ def status(ctx: typer.Context) -> None:
         out.print(f"audit: {count} records, hash chain intact")
     except AuditChainBrokenError as error:
         err.print(f"[red]audit log tampered:[/] {escape(str(error))}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
 
 
 @app.command()
@@ -197,22 +194,22 @@ def wait(
         app_token = os.environ.get("SLACK_APP_TOKEN")
         if app_token is None:
             err.print("[red]error:[/] SLACK_APP_TOKEN is not set (Socket Mode needs an app-level token)")
-            raise typer.Exit(EXIT_REFUSED)
+            raise typer.Exit(ExitCode.INVALID)
         receiver = SocketModeReceiver(app_token, runbook.approvals.client, inbox)
     else:
         secret = os.environ.get("SLACK_SIGNING_SECRET")
         if secret is None:
             err.print("[red]error:[/] SLACK_SIGNING_SECRET is not set (the HTTP receiver verifies every request)")
-            raise typer.Exit(EXIT_REFUSED)
+            raise typer.Exit(ExitCode.INVALID)
         host, _, port = listen.rpartition(":")
         receiver = HttpReceiver(secret, inbox, runbook.store, runbook.audit, host, int(port))
         err.print(f"listening on {receiver.url}")
     rollout = _outcome(lambda: runbook.wait(receiver, timeout_s))
     out.print(f"{rollout.id}: {rollout.state.value}", highlight=False)
     if rollout.state == RolloutState.REJECTED:
-        raise typer.Exit(EXIT_ENDED)
+        raise typer.Exit(ExitCode.ENDED)
     if rollout.state == RolloutState.AWAITING_APPROVAL:
-        raise typer.Exit(EXIT_HELD)
+        raise typer.Exit(ExitCode.HELD)
 
 
 @app.command()
@@ -222,7 +219,7 @@ def apply(ctx: typer.Context) -> None:
     rollout = _outcome(runbook.apply)
     out.print(f"{rollout.id}: {rollout.state.value}; outputs {rollout.outputs}", highlight=False)
     if rollout.state != RolloutState.DONE:
-        raise typer.Exit(EXIT_ENDED)
+        raise typer.Exit(ExitCode.ENDED)
 
 
 @app.command()

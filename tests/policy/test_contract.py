@@ -8,6 +8,7 @@ import cooling
 import pytest
 import teams
 
+from components.facility.power import RULES as RACK_RULES
 from components.scheduling.kueue import TEAM_QUEUE
 from components.spec import defaults, wellknown
 from components.spec.catalog import GpuClass
@@ -36,3 +37,7 @@ def test_should_key_only_on_type_tokens_the_program_registers() -> None:
     tokens = {value for name, value in vars(common).items() if name.endswith("_TYPE") and isinstance(value, str)}
     registered = {value for name, value in vars(wellknown).items() if name.endswith("_TYPE")}
     assert tokens <= registered
+
+
+def test_should_name_each_rack_rule_as_the_pack_names_the_policy_that_judges_it() -> None:
+    assert set(RACK_RULES) <= {policy.name for policy in cooling.POLICIES}

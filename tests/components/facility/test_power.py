@@ -54,5 +54,5 @@ def test_should_give_a_false_verdict_only_for_the_broken_rule(prod: dict[str, An
         *site.racks[1:],
     ]})
     verdicts = plan_racks(broken)[0].verdicts
-    assert verdicts == {"power-budget": True, "cooling-capacity": False, "dense-placement": True,
-                        "dual-path-pdus": True}
+    assert verdicts == {"rack-load-within-power": True, "rack-heat-within-cooling": False,
+                        "dense-gpus-in-dense-racks": True, "rack-dual-feeds": True}
