@@ -27,6 +27,6 @@ class GpuCluster(pulumi.ComponentResource):
         self.slurm = Slurm(f"{name}-slurm", site, admission.ssh_private_key, self.facility.nodes, after_monitoring)
         # One Team per onboarded team; its name depends only on the team, so a later stage only adds Teams.
         team_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.monitoring, self.scheduling, self.storage])
-        self.teams = [Team(f"{name}-team-{plan.name}", site, plan, team_opts) for plan in team_plans(site)]
+        self.teams = [Team(f"{name}-team-{plan.name}", plan, team_opts) for plan in team_plans(site)]
         self.gpu_count = self.facility.gpu_count
         self.register_outputs({"gpu_count": self.gpu_count, "stage": site.stage})

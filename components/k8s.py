@@ -1,6 +1,7 @@
-"""Pinned charts and rendered manifests become Kubernetes resources here: every Helm release goes through
-`release`, every custom resource's arguments through `custom`."""
+"""Pinned charts and rendered manifests become Kubernetes resources here, one way each: every Helm release goes
+through `release`, every rendered manifest through `fields` (a typed resource) or `custom` (a custom resource)."""
 
+import re
 from typing import Any
 
 import pulumi
@@ -23,7 +24,13 @@ def release(name: str, chart: Chart, namespace: str, values: dict[str, Any], par
     )
 
 
+def fields(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest as a typed resource's keyword arguments: the provider's snake_case names, without apiVersion
+    and kind, which the resource's class states."""
+    return {re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower(): value for key, value in manifest.items()
+            if key not in ("apiVersion", "kind")}
+
+
 def custom(manifest: dict[str, Any]) -> dict[str, Any]:
-    """A custom resource's manifest as CustomResource arguments."""
-    return {"api_version": manifest["apiVersion"], "kind": manifest["kind"], "metadata": manifest["metadata"],
-            "spec": manifest["spec"]}
+    """A custom resource's manifest as CustomResource arguments: its apiVersion and kind are its own."""
+    return {"api_version": manifest["apiVersion"], "kind": manifest["kind"], **fields(manifest)}

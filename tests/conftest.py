@@ -5,9 +5,11 @@ from typing import Any
 import pytest
 
 from tests.builders import prod_values
-
-FIGURES: list[str] = []
-"""Measured figures (bring-up times, delivery latencies), printed at the end of every run, captured or not."""
+from tests.harness.figures import FIGURES
+from tests.harness.slurm_cluster import (  # noqa: F401 (the real Slurm cluster's fixtures, for every module)
+    cluster,
+    slurm,
+)
 
 
 @pytest.fixture
@@ -33,8 +35,3 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("measured figures")
         for line in FIGURES:
             terminalreporter.line(line)
-
-
-# The real Slurm cluster's fixtures, for every module that marks itself with slurm_marks(); imported last, as
-# the module imports FIGURES from here.
-from tests.harness.slurm_cluster import cluster, slurm  # noqa: E402, F401

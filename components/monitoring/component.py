@@ -13,7 +13,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import KUBE_PROMETHEUS_STACK, VICTORIA_METRICS_SINGLE
-from components.k8s import release
+from components.k8s import custom, fields, release
 from components.monitoring.alertmanager import ONCALL, render_alertmanager_config
 from components.monitoring.alerts import prometheus_rule_manifest, render_rule_groups
 from components.monitoring.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL, dashboard_configmaps, render_dashboards
@@ -112,16 +112,10 @@ class MonitoringStack(pulumi.ComponentResource):
                         [ns, cold], release_name=PROMETHEUS_RELEASE)
         # The CRDs come with the chart: custom resources wait for it.
         after_stack = pulumi.ResourceOptions(parent=self, depends_on=[stack])
-        kubernetes.apiextensions.CustomResource(f"{name}-gpu-rules", **_custom(prometheus_rule_manifest(site)),
+        kubernetes.apiextensions.CustomResource(f"{name}-gpu-rules", **custom(prometheus_rule_manifest(site)),
                                                 opts=after_stack)
-        kubernetes.apiextensions.CustomResource(f"{name}-dcgm-scrape", **_custom(dcgm_service_monitor(site)),
+        kubernetes.apiextensions.CustomResource(f"{name}-dcgm-scrape", **custom(dcgm_service_monitor(site)),
                                                 opts=after_stack)
         for manifest in dashboard_configmaps(site):
-            kubernetes.core.v1.ConfigMap(f"{name}-{manifest['metadata']['name']}", metadata=manifest["metadata"],
-                                         data=manifest["data"], opts=after_stack)
+            kubernetes.core.v1.ConfigMap(f"{name}-{manifest['metadata']['name']}", **fields(manifest), opts=after_stack)
         self.register_outputs(facts)
-
-
-def _custom(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {"api_version": manifest["apiVersion"], "kind": manifest["kind"], "metadata": manifest["metadata"],
-            "spec": manifest["spec"]}

@@ -285,6 +285,10 @@ class Team(Spec):
     fairshare: Annotated[int, Field(gt=0)] = defaults.TEAM_FAIRSHARE
     """Slurm fairshare shares of the team's account, relative to the other teams'."""
 
+    def gpu_quota_on(self, flavor: str) -> int:
+        """Most GPUs of a Kueue flavor the team's jobs may hold: its gpu_quota, or the default for a flavor left out."""
+        return self.gpu_quota.get(flavor, defaults.TEAM_GPU_QUOTA)
+
 
 class Gates(Spec):
     max_firing_critical: Annotated[int, Field(ge=0)] = defaults.GATE_MAX_FIRING_CRITICAL

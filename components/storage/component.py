@@ -7,7 +7,6 @@ follow each chart's values.yaml: sig-storage-local-static-provisioner (classes[]
 cephObjectStores[]). docs/storage.md explains the choices.
 """
 
-import re
 from typing import Any
 
 import pulumi
@@ -21,7 +20,7 @@ from components.charts import (
     ROOK_CEPH,
     ROOK_CEPH_CLUSTER,
 )
-from components.k8s import release
+from components.k8s import fields, release
 from components.spec.site import Site
 from components.spec.wellknown import COLD_FILESYSTEM, MOVER_LOCK, POOL_TAINT, STORAGE_TYPE, UNVALIDATED_TAINT
 from components.teams.plan import team_shares
@@ -187,29 +186,23 @@ class StorageTiers(pulumi.ComponentResource):
         ceph_ns = kubernetes.core.v1.Namespace(f"{name}-ceph-namespace", metadata={"name": CEPH_NAMESPACE},
                                                opts=after())
         # NVMe: the provisioner turns each mounted disk into a PV of our StorageClass.
-        kubernetes.storage.v1.StorageClass(f"{name}-nvme-class", **_fields(nvme_storage_class()), opts=after())
+        kubernetes.storage.v1.StorageClass(f"{name}-nvme-class", **fields(nvme_storage_class()), opts=after())
         release(f"{name}-nvme-provisioner", LOCAL_STATIC_PROVISIONER, NAMESPACE, local_provisioner_values(site),
                 self, [ns])
-        kubernetes.apps.v1.DaemonSet(f"{name}-model-prefetch", **_fields(prefetch_daemonset(site)), opts=after(ns))
+        kubernetes.apps.v1.DaemonSet(f"{name}-model-prefetch", **fields(prefetch_daemonset(site)), opts=after(ns))
         # NFS hot: the CSI driver; each team's StorageClass belongs to its Team (components.teams.component).
         nfs = release(f"{name}-nfs-driver", CSI_DRIVER_NFS, "kube-system", {}, self, [])
         # Ceph cold: the operator, then the cluster with its CephFS and StorageClass, then the archive claim.
         operator = release(f"{name}-ceph-operator", ROOK_CEPH, CEPH_NAMESPACE, {}, self, [ceph_ns])
         ceph = release(f"{name}-ceph-cluster", ROOK_CEPH_CLUSTER, CEPH_NAMESPACE, ceph_cluster_values(), self,
                        [operator])
-        claim = kubernetes.core.v1.PersistentVolumeClaim(f"{name}-cold-claim", **_fields(cold_claim(site)),
+        claim = kubernetes.core.v1.PersistentVolumeClaim(f"{name}-cold-claim", **fields(cold_claim(site)),
                                                          opts=after(ns, ceph))
         mover = kubernetes.core.v1.ConfigMap(
             f"{name}-checkpoint-mover", metadata={"name": "checkpoint-mover", "namespace": NAMESPACE},
             data={"checkpoint_tiering.py": CHECKPOINT_MOVER.read_text()}, opts=after(ns),
         )
         for index, server in enumerate(site.storage.nfs_hot.servers):
-            kubernetes.batch.v1.CronJob(f"{name}-mover-{index}", **_fields(mover_cronjob(site, server, index)),
+            kubernetes.batch.v1.CronJob(f"{name}-mover-{index}", **fields(mover_cronjob(site, server, index)),
                                         opts=after(claim, mover, nfs))
         self.register_outputs(facts)
-
-
-def _fields(manifest: dict[str, Any]) -> dict[str, Any]:
-    """A manifest as the provider's keyword arguments (snake_case, without apiVersion and kind)."""
-    return {re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower(): value for key, value in manifest.items()
-            if key not in ("apiVersion", "kind")}

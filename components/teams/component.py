@@ -8,13 +8,10 @@ team and on site-wide facts no stage changes, so a later stage adds Teams and le
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.k8s import custom
-from components.spec.site import Site
+from components.k8s import custom, fields
 from components.spec.wellknown import TEAM_TYPE
 from components.teams.plan import (
     TeamPlan,
-    cluster_queue_manifest,
-    local_queue_manifest,
     namespace_manifest,
     nfs_storage_class,
     resource_quota_manifest,
@@ -23,27 +20,21 @@ from components.teams.plan import (
 
 
 class Team(pulumi.ComponentResource):
-    def __init__(self, name: str, site: Site, plan: TeamPlan, opts: pulumi.ResourceOptions) -> None:
+    def __init__(self, name: str, plan: TeamPlan, opts: pulumi.ResourceOptions) -> None:
         """opts must depend on the monitoring stack (the team serves traffic) and on the Scheduling and storage
         components (the queues need Kueue's CRDs and flavors, the StorageClass the NFS driver)."""
         facts = team_facts(plan)
         super().__init__(TEAM_TYPE, name, facts, opts)
-        ns = kubernetes.core.v1.Namespace(f"{name}-namespace", metadata=namespace_manifest(plan)["metadata"],
+        ns = kubernetes.core.v1.Namespace(f"{name}-namespace", **fields(namespace_manifest(plan)),
                                           opts=pulumi.ResourceOptions(parent=self))
         in_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-        quota = resource_quota_manifest(plan)
-        kubernetes.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=quota["metadata"], spec=quota["spec"],
+        kubernetes.core.v1.ResourceQuota(f"{name}-gpu-quota", **fields(resource_quota_manifest(plan)),
                                          opts=in_namespace)
         caps = kubernetes.apiextensions.CustomResource(
-            f"{name}-cluster-queue", **custom(cluster_queue_manifest(site, plan)),
+            f"{name}-cluster-queue", **custom(plan.cluster_queue),
             opts=pulumi.ResourceOptions(parent=self))
-        kubernetes.apiextensions.CustomResource(f"{name}-queue", **custom(local_queue_manifest(plan)),
+        kubernetes.apiextensions.CustomResource(f"{name}-queue", **custom(plan.local_queue),
                                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, caps]))
-        share = nfs_storage_class(plan.share)
-        kubernetes.storage.v1.StorageClass(
-            f"{name}-nfs-hot", metadata=share["metadata"], provisioner=share["provisioner"],
-            parameters=share["parameters"], mount_options=share["mountOptions"],
-            reclaim_policy=share["reclaimPolicy"], volume_binding_mode=share["volumeBindingMode"],
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        kubernetes.storage.v1.StorageClass(f"{name}-nfs-hot", **fields(nfs_storage_class(plan.share)),
+                                           opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs(facts)

@@ -20,7 +20,6 @@ from components.scheduling.kueue import (
     team_flavors,
 )
 from components.scheduling.preemption import team_qos
-from components.spec import defaults
 from components.spec.problems import Problem
 from components.spec.rules import dangling
 from components.spec.site import Site, Team
@@ -59,6 +58,10 @@ class TeamPlan:
     """GPUs per flavor the team can always reclaim; part of gpu_quota."""
     share: TeamShare
     slurm: SlurmAccount
+    cluster_queue: dict[str, Any]
+    """The team's Kueue ClusterQueue, which holds it to gpu_quota per flavor and lends its guarantee."""
+    local_queue: dict[str, Any]
+    """The team namespace's LocalQueue `default`, submitting to cluster_queue."""
 
     @property
     def name(self) -> str:
@@ -80,16 +83,16 @@ def team_plans(site: Site) -> list[TeamPlan]:
     shares = {s.team: s for s in team_shares(site)}
     names = [f.name for f in team_flavors(site)]
     qos = team_qos(site)
-    return [
-        TeamPlan(
-            team=team,
-            gpu_quota={name: team.gpu_quota.get(name, defaults.TEAM_GPU_QUOTA) for name in names},
-            gpu_guaranteed={name: team.gpu_guaranteed.get(name, 0) for name in names},
-            share=shares[team.name],
+    plans = []
+    for team in site.teams_onboarded():
+        quota = {name: team.gpu_quota_on(name) for name in names}
+        guaranteed = {name: team.gpu_guaranteed.get(name, 0) for name in names}
+        plans.append(TeamPlan(
+            team=team, gpu_quota=quota, gpu_guaranteed=guaranteed, share=shares[team.name],
             slurm=SlurmAccount(team.name, team.fairshare, qos, site.scheduling.team_default_class),
-        )
-        for team in site.teams_onboarded()
-    ]
+            cluster_queue=team_cluster_queue(site, team.name, quota, guaranteed), local_queue=local_queue(team.name),
+        ))
+    return plans
 
 
 def namespace_manifest(plan: TeamPlan) -> dict[str, Any]:
@@ -106,14 +109,6 @@ def resource_quota_manifest(plan: TeamPlan) -> dict[str, Any]:
         "metadata": {"name": GPU_QUOTA, "namespace": plan.name, "labels": {TEAM_LABEL: plan.name}},
         "spec": {"hard": {"requests.nvidia.com/gpu": str(sum(plan.gpu_quota.values()))}},
     }
-
-
-def cluster_queue_manifest(site: Site, plan: TeamPlan) -> dict[str, Any]:
-    return team_cluster_queue(site, plan.name, plan.gpu_quota, plan.gpu_guaranteed)
-
-
-def local_queue_manifest(plan: TeamPlan) -> dict[str, Any]:
-    return local_queue(plan.name)
 
 
 def nfs_storage_class(share: TeamShare) -> dict[str, Any]:
@@ -173,7 +168,7 @@ def check_team_quotas(site: Site) -> list[Problem]:
                                         "team-quotas"))
         for name, gpus in team.gpu_guaranteed.items():
             path = f"teams[{i}].gpu_guaranteed.{name}"
-            quota = team.gpu_quota.get(name, defaults.TEAM_GPU_QUOTA)
+            quota = team.gpu_quota_on(name)
             if not team_flavor(path, name):
                 continue
             if gpus > quota:

@@ -38,8 +38,8 @@ from components.slurm.conf import (
 from components.spec.site import Site
 from hosts import CHECKPOINT_MOVER
 from tests.builders import parse, prod_values
-from tests.conftest import FIGURES
 from tests.harness.daemons import free_ports, stop_all, wait_for
+from tests.harness.figures import FIGURES
 
 BINARIES = ("munged", "mariadb-install-db", "mariadbd", "mariadb", "slurmdbd", "slurmctld", "slurmd",
             "sacctmgr", "sbatch", "squeue", "scontrol", "scancel", "sinfo")

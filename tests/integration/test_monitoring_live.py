@@ -36,8 +36,8 @@ from components.monitoring.alerts import Record, Severity, Timing, render_rule_g
 from components.monitoring.component import COLD_WRITE_URL, cold_tier_values, prometheus_values
 from components.spec.site import Site
 from tests.builders import parse, prod_values, with_changes
-from tests.conftest import FIGURES
 from tests.harness.daemons import free_ports, stop_all, wait_for
+from tests.harness.figures import FIGURES
 
 PROMETHEUS, ALERTMANAGER, VICTORIA_METRICS = "prometheus", "prometheus-alertmanager", "victoria-metrics"
 """Debian's executable names, also the daemons' keys in `Stack`."""

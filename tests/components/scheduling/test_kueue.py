@@ -14,7 +14,7 @@ from components.scheduling.kueue import (
     resource_flavor,
 )
 from components.spec.site import Site
-from components.teams.plan import cluster_queue_manifest, team_plans
+from components.teams.plan import team_plans
 from tests.builders import parse, with_changes
 
 GPU = "nvidia.com/gpu"
@@ -22,7 +22,7 @@ DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 
 
 def all_queues(site: Site) -> list[dict[str, Any]]:
-    return [*cluster_queues(site), *(cluster_queue_manifest(site, plan) for plan in team_plans(site))]
+    return [*cluster_queues(site), *(plan.cluster_queue for plan in team_plans(site))]
 
 
 def quantity(value: int | str) -> int:
@@ -74,7 +74,7 @@ def test_should_set_aside_cpu_and_memory_with_a_guarantee(guaranteed: dict[str, 
     # A guaranteed job asks for CPU and memory too; with none set aside it would be borrowing, and Kueue only
     # reclaims quota for a workload that fits its queue's nominal quota.
     site = parse(guaranteed)
-    nlp = cluster_queue_manifest(site, team_plans(site)[0])["spec"]["resourceGroups"][0]["flavors"][0]
+    nlp = team_plans(site)[0].cluster_queue["spec"]["resourceGroups"][0]["flavors"][0]
     # a800-kubernetes: 2 nodes of 128 CPUs and 2,048 GiB, 16 GPUs in all; a quarter of them guaranteed.
     assert nlp["name"] == "a800-kubernetes"
     assert {r["name"]: r["nominalQuota"] for r in nlp["resources"]} == {"cpu": 64, "memory": "1024Gi", GPU: 4}
@@ -100,7 +100,7 @@ def test_should_let_the_pools_lend_but_take_no_workloads(prod: dict[str, Any]) -
 
 def test_should_cap_a_team_per_flavor_and_admit_only_its_namespace(guaranteed: dict[str, Any]) -> None:
     site = parse(with_changes(guaranteed, teams__1__gpu_quota={"a800-kubernetes": 6}))
-    speech = cluster_queue_manifest(site, team_plans(site)[1])
+    speech = team_plans(site)[1].cluster_queue
     assert speech["spec"]["namespaceSelector"] == {"matchLabels": {"gpucluster.io/team": "speech"}}
     # Kueue admits up to nominalQuota + borrowingLimit per flavor: guarantee + the rest of the quota.
     assert {name: (gpu["nominalQuota"], gpu["borrowingLimit"]) for name, gpu in gpu_entries(speech).items()} == {
@@ -112,7 +112,7 @@ def test_should_never_let_a_borrowing_team_evict_inference(prod: dict[str, Any])
     values = {c.name: c.kubernetes_priority for c in site.scheduling.classes}
     assert borrow_threshold(site) == values["production"] < values["inference"]
     (plan, *_) = team_plans(site)
-    preemption = cluster_queue_manifest(site, plan)["spec"]["preemption"]
+    preemption = plan.cluster_queue["spec"]["preemption"]
     assert preemption == {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "LowerPriority",
                           "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 1_000_000}}
 
@@ -125,7 +125,7 @@ def test_should_not_preempt_other_teams_when_no_kubernetes_class_is_preemptible(
     site = parse(with_changes(prod, scheduling={"classes": kept}))
     assert borrow_threshold(site) is None
     (plan, *_) = team_plans(site)
-    assert cluster_queue_manifest(site, plan)["spec"]["preemption"]["borrowWithinCohort"] == {"policy": "Never"}
+    assert plan.cluster_queue["spec"]["preemption"]["borrowWithinCohort"] == {"policy": "Never"}
 
 
 def test_should_keep_the_rules_of_kueues_cluster_queue_crd(guaranteed: dict[str, Any]) -> None:

@@ -30,7 +30,6 @@ from components.slurm.conf import (
     slurm_nodes,
     systemd_path_unit,
 )
-from components.spec.catalog import gres_type
 from components.spec.site import Site
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR
 from components.teams.plan import NFS_MOUNT_OPTIONS, team_shares
@@ -119,19 +118,6 @@ def test_should_bind_every_gpu_to_its_device_file(prod: dict[str, Any]) -> None:
     gres = render_gres_conf(parse(with_changes(prod, node_groups__3__pool="slurm")))
     assert "Name=gpu Type=rtx4090 File=/dev/nvidia[0-7]" in gres
     assert "AutoDetect=off" in gres
-
-
-@pytest.mark.parametrize(
-    ("model", "expected"),
-    [
-        pytest.param("A800-SXM4-80GB", "a800", id="A800 SXM4 80GB is gres type a800"),
-        pytest.param("RTX-4090", "rtx4090", id="RTX 4090 is gres type rtx4090"),
-        pytest.param("H100-SXM5-80GB", "h100", id="H100 SXM5 80GB is gres type h100"),
-        pytest.param("L40S", "l40s", id="L40S is gres type l40s"),
-    ],
-)
-def test_should_name_the_gres_type_after_the_gpu_not_its_form_factor(model: str, expected: str) -> None:
-    assert gres_type(model) == expected
 
 
 @pytest.mark.parametrize(

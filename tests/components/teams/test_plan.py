@@ -5,8 +5,6 @@ from typing import Any
 import pytest
 
 from components.teams.plan import (
-    cluster_queue_manifest,
-    local_queue_manifest,
     nfs_storage_class,
     resource_quota_manifest,
     team_facts,
@@ -55,9 +53,9 @@ def test_should_hold_each_team_to_its_quota_in_its_own_cluster_queue(prod: dict[
     site = parse(with_changes(prod, teams__1__gpu_quota={"rtx4090-kubernetes": 16},
                               teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4}))
     speech = team_plans(site)[1]
-    queue = cluster_queue_manifest(site, speech)
-    assert queue["metadata"]["name"] == "team-speech" == local_queue_manifest(speech)["spec"]["clusterQueue"]
-    assert local_queue_manifest(speech)["metadata"] == {"name": "default", "namespace": "speech"}
+    queue = speech.cluster_queue
+    assert queue["metadata"]["name"] == "team-speech" == speech.local_queue["spec"]["clusterQueue"]
+    assert speech.local_queue["metadata"] == {"name": "default", "namespace": "speech"}
     assert team_facts(speech)["cluster_queue"] == "team-speech"
     gpus = {f["name"]: next(r for r in f["resources"] if r["name"] == "nvidia.com/gpu")
             for f in queue["spec"]["resourceGroups"][0]["flavors"]}
