@@ -43,7 +43,7 @@ def main(
 
 def _flex(ctx: typer.Context) -> Flex:
     context: Context = ctx.obj
-    site = site_or_exit(context.project_dir, context.stack, err)
+    site = site_or_exit(context.project_dir, context.stack)
     return Flex(site, run_command, run_command, lambda line: err.print(escape(line), highlight=False))
 
 

@@ -70,7 +70,7 @@ def main(
 
 
 def _site(context: Context) -> Site:
-    return site_or_exit(context.project_dir, context.stack, err)
+    return site_or_exit(context.project_dir, context.stack)
 
 
 def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, Site]:
