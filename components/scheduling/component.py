@@ -5,32 +5,24 @@ both to one order. Kueue objects are created after its chart (which brings the C
 naming them.
 """
 
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import KUEUE
 from components.k8s import custom, release
-from components.scheduling.kueue import NAMESPACE, chart_values, cluster_queues, flavors, lendable_gpus, resource_flavor
+from components.scheduling.kueue import (
+    KUEUE_RELEASE,
+    NAMESPACE,
+    chart_values,
+    cluster_queues,
+    flavors,
+    resource_flavor,
+    scheduling_facts,
+)
 from components.scheduling.preemption import priority_class_manifest, priority_classes
 from components.spec.site import Site
 from components.spec.wellknown import SCHEDULING_TYPE
-
-KUEUE_RELEASE = "kueue"
-
-
-def scheduling_facts(site: Site) -> dict[str, Any]:
-    """What `gpuctl plan` and the runbooks read: the classes as Kubernetes sees them, the flavors and queues."""
-    return {
-        "priority_classes": [{"name": pc.name, "value": pc.value, "preemption_policy": pc.preemption_policy,
-                              "global_default": pc.global_default} for pc in priority_classes(site)],
-        "kueue": {"chart": KUEUE.name, "version": KUEUE.version,
-                  "pods_ready_timeout_minutes": site.scheduling.pods_ready_timeout_minutes},
-        "flavors": {f.name: f.gpus for f in flavors(site)},
-        "cluster_queues": [q["metadata"]["name"] for q in cluster_queues(site)],
-        "lendable_gpus": lendable_gpus(site),
-    }
 
 
 class Scheduling(pulumi.ComponentResource):

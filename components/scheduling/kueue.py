@@ -25,10 +25,18 @@ from typing import Any
 
 import yaml
 
+from components.charts import KUEUE
+from components.scheduling.preemption import priority_classes
 from components.spec.catalog import gres_type
 from components.spec.derived import once_per_site
 from components.spec.site import Pool, Site
-from components.spec.wellknown import FLEX_LENT_LABEL, GPU_MODEL_LABEL, POOL_LABEL, POOL_TAINT, TEAM_LABEL
+from components.spec.wellknown import (
+    FLEX_LENT_LABEL,
+    GPU_MODEL_LABEL,
+    POOL_LABEL,
+    POOL_TAINT,
+    TEAM_LABEL,
+)
 
 API_VERSION = "kueue.x-k8s.io/v1beta1"
 NAMESPACE = "kueue-system"
@@ -244,4 +252,20 @@ def chart_values(site: Site) -> dict[str, Any]:
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(site), sort_keys=False)},
         # Kueue's own metrics (admission wait, pending workloads) go to the monitoring stack.
         "enablePrometheus": True,
+    }
+
+
+KUEUE_RELEASE = "kueue"
+
+
+def scheduling_facts(site: Site) -> dict[str, Any]:
+    """What `gpuctl plan` and the runbooks read: the classes as Kubernetes sees them, the flavors and queues."""
+    return {
+        "priority_classes": [{"name": pc.name, "value": pc.value, "preemption_policy": pc.preemption_policy,
+                              "global_default": pc.global_default} for pc in priority_classes(site)],
+        "kueue": {"chart": KUEUE.name, "version": KUEUE.version,
+                  "pods_ready_timeout_minutes": site.scheduling.pods_ready_timeout_minutes},
+        "flavors": {f.name: f.gpus for f in flavors(site)},
+        "cluster_queues": [q["metadata"]["name"] for q in cluster_queues(site)],
+        "lendable_gpus": lendable_gpus(site),
     }

@@ -13,109 +13,28 @@ node the node check failed is drained with the check's reason (`sinfo -R` shows 
 schedules nothing on it; a validated node is resumed.
 """
 
-import base64
 import functools
-import hashlib
-import shlex
-from typing import Any
 
 import pulumi
 import pulumi_command as command
 
-from components.facility.admission import Verdict
 from components.facility.component import GpuNode
-from components.scheduling.preemption import slurm_qos
 from components.slurm.conf import (
-    EPILOG,
-    EXPORTER,
-    EXPORTER_UNIT,
-    MOVER,
-    PROLOG,
     accounting_script,
-    partitions,
-    render_cgroup_conf,
-    render_epilog,
-    render_exporter_unit,
-    render_gres_conf,
-    render_prolog,
-    render_slurm_conf,
-    render_slurmdbd_conf,
-    render_tier_mounts,
     slurm_nodes,
 )
+from components.slurm.install import (
+    CONTROLLER_RESTART,
+    _digest,
+    admission_command,
+    controller_files,
+    install_script,
+    node_command,
+    node_files,
+    slurm_facts,
+)
 from components.spec.site import Site
-from components.spec.wellknown import COLD_FILESYSTEM, HPC_JOB_MAPPING_DIR, SLURM_TYPE
-from components.teams.plan import NFS_MOUNT_OPTIONS
-from hosts import CHECKPOINT_MOVER, SLURM_EXPORTER
-
-CONFIG_DIR = "/etc/slurm"
-SLURMD_DEFAULTS = "/etc/default/slurmd"
-SYSTEMD_UNIT_DIR = "/etc/systemd/system"
-CONTROLLER_RESTART = (f"systemctl daemon-reload && systemctl enable {EXPORTER_UNIT} "
-                      f"&& systemctl restart slurmdbd slurmctld {EXPORTER_UNIT} && scontrol reconfigure")
-
-
-def install_script(files: dict[str, tuple[str, int]], then: str) -> str:
-    """A shell script that writes each file (path: content, mode), then runs `then`. Content travels
-    base64-encoded so no quoting can change it; each file is replaced atomically. Paths are quoted: systemd
-    unit names hold backslashes."""
-    directories = sorted({path.rsplit("/", 1)[0] for path in files})
-    steps = [f"install -d -m 0755 {shlex.quote(directory)}" for directory in directories]
-    for path, (content, mode) in files.items():
-        encoded = base64.b64encode(content.encode()).decode()
-        new, final = shlex.quote(f"{path}.new"), shlex.quote(path)
-        steps.append(f"echo {encoded} | base64 -d > {new} && chmod {mode:o} {new} && mv {new} {final}")
-    steps.append(then)
-    return " && ".join(steps)
-
-
-def controller_files(site: Site) -> dict[str, tuple[str, int]]:
-    """The daemons' configuration, and the Slurm exporter with its service unit."""
-    files = {"slurm.conf": (render_slurm_conf(site), 0o644), "gres.conf": (render_gres_conf(site), 0o644),
-             "cgroup.conf": (render_cgroup_conf(), 0o644), "slurmdbd.conf": (render_slurmdbd_conf(site), 0o600)}
-    return {**{f"{CONFIG_DIR}/{name}": content for name, content in files.items()},
-            EXPORTER: (SLURM_EXPORTER.read_text(), 0o644),
-            f"{SYSTEMD_UNIT_DIR}/{EXPORTER_UNIT}": (render_exporter_unit(site), 0o644)}
-
-
-def node_files(site: Site) -> dict[str, tuple[str, int]]:
-    """What every Slurm node holds, the same on each: Debian's slurmd.service reads SLURMD_OPTIONS from
-    /etc/default/slurmd; the job scripts and the mover they start; the tier mount units."""
-    server = f"{site.slurm.controller_host}:{site.slurm.slurmctld_port}"
-    files = {SLURMD_DEFAULTS: (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644),
-             PROLOG: (render_prolog(HPC_JOB_MAPPING_DIR), 0o755),
-             EPILOG: (render_epilog(site, HPC_JOB_MAPPING_DIR), 0o755),
-             MOVER: (CHECKPOINT_MOVER.read_text(), 0o644)}
-    for unit, content in tier_mounts(site).items():
-        files[f"{SYSTEMD_UNIT_DIR}/{unit}"] = (content, 0o644)
-    return files
-
-
-def tier_mounts(site: Site) -> dict[str, str]:
-    return render_tier_mounts(site, NFS_MOUNT_OPTIONS, COLD_FILESYSTEM)
-
-
-def node_command(site: Site) -> str:
-    """Mounts the tiers (enabling a mounted unit again is a no-op), then (re)starts slurmd."""
-    units = " ".join(shlex.quote(unit) for unit in tier_mounts(site))
-    return (f"systemctl daemon-reload && systemctl enable --now {units} "
-            "&& systemctl enable slurmd && systemctl restart slurmd")
-
-
-def admission_command(node: str, verdict: Verdict) -> str:
-    if verdict.validated:
-        return f"scontrol update nodename={node} state=resume || true"  # resume of a node not drained is a no-op
-    reason = f"node check failed: {verdict.reason}"[:200]
-    return f"scontrol update nodename={node} state=drain reason={shlex.quote(reason)}"
-
-
-def slurm_facts(site: Site) -> dict[str, Any]:
-    """What the policy pack judges (docs/policy.md): the QoS table and the partitions."""
-    return {
-        "qos": [{"name": q.name, "priority": q.priority, "preempt": list(q.preempts)} for q in slurm_qos(site)],
-        "partitions": [{"name": name, "nodes": [n.name for g in groups for n in g.nodes]}
-                       for name, groups in partitions(site).items()],
-    }
+from components.spec.wellknown import SLURM_TYPE
 
 
 class Slurm(pulumi.ComponentResource):
@@ -154,5 +73,3 @@ class Slurm(pulumi.ComponentResource):
         self.register_outputs(facts)
 
 
-def _digest(files: dict[str, tuple[str, int]]) -> str:
-    return hashlib.sha256("".join(f"{n}:{m}:{c}" for n, (c, m) in sorted(files.items())).encode()).hexdigest()[:16]

@@ -7,171 +7,31 @@ follow each chart's values.yaml: sig-storage-local-static-provisioner (classes[]
 cephObjectStores[]). docs/storage.md explains the choices.
 """
 
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import (
-    BUSYBOX_IMAGE,
     CSI_DRIVER_NFS,
     LOCAL_STATIC_PROVISIONER,
-    PYTHON_IMAGE,
     ROOK_CEPH,
     ROOK_CEPH_CLUSTER,
 )
 from components.k8s import fields, release
 from components.spec.site import Site
-from components.spec.wellknown import COLD_FILESYSTEM, MOVER_LOCK, POOL_TAINT, STORAGE_TYPE, UNVALIDATED_TAINT
-from components.teams.plan import team_shares
+from components.spec.wellknown import STORAGE_TYPE
+from components.storage.tiers import (
+    CEPH_NAMESPACE,
+    NAMESPACE,
+    ceph_cluster_values,
+    cold_claim,
+    local_provisioner_values,
+    mover_cronjob,
+    nvme_storage_class,
+    prefetch_daemonset,
+    tier_facts,
+)
 from hosts import CHECKPOINT_MOVER
-
-NAMESPACE = "storage"
-CEPH_NAMESPACE = "rook-ceph"
-NVME_CLASS = "nvme-local"
-COLD_CLASS = "ceph-cold"
-COLD_CLAIM = "checkpoint-archive"
-TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
-"""node-exporter's textfile collector directory on each node: the mover's metrics land here."""
-
-
-def nvme_storage_class() -> dict[str, Any]:
-    # Local volumes cannot move: bind only once the pod's node is chosen (WaitForFirstConsumer).
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": NVME_CLASS},
-        "provisioner": "kubernetes.io/no-provisioner",
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "WaitForFirstConsumer",
-    }
-
-
-def local_provisioner_values(site: Site) -> dict[str, Any]:
-    disks = site.storage.nvme.disks_path
-    # The StorageClass is ours (above), so the chart must not create a second one.
-    return {"classes": [{"name": NVME_CLASS, "hostDir": disks, "mountDir": disks, "volumeMode": "Filesystem",
-                         "fsType": "ext4", "storageClass": False}]}
-
-
-def ceph_cluster_values() -> dict[str, Any]:
-    # CephFS, not an object store: the mover and Slurm nodes use plain POSIX paths on every tier.
-    return {
-        "operatorNamespace": CEPH_NAMESPACE,
-        "cephBlockPools": [],
-        "cephObjectStores": [],
-        "cephFileSystems": [{
-            "name": COLD_FILESYSTEM,
-            "spec": {
-                "metadataPool": {"replicated": {"size": 3}},
-                "dataPools": [{"name": "data0", "replicated": {"size": 3}}],
-                "metadataServer": {"activeCount": 1, "activeStandby": True},
-            },
-            "storageClass": {"enabled": True, "name": COLD_CLASS, "reclaimPolicy": "Retain"},
-        }],
-    }
-
-
-GPU_NODE_TOLERATIONS = [
-    {"key": UNVALIDATED_TAINT, "operator": "Exists", "effect": "NoSchedule"},
-    {"key": POOL_TAINT, "operator": "Exists", "effect": "NoSchedule"},
-]
-
-
-def prefetch_daemonset(site: Site) -> dict[str, Any]:
-    """Fills every GPU node's NVMe cache from the model registry before first use; cp -ru copies only what
-    is missing or newer, so a restart after a new model is added copies just that model."""
-    nvme, nfs = site.storage.nvme, site.storage.nfs_hot
-    copy = " && ".join(f"mkdir -p /cache/{m} && cp -ru /models/{m}/. /cache/{m}/" for m in nvme.prefetch) or "true"
-    labels = {"app.kubernetes.io/name": "model-cache-prefetch"}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "model-cache-prefetch", "namespace": NAMESPACE},
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                    "tolerations": GPU_NODE_TOLERATIONS,
-                    "initContainers": [{
-                        "name": "prefetch", "image": BUSYBOX_IMAGE,
-                        "command": ["sh", "-c", f"{copy} && touch /cache/.prefetched"],
-                        "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True},
-                                         {"name": "cache", "mountPath": "/cache"}],
-                    }],
-                    # The pod stays up so the DaemonSet reports the cache as ready on every node.
-                    "containers": [{"name": "hold", "image": BUSYBOX_IMAGE, "command": ["sleep", "2147483647"],
-                                    "resources": {"requests": {"cpu": "1m", "memory": "4Mi"}}}],
-                    "volumes": [
-                        {"name": "models",
-                         "nfs": {"server": nfs.servers[0], "path": nfs.models_export, "readOnly": True}},
-                        {"name": "cache", "hostPath": {"path": nvme.cache_path, "type": "DirectoryOrCreate"}},
-                    ],
-                },
-            },
-        },
-    }
-
-
-def mover_cronjob(site: Site, server: str, index: int) -> dict[str, Any]:
-    """One mover per NFS server: its teams' run directories, to the CephFS archive."""
-    nfs, cold = site.storage.nfs_hot, site.storage.ceph_cold
-    # The same lock the Slurm epilog's mover takes on this export, so the two never sweep one server at once.
-    args = ["flock", "-n", f"/hot/{MOVER_LOCK}",
-            "python3", "/mover/checkpoint_tiering.py", "--hot", "/hot", "--cold", "/cold",
-            "--keep", str(nfs.keep_checkpoints), "--archive-after-days", str(cold.archive_after_days),
-            "--hot-fill-threshold-pct", f"{nfs.fill_alert_pct:g}",
-            "--metrics-file", f"/metrics/checkpoint-tiering-{index}.prom"]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": f"checkpoint-mover-{index}", "namespace": NAMESPACE},
-        "spec": {
-            "schedule": cold.mover_schedule,
-            "concurrencyPolicy": "Forbid",  # the mover is idempotent, but two at once would race on partials
-            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{
-                    "name": "mover", "image": PYTHON_IMAGE, "command": args,
-                    "volumeMounts": [{"name": "mover", "mountPath": "/mover", "readOnly": True},
-                                     {"name": "hot", "mountPath": "/hot"}, {"name": "cold", "mountPath": "/cold"},
-                                     {"name": "metrics", "mountPath": "/metrics"}],
-                }],
-                "volumes": [
-                    {"name": "mover", "configMap": {"name": "checkpoint-mover"}},
-                    {"name": "hot", "nfs": {"server": server, "path": nfs.export_root}},
-                    {"name": "cold", "persistentVolumeClaim": {"claimName": COLD_CLAIM}},
-                    {"name": "metrics", "hostPath": {"path": TEXTFILE_DIR, "type": "DirectoryOrCreate"}},
-                ],
-            }}}},
-        },
-    }
-
-
-def cold_claim(site: Site) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": COLD_CLAIM, "namespace": NAMESPACE},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": COLD_CLASS,
-                 "resources": {"requests": {"storage": f"{site.storage.ceph_cold.capacity_tib:g}Ti"}}},
-    }
-
-
-def tier_facts(site: Site) -> dict[str, Any]:
-    """What the policy pack and `gpuctl plan` read (docs/policy.md has the contract)."""
-    storage = site.storage
-    return {
-        "nvme": {"storage_class": NVME_CLASS, "cache_path": storage.nvme.cache_path,
-                 "cache_gib": storage.nvme.cache_gib, "prefetch": list(storage.nvme.prefetch)},
-        "nfs_hot": {"storage_classes": [s.storage_class for s in team_shares(site)], "servers": storage.nfs_hot.servers,
-                    "capacity_tib": storage.nfs_hot.capacity_tib, "keep_checkpoints": storage.nfs_hot.keep_checkpoints},
-        "ceph_cold": {"enabled": True, "storage_class": COLD_CLASS, "capacity_tib": storage.ceph_cold.capacity_tib,
-                      "archive_after_days": storage.ceph_cold.archive_after_days,
-                      "mover_schedule": storage.ceph_cold.mover_schedule},
-    }
 
 
 class StorageTiers(pulumi.ComponentResource):

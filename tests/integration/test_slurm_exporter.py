@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from components.monitoring.component import slurm_scrape_config
+from components.monitoring.prometheus import slurm_scrape_config
 from hosts import SLURM_EXPORTER
 from hosts.slurm_exporter import Exporter, job_starts, node_states
 from runbooks.rollout.gates import GateResult, PrometheusGates, Verdict

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from components.gpu_operator.component import operator_values
 from components.gpu_operator.dcgm_counters import COUNTERS, render_counters_csv
+from components.gpu_operator.values import operator_values
 from tests.builders import parse, problems, with_changes
 
 

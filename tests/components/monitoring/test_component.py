@@ -5,7 +5,7 @@ from typing import Any
 
 from components.gpu_operator.dcgm_counters import COUNTERS
 from components.monitoring.alerts import render_rule_groups
-from components.monitoring.component import (
+from components.monitoring.prometheus import (
     COLD_WRITE_URL,
     cold_tier_values,
     dcgm_service_monitor,

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from components.facility.admission import Verdict
-from components.slurm.component import (
+from components.slurm.conf import accounting_script
+from components.slurm.install import (
     CONTROLLER_RESTART,
     admission_command,
     controller_files,
@@ -19,7 +20,6 @@ from components.slurm.component import (
     slurm_facts,
     tier_mounts,
 )
-from components.slurm.conf import accounting_script
 from hosts import CHECKPOINT_MOVER, SLURM_EXPORTER
 from tests.builders import parse, with_changes
 

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from components.storage.component import (
+from components.storage.tiers import (
     COLD_CLASS,
     NVME_CLASS,
     ceph_cluster_values,
