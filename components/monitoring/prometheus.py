@@ -8,7 +8,7 @@ from components.monitoring.alerts import render_rule_groups
 from components.monitoring.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL, render_dashboards
 from components.spec import defaults
 from components.spec.site import Site
-from components.spec.wellknown import FLEX_LENT_LABEL
+from components.spec.wellknown import FLEX_LENT_LABEL, TEXTFILE_DIR
 
 NAMESPACE = "monitoring"
 
@@ -20,7 +20,18 @@ COLD_RELEASE = "metrics-cold"
 
 
 # victoria-metrics-single names its service <release>-victoria-metrics-single-server, port 8428.
-COLD_WRITE_URL = f"http://{COLD_RELEASE}-victoria-metrics-single-server.{NAMESPACE}.svc:8428/api/v1/write"
+COLD_QUERY_URL = f"http://{COLD_RELEASE}-victoria-metrics-single-server.{NAMESPACE}.svc:8428"
+"""VictoriaMetrics answers the Prometheus query API at its root (victoria-metrics-single's server Service)."""
+COLD_WRITE_URL = f"{COLD_QUERY_URL}/api/v1/write"
+COLD_DATASOURCE = "VictoriaMetrics (1 year)"
+NODE_EXPORTER_HOST_ROOT = "/host/root"
+NODE_EXPORTER_CHART_ARGS = (
+    "--collector.filesystem.mount-points-exclude=^/(dev|proc|sys|var/lib/docker/.+|var/lib/kubelet/.+)($|/)",
+    "--collector.filesystem.fs-types-exclude=^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|"
+    "fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|sysfs|"
+    "tracefs|erofs)$",
+)
+"""kube-prometheus-stack 77.5.0's prometheus-node-exporter.extraArgs, as its values.yaml sets them."""
 
 
 NOTIFY_SECRET = "alertmanager-notify"
@@ -55,11 +66,22 @@ def prometheus_values(site: Site) -> dict[str, Any]:
         # kube_node_labels carries only allowlisted labels (kube-state-metrics chart, metricLabelsAllowlist);
         # SlurmNodesUnavailable reads the flex-lent one to leave lent nodes out.
         "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{FLEX_LENT_LABEL}]"]},
+        # The checkpoint mover's gpucluster_checkpoint_* files reach Prometheus only through the textfile
+        # collector. The host's root is mounted at /host/root (prometheus-node-exporter hostRootFsMount); extraArgs
+        # replaces the list, so kube-prometheus-stack 77.5.0's two filesystem excludes are repeated.
+        "prometheus-node-exporter": {"extraArgs": [
+            *NODE_EXPORTER_CHART_ARGS, f"--collector.textfile.directory={NODE_EXPORTER_HOST_ROOT}{TEXTFILE_DIR}",
+        ]},
         # The folder annotation is honoured only with foldersFromFilesStructure (grafana chart values).
-        "grafana": {"sidecar": {"dashboards": {
-            "enabled": True, "label": SIDECAR_LABEL, "folderAnnotation": FOLDER_ANNOTATION,
-            "provider": {"foldersFromFilesStructure": True},
-        }}},
+        "grafana": {
+            "sidecar": {"dashboards": {
+                "enabled": True, "label": SIDECAR_LABEL, "folderAnnotation": FOLDER_ANNOTATION,
+                "provider": {"foldersFromFilesStructure": True},
+            }},
+            # The year of history lives in the cold tier; Prometheus (the default datasource) holds the hot days.
+            "additionalDataSources": [{"name": COLD_DATASOURCE, "type": "prometheus", "access": "proxy",
+                                       "url": COLD_QUERY_URL, "isDefault": False}],
+        },
     }
 
 

@@ -231,6 +231,9 @@ def manager_config(site: Site) -> dict[str, Any]:
         "metrics": {"bindAddress": ":8443"},
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        # The chart's API client limits (kueue 0.14.1 values.yaml); without them the manager falls back to
+        # client-go's 20 queries/s, burst 30, too few to admit a burst of jobs at peak.
+        "clientConnection": {"qps": 50, "burst": 100},
         # All-or-nothing: blockAdmission admits one workload at a time until its pods are ready, so two gangs
         # never deadlock holding half the GPUs each (Kueue docs, "Configure all-or-nothing scheduling with
         # ready Pods").

@@ -471,6 +471,8 @@ class Site(Spec):
     node_check: NodeCheck = NodeCheck()
     """How each node proves itself before it takes work."""
     gpu_operator: GpuOperator = GpuOperator()
+    kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+$")] = defaults.KUBERNETES_VERSION
+    """Minor version of the cluster's Kubernetes (`1.30`): charts are rendered and their objects validated for it."""
 
     @field_validator("gpu_catalog", mode="before")
     @classmethod

@@ -38,5 +38,7 @@ HPC_JOB_MAPPING_DIR = "/var/run/dcgm-hpc-jobs"
 MOVER_LOCK = ".checkpoint-mover.lock"
 """Lock file in each hot export root: one epilog mover per NFS server at a time, cluster-wide (flock(1) locks
 reach the server on NFSv4). The mover skips names starting with '.'."""
+TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
+"""Where the checkpoint mover writes its metrics on a node and node-exporter's textfile collector reads them."""
 COLD_FILESYSTEM = "ckpt-cold"
 """The CephFS filesystem of the cold tier, as Rook creates it and the Slurm nodes mount it."""

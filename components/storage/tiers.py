@@ -8,7 +8,7 @@ from components.charts import (
     PYTHON_IMAGE,
 )
 from components.spec.site import Site
-from components.spec.wellknown import COLD_FILESYSTEM, MOVER_LOCK, POOL_TAINT, UNVALIDATED_TAINT
+from components.spec.wellknown import COLD_FILESYSTEM, MOVER_LOCK, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from components.teams.plan import team_shares
 
 NAMESPACE = "storage"
@@ -26,7 +26,6 @@ COLD_CLASS = "ceph-cold"
 COLD_CLAIM = "checkpoint-archive"
 
 
-TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 """node-exporter's textfile collector directory on each node: the mover's metrics land here."""
 
 
@@ -42,11 +41,29 @@ def nvme_storage_class() -> dict[str, Any]:
     }
 
 
+GPU_NODE_TOLERATIONS = [
+    {"key": UNVALIDATED_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+    {"key": POOL_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
 def local_provisioner_values(site: Site) -> dict[str, Any]:
     disks = site.storage.nvme.disks_path
     # The StorageClass is ours (above), so the chart must not create a second one.
     return {"classes": [{"name": NVME_CLASS, "hostDir": disks, "mountDir": disks, "volumeMode": "Filesystem",
-                         "fsType": "ext4", "storageClass": False}]}
+                         "fsType": "ext4", "storageClass": False}],
+            # Every GPU node is tainted (pool, unvalidated until its check passes); the chart tolerates none.
+            "tolerations": GPU_NODE_TOLERATIONS}
+
+
+CEPHFS_CSI_PARAMETERS = {
+    "csi.storage.k8s.io/provisioner-secret-name": "rook-csi-cephfs-provisioner",
+    "csi.storage.k8s.io/provisioner-secret-namespace": CEPH_NAMESPACE,
+    "csi.storage.k8s.io/controller-expand-secret-name": "rook-csi-cephfs-provisioner",
+    "csi.storage.k8s.io/controller-expand-secret-namespace": CEPH_NAMESPACE,
+    "csi.storage.k8s.io/node-stage-secret-name": "rook-csi-cephfs-node",
+    "csi.storage.k8s.io/node-stage-secret-namespace": CEPH_NAMESPACE,
+}
 
 
 def ceph_cluster_values() -> dict[str, Any]:
@@ -62,15 +79,12 @@ def ceph_cluster_values() -> dict[str, Any]:
                 "dataPools": [{"name": "data0", "replicated": {"size": 3}}],
                 "metadataServer": {"activeCount": 1, "activeStandby": True},
             },
-            "storageClass": {"enabled": True, "name": COLD_CLASS, "reclaimPolicy": "Retain"},
+            # Helm replaces the chart's cephFileSystems list whole, so the StorageClass parameters ceph-csi needs to
+            # provision and mount (rook-ceph-cluster v1.17.5 values.yaml) are repeated; the secrets are Rook's.
+            "storageClass": {"enabled": True, "name": COLD_CLASS, "reclaimPolicy": "Retain", "pool": "data0",
+                             "parameters": CEPHFS_CSI_PARAMETERS},
         }],
     }
-
-
-GPU_NODE_TOLERATIONS = [
-    {"key": UNVALIDATED_TAINT, "operator": "Exists", "effect": "NoSchedule"},
-    {"key": POOL_TAINT, "operator": "Exists", "effect": "NoSchedule"},
-]
 
 
 def prefetch_daemonset(site: Site) -> dict[str, Any]:

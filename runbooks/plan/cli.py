@@ -2,6 +2,7 @@
 consumers, and print what the stack would be."""
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from runbooks.exit_codes import ExitCode
 from runbooks.offline.engine import ProgramError, StackConfigError
 from runbooks.offline.policy_pack import PolicyConfigError, PolicyPackError
 from runbooks.options import StackOption, find_project_dir, print_spec_problems
+from runbooks.plan import helm
 from runbooks.plan import plan as planning
 from runbooks.plan.consumers import run_checks
 
@@ -27,6 +29,10 @@ def plan(
     ] = None,
     policy_pack_config: Annotated[
         Path | None, typer.Option(help="Policy config JSON, as `pulumi preview --policy-pack-config` takes it.")
+    ] = None,
+    chart_mirror: Annotated[
+        Path | None, typer.Option(help="Folder of pinned chart archives (`helm pull`); with --out, every release is "
+                                       "rendered from it by the real Helm and its objects validated.")
     ] = None,
 ) -> None:
     """Render the stack offline (no cluster, no Pulumi CLI), judge it with the policy pack, summarize it."""
@@ -48,12 +54,18 @@ def plan(
         err.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(ExitCode.FAILED) from None
     summary = planning.summarize(result)
+    charts: ChartsOutcome | None = None
     if out_dir is not None:
         summary.files = planning.write_plan(result.site, result.graph, out_dir)
+        with err.status("rendering the Helm releases"):
+            charts = _render_charts(result, out_dir, chart_mirror)
+        summary.files += charts.files
     _print_summary(summary, out_dir)
     out.print(f"policy pack: {len(summary.policies)} policies judged {len(result.graph.resources)} resources "
               f"in {result.policy_seconds:.2f} s")
     if out_dir is not None and not _consumers_accept(out_dir):
+        raise typer.Exit(ExitCode.FAILED)
+    if charts is not None and not _charts_valid(charts):
         raise typer.Exit(ExitCode.FAILED)
     if result.blocking:
         err.print(f"[red]{len(result.blocking)} mandatory policy violation(s)[/]: `pulumi preview --policy-pack "
@@ -150,3 +162,49 @@ def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
     out.print(resources)
     if out_dir is not None:
         out.print(f"wrote {len(summary.files)} files to {out_dir}")
+
+
+@dataclass
+class ChartsOutcome:
+    releases: list[helm.RenderedRelease] = field(default_factory=list)
+    invalid: list[helm.Invalid] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    skipped: str = ""
+    """Why nothing was rendered (no mirror, no helm); never reported as passed."""
+    error: str = ""
+    """Why rendering failed: a chart missing from the mirror, Helm failing."""
+
+
+def _render_charts(result: planning.Plan, out_dir: Path, mirror: Path | None) -> ChartsOutcome:
+    helm_binary = helm.find_helm()
+    if mirror is None:
+        return ChartsOutcome(skipped="no --chart-mirror given")
+    if helm_binary is None:
+        return ChartsOutcome(skipped="helm is not installed (`make plan` installs it in .venv/bin)")
+    try:
+        releases = helm.render_releases(result.graph, mirror, result.site.kubernetes_version, helm_binary)
+    except helm.HelmError as error:
+        return ChartsOutcome(error=str(error))
+    return ChartsOutcome(releases, helm.validate(releases, result.site.kubernetes_version),
+                         helm.write(releases, out_dir))
+
+
+def _charts_valid(charts: ChartsOutcome) -> bool:
+    """What each release renders to, judged by its schema; a rejected object is our bug (exit 1)."""
+    if charts.skipped or charts.error:
+        status = f"[yellow]skipped[/] {escape(charts.skipped)}" if charts.skipped else \
+            f"[red]failed[/] {escape(charts.error)}"
+        out.print(f"Helm releases: {status}", highlight=False)
+        return not charts.error
+    table = Table("release", "chart", "objects", "result", title="Helm releases, rendered by Helm and validated")
+    for release in charts.releases:
+        bad = [i for i in charts.invalid if i.source == release.release]
+        result = f"[red]{len(bad)} invalid[/]" if bad else "[green]valid[/]"
+        table.add_row(release.release, release.chart, str(len(release.objects)), result)
+    out.print(table)
+    for invalid in charts.invalid:
+        out.print(f"  {invalid.source}: {invalid.kind} {invalid.name}: {escape(invalid.reason)}", highlight=False)
+    count = sum(len(r.objects) for r in charts.releases)
+    out.print(f"{count} rendered objects in {len(charts.releases)} releases, {len(charts.invalid)} invalid",
+              highlight=False)
+    return not charts.invalid

@@ -1,0 +1,147 @@
+"""Every release of the prod stack rendered by the real Helm from the chart mirror, every object validated, and the
+settings that only count where the chart really reads them, read back from what Helm rendered."""
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from components.spec.wellknown import POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
+from runbooks.cli import app
+from runbooks.offline.engine import ResourceGraph, run_program
+from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_helm, render_releases, validate
+from tests.builders import REPO, copy_project
+
+MIRROR = REPO.parent / "shared" / "charts"
+HELM = find_helm()
+pytestmark = pytest.mark.skipif(HELM is None or not MIRROR.is_dir(),
+                                reason="needs helm (make test installs it in .venv/bin) and the chart mirror "
+                                       "../shared/charts")
+KUBE_VERSION = "1.30"
+
+
+@pytest.fixture(scope="module")
+def graph() -> ResourceGraph:
+    return run_program(REPO, "prod")
+
+
+@pytest.fixture(scope="module")
+def rendered(graph: ResourceGraph) -> dict[str, RenderedRelease]:
+    assert HELM is not None
+    return {r.release: r for r in render_releases(graph, MIRROR, KUBE_VERSION, HELM)}
+
+
+def objects(release: RenderedRelease, kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [o for o in release.objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def test_should_render_every_release_and_validate_every_object(graph: ResourceGraph,
+                                                               rendered: dict[str, RenderedRelease]) -> None:
+    assert set(rendered) == {r.inputs["name"] for r in graph.of_type(RELEASE_TYPE)}
+    assert all(r.objects for r in rendered.values())
+    assert validate(list(rendered.values()), KUBE_VERSION) == []
+
+
+def with_object(release: RenderedRelease, obj: dict[str, Any]) -> list[RenderedRelease]:
+    return [RenderedRelease(release.release, release.chart, release.version, release.namespace,
+                            [*release.objects, obj])]
+
+
+@pytest.mark.parametrize(("release", "kind", "edit", "reason"), [
+    pytest.param("gpu-operator", "ClusterPolicy", lambda o: o["spec"]["dcgmExporter"].update(hpcJobMapping={}),
+                 "Additional properties are not allowed ('hpcJobMapping' was unexpected)",
+                 id="should reject a field the custom resource's CRD does not define (v25.3.3 has no hpcJobMapping)"),
+    pytest.param("csi-driver-nfs", "DaemonSet", lambda o: o["spec"]["template"]["spec"].update(tolerate=[]),
+                 "Additional properties are not allowed ('tolerate' was unexpected)",
+                 id="should reject a field Kubernetes does not define"),
+    pytest.param("gpu-operator", "ClusterPolicy", lambda o: o.update(apiVersion="nvidia.com/v9"),
+                 "no schema: neither Kubernetes 1.30 nor a rendered CRD defines nvidia.com/v9 ClusterPolicy",
+                 id="should reject a kind no schema defines"),
+])
+def test_should_reject_what_the_api_server_would(rendered: dict[str, RenderedRelease], release: str, kind: str,
+                                                 edit: Any, reason: str) -> None:
+    changed = copy.deepcopy(objects(rendered[release], kind)[0])
+    edit(changed)
+    (invalid,) = validate(with_object(rendered[release], changed), KUBE_VERSION)
+    assert reason in invalid.reason
+
+
+def test_should_name_a_chart_the_mirror_lacks(graph: ResourceGraph, tmp_path: Path) -> None:
+    assert HELM is not None
+    with pytest.raises(HelmError, match=r"chart \S+ \S+ is not in the chart mirror .*: `helm pull"):
+        render_releases(graph, tmp_path, KUBE_VERSION, HELM)
+
+
+def test_should_write_each_release_and_exit_1_when_a_chart_is_missing(tmp_path: Path) -> None:
+    project = copy_project(tmp_path)
+    planned = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(tmp_path / "plan"),
+                                       "--chart-mirror", str(MIRROR)])
+    assert planned.exit_code == 0, planned.output
+    assert "rendered objects in 8 releases, 0 invalid" in planned.output
+    written = yaml.safe_load_all((tmp_path / "plan" / "helm" / "kueue.yaml").read_text())
+    assert any(o["kind"] == "Deployment" for o in written)
+    empty = tmp_path / "empty-mirror"
+    empty.mkdir()
+    broken = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(tmp_path / "again"),
+                                      "--chart-mirror", str(empty)])
+    assert broken.exit_code == 1
+    assert "is not in the chart mirror" in broken.output
+
+
+# Settings that take effect only where the chart reads them: each was ignored or lost before.
+
+def manager_config(rendered: dict[str, RenderedRelease]) -> dict[str, Any]:
+    (config,) = objects(rendered["kueue"], "ConfigMap", "kueue-manager-config")
+    return dict(yaml.safe_load(config["data"]["controller_manager_config.yaml"]))
+
+
+def test_should_keep_kueues_api_client_limits(rendered: dict[str, RenderedRelease]) -> None:
+    assert manager_config(rendered)["clientConnection"] == {"qps": 50, "burst": 100}
+
+
+def tolerated(pod_spec: dict[str, Any], taint: str) -> bool:
+    return any(t.get("operator") == "Exists" and t.get("key") in (taint, None) for t in pod_spec.get("tolerations")
+               or [])
+
+
+def test_should_run_the_nvme_provisioner_on_tainted_gpu_nodes(rendered: dict[str, RenderedRelease]) -> None:
+    (daemonset,) = objects(rendered["local-static-provisioner"], "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert tolerated(pod, POOL_TAINT) and tolerated(pod, UNVALIDATED_TAINT)
+
+
+def test_should_give_the_cold_storage_class_the_secrets_ceph_csi_provisions_with(
+        rendered: dict[str, RenderedRelease]) -> None:
+    (cold,) = objects(rendered["rook-ceph-cluster"], "StorageClass", "ceph-cold")
+    secrets = {k: v for k, v in cold["parameters"].items() if k.startswith("csi.storage.k8s.io/") and "secret" in k}
+    assert secrets == {f"csi.storage.k8s.io/{stage}-secret-{field}": value
+                       for stage, name in (("provisioner", "rook-csi-cephfs-provisioner"),
+                                           ("controller-expand", "rook-csi-cephfs-provisioner"),
+                                           ("node-stage", "rook-csi-cephfs-node"))
+                       for field, value in (("name", name), ("namespace", "rook-ceph"))}
+
+
+def test_should_point_node_exporter_at_the_movers_textfile_directory(rendered: dict[str, RenderedRelease]) -> None:
+    (daemonset,) = objects(rendered["kube-prometheus-stack"], "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    (exporter,) = [c for c in pod["containers"] if c["name"] == "node-exporter"]
+    (root,) = [m for m in exporter["volumeMounts"] if m["name"] == "root"]
+    (host_root,) = [v for v in pod["volumes"] if v["name"] == "root"]
+    assert host_root["hostPath"]["path"] == "/"
+    assert f"--collector.textfile.directory={root['mountPath']}{TEXTFILE_DIR}" in exporter["args"]
+    # The chart's own filesystem excludes survive the list being replaced.
+    assert sum(a.startswith("--collector.filesystem.") for a in exporter["args"]) == 2
+
+
+def test_should_give_grafana_the_cold_tier_as_a_datasource(rendered: dict[str, RenderedRelease]) -> None:
+    sources = [yaml.safe_load(c["data"]["datasource.yaml"])
+               for c in objects(rendered["kube-prometheus-stack"], "ConfigMap")
+               if "datasource.yaml" in (c.get("data") or {})]
+    urls = {d["name"]: d["url"] for s in sources for d in s["datasources"]}
+    (cold,) = [u for u in urls.values() if "victoria-metrics" in u]
+    (write,) = {rw["url"] for p in objects(rendered["kube-prometheus-stack"], "Prometheus")
+                for rw in p["spec"]["remoteWrite"]}
+    assert write == f"{cold}/api/v1/write"
