@@ -18,7 +18,9 @@ KUBE_PROMETHEUS_STACK = Chart("kube-prometheus-stack", "77.5.0", "https://promet
 VICTORIA_METRICS_SINGLE = Chart("victoria-metrics-single", "0.12.2", "https://victoriametrics.github.io/helm-charts/")
 """The cold tier: one VictoriaMetrics server receiving Prometheus remote_write (docs/monitoring.md says why)."""
 
-GPU_OPERATOR = Chart("gpu-operator", "v25.3.3", "https://helm.ngc.nvidia.com/nvidia")
+# v25.10.1 is the first with dcgmExporter.hpcJobMapping: the operator mounts the Slurm prolog's job files into the
+# exporter and sets DCGM_HPC_JOB_MAPPING_DIR (TransformDCGMExporter); v25.3.3 dropped dcgmExporter.env off OpenShift.
+GPU_OPERATOR = Chart("gpu-operator", "v25.10.1", "https://helm.ngc.nvidia.com/nvidia")
 """NVIDIA GPU Operator: the one driver layer (driver, container toolkit, device plugin, GFD, DCGM exporter)."""
 
 LOCAL_STATIC_PROVISIONER = Chart(

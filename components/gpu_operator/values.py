@@ -6,20 +6,24 @@ from components.spec.site import Site
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, UNVALIDATED_TAINT
 
 COUNTERS_CONFIGMAP = "dcgm-exporter-counters"
-
-
 COUNTERS_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"
+
+
+NFD_WORKER_CHART_TOLERATIONS = (
+    {"key": "node-role.kubernetes.io/master", "operator": "Equal", "value": "", "effect": "NoSchedule"},
+    {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "", "effect": "NoSchedule"},
+)
 
 
 def operator_values(site: Site) -> dict[str, Any]:
     """The chart values, from the spec. Pure, so the plan can show and test them."""
     # Operands run on every GPU node, validated or not: the node check needs the driver, and the
     # unvalidated taint already keeps workload pods away. Slurm and flex nodes need them too.
-    tolerations = [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ours = [
         {"key": UNVALIDATED_TAINT, "operator": "Exists", "effect": "NoSchedule"},
         {"key": POOL_TAINT, "operator": "Exists", "effect": "NoSchedule"},
     ]
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, *ours]
     return {
         "driver": {"enabled": True, "version": site.gpu_operator.driver_version},
         "toolkit": {"enabled": True},
@@ -27,6 +31,10 @@ def operator_values(site: Site) -> dict[str, Any]:
         "gfd": {"enabled": True},
         "migManager": {"enabled": False},  # MIG off: whole GPUs for training and for inference
         "daemonsets": {"tolerations": tolerations},
+        # The operator deploys operands only where node-feature-discovery has labelled a node as holding an
+        # NVIDIA PCI device, so its worker must reach our tainted nodes too; the list replaces the chart's
+        # (gpu-operator v25.10.1 values.yaml: control-plane and nvidia.com/gpu), which is repeated.
+        "node-feature-discovery": {"worker": {"tolerations": [*NFD_WORKER_CHART_TOLERATIONS, *tolerations]}},
         "dcgmExporter": {
             "enabled": True,
             # Scraped by the monitoring stack's own ServiceMonitor, which exists before any GPU serves.
@@ -35,7 +43,9 @@ def operator_values(site: Site) -> dict[str, Any]:
             "env": [
                 {"name": "DCGM_EXPORTER_COLLECTORS", "value": COUNTERS_PATH},
                 {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
-                {"name": "DCGM_HPC_JOB_MAPPING_DIR", "value": HPC_JOB_MAPPING_DIR},
             ],
+            # The Slurm prolog's GPU-to-job files: the operator mounts the host directory read-only and points
+            # DCGM_HPC_JOB_MAPPING_DIR at it, so Slurm jobs' GPU metrics carry `hpc_job`.
+            "hpcJobMapping": {"enabled": True, "directory": HPC_JOB_MAPPING_DIR},
         },
     }

@@ -10,7 +10,7 @@ from components.spec.catalog import GpuClass
 
 KUBERNETES_VERSION: Final = "1.30"
 """Kubernetes minor version the charts are rendered and validated for. Within every pinned chart's `kubeVersion`
-(kube-prometheus-stack 77.5.0 and victoria-metrics-single 0.12.2: >= 1.25; gpu-operator v25.3.3: >= 1.16; the
+(kube-prometheus-stack 77.5.0 and victoria-metrics-single 0.12.2: >= 1.25; gpu-operator v25.10.1: >= 1.16; the
 others state none)."""
 
 # --- power ----------------------------------------------------------------------------------

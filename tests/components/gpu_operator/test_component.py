@@ -15,12 +15,12 @@ def test_should_install_the_specs_driver_with_mig_off(prod: dict[str, Any]) -> N
 
 
 def test_should_map_dcgm_metrics_to_pods_and_slurm_jobs(prod: dict[str, Any]) -> None:
-    env = {e["name"]: e["value"] for e in operator_values(parse(prod))["dcgmExporter"]["env"]}
-    assert env == {
+    exporter = operator_values(parse(prod))["dcgmExporter"]
+    assert {e["name"]: e["value"] for e in exporter["env"]} == {
         "DCGM_EXPORTER_COLLECTORS": "/etc/dcgm-exporter/dcgm-metrics.csv",
         "DCGM_EXPORTER_KUBERNETES": "true",
-        "DCGM_HPC_JOB_MAPPING_DIR": "/var/run/dcgm-hpc-jobs",
     }
+    assert exporter["hpcJobMapping"] == {"enabled": True, "directory": "/var/run/dcgm-hpc-jobs"}
 
 
 def test_should_run_operands_on_unvalidated_and_slurm_nodes(prod: dict[str, Any]) -> None:

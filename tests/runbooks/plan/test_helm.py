@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.spec.wellknown import POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
+from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from runbooks.cli import app
 from runbooks.offline.engine import ResourceGraph, run_program
 from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_helm, render_releases, validate
@@ -51,9 +51,9 @@ def with_object(release: RenderedRelease, obj: dict[str, Any]) -> list[RenderedR
 
 
 @pytest.mark.parametrize(("release", "kind", "edit", "reason"), [
-    pytest.param("gpu-operator", "ClusterPolicy", lambda o: o["spec"]["dcgmExporter"].update(hpcJobMapping={}),
-                 "Additional properties are not allowed ('hpcJobMapping' was unexpected)",
-                 id="should reject a field the custom resource's CRD does not define (v25.3.3 has no hpcJobMapping)"),
+    pytest.param("gpu-operator", "ClusterPolicy", lambda o: o["spec"]["dcgmExporter"].update(jobMapping={}),
+                 "Additional properties are not allowed ('jobMapping' was unexpected)",
+                 id="should reject a field the custom resource's CRD does not define"),
     pytest.param("csi-driver-nfs", "DaemonSet", lambda o: o["spec"]["template"]["spec"].update(tolerate=[]),
                  "Additional properties are not allowed ('tolerate' was unexpected)",
                  id="should reject a field Kubernetes does not define"),
@@ -145,3 +145,17 @@ def test_should_give_grafana_the_cold_tier_as_a_datasource(rendered: dict[str, R
     (write,) = {rw["url"] for p in objects(rendered["kube-prometheus-stack"], "Prometheus")
                 for rw in p["spec"]["remoteWrite"]}
     assert write == f"{cold}/api/v1/write"
+
+
+def test_should_mount_the_slurm_job_files_into_the_dcgm_exporter(rendered: dict[str, RenderedRelease]) -> None:
+    # The operator turns this into the exporter's hostPath mount and DCGM_HPC_JOB_MAPPING_DIR
+    # (gpu-operator controllers/object_controls.go, TransformDCGMExporter); the CRD must define it.
+    (policy,) = objects(rendered["gpu-operator"], "ClusterPolicy")
+    assert policy["spec"]["dcgmExporter"]["hpcJobMapping"] == {"enabled": True, "directory": HPC_JOB_MAPPING_DIR}
+    assert validate([rendered["gpu-operator"]], KUBE_VERSION) == []
+
+
+def test_should_label_tainted_gpu_nodes_so_the_operator_deploys_to_them(rendered: dict[str, RenderedRelease]) -> None:
+    (worker,) = [d for d in objects(rendered["gpu-operator"], "DaemonSet") if "worker" in d["metadata"]["name"]]
+    pod = worker["spec"]["template"]["spec"]
+    assert tolerated(pod, POOL_TAINT) and tolerated(pod, UNVALIDATED_TAINT) and tolerated(pod, "nvidia.com/gpu")
