@@ -19,6 +19,7 @@ from runbooks.options import StackOption, find_project_dir, print_spec_problems
 from runbooks.plan import helm
 from runbooks.plan import plan as planning
 from runbooks.plan.consumers import run_checks
+from runbooks.plan.invariants import Invariant, check_invariants
 
 
 def plan(
@@ -67,9 +68,13 @@ def plan(
         raise typer.Exit(ExitCode.FAILED)
     if charts is not None and not _charts_valid(charts):
         raise typer.Exit(ExitCode.FAILED)
+    broken = [i.name for i in charts.invariants if i.violations] if charts else []
     if result.blocking:
         err.print(f"[red]{len(result.blocking)} mandatory policy violation(s)[/]: `pulumi preview --policy-pack "
                   "policy` would stop here")
+    if broken:
+        err.print(f"[red]{len(broken)} broken invariant(s)[/]: {', '.join(broken)}", highlight=False)
+    if result.blocking or broken:
         raise typer.Exit(ExitCode.HELD)
 
 
@@ -168,6 +173,7 @@ def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
 class ChartsOutcome:
     releases: list[helm.RenderedRelease] = field(default_factory=list)
     invalid: list[helm.Invalid] = field(default_factory=list)
+    invariants: list[Invariant] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
     skipped: str = ""
     """Why nothing was rendered (no mirror, no helm); never reported as passed."""
@@ -185,8 +191,9 @@ def _render_charts(result: planning.Plan, out_dir: Path, mirror: Path | None) ->
         releases = helm.render_releases(result.graph, mirror, result.site.kubernetes_version, helm_binary)
     except helm.HelmError as error:
         return ChartsOutcome(error=str(error))
+    everything = [o for r in releases for o in r.objects] + planning.kubernetes_objects(result.graph)
     return ChartsOutcome(releases, helm.validate(releases, result.site.kubernetes_version),
-                         helm.write(releases, out_dir))
+                         check_invariants(everything), helm.write(releases, out_dir))
 
 
 def _charts_valid(charts: ChartsOutcome) -> bool:
@@ -207,4 +214,12 @@ def _charts_valid(charts: ChartsOutcome) -> bool:
     count = sum(len(r.objects) for r in charts.releases)
     out.print(f"{count} rendered objects in {len(charts.releases)} releases, {len(charts.invalid)} invalid",
               highlight=False)
+    checks = Table("invariant", "result", title="Invariants over the rendered stack")
+    for invariant in charts.invariants:
+        checks.add_row(invariant.name, f"[red]{len(invariant.violations)} violation(s)[/]" if invariant.violations
+                       else "[green]holds[/]")
+    out.print(checks)
+    for invariant in charts.invariants:
+        for violation in invariant.violations:
+            out.print(f"  {invariant.name}: {escape(violation)}", highlight=False)
     return not charts.invalid

@@ -271,6 +271,12 @@ def _one(graph: ResourceGraph, type_: str) -> str:
     return resource.urn
 
 
+def kubernetes_objects(graph: ResourceGraph) -> list[dict[str, Any]]:
+    """The Kubernetes objects the program registers directly, as manifests (patches of existing objects left out)."""
+    return [_manifest(r.type, r.inputs) for r in graph.resources.values()
+            if _is_kubernetes_object(r.type) and not r.type.endswith("Patch")]
+
+
 def _is_kubernetes_object(type_: str) -> bool:
     # kubernetes:<group>/<version>:<Kind>; Helm releases and the provider itself are not objects.
     return type_.startswith("kubernetes:") and not type_.startswith(("kubernetes:helm.sh/", "pulumi:providers:"))

@@ -13,6 +13,8 @@ from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_
 from runbooks.cli import app
 from runbooks.offline.engine import ResourceGraph, run_program
 from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_helm, render_releases, validate
+from runbooks.plan.invariants import check_invariants
+from runbooks.plan.plan import kubernetes_objects
 from tests.builders import REPO, copy_project
 
 MIRROR = REPO.parent / "shared" / "charts"
@@ -159,3 +161,43 @@ def test_should_label_tainted_gpu_nodes_so_the_operator_deploys_to_them(rendered
     (worker,) = [d for d in objects(rendered["gpu-operator"], "DaemonSet") if "worker" in d["metadata"]["name"]]
     pod = worker["spec"]["template"]["spec"]
     assert tolerated(pod, POOL_TAINT) and tolerated(pod, UNVALIDATED_TAINT) and tolerated(pod, "nvidia.com/gpu")
+
+
+def stack_objects(graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> list[dict[str, Any]]:
+    return [o for r in rendered.values() for o in r.objects] + kubernetes_objects(graph)
+
+
+def broken(objects_: list[dict[str, Any]]) -> dict[str, list[str]]:
+    return {i.name: i.violations for i in check_invariants(objects_) if i.violations}
+
+
+def test_should_hold_every_invariant_on_prod(graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> None:
+    assert broken(stack_objects(graph, rendered)) == {}
+
+
+def drop_tolerations(obj: dict[str, Any]) -> None:
+    obj["spec"]["template"]["spec"].pop("tolerations")
+
+
+def drop_ceph_secrets(obj: dict[str, Any]) -> None:
+    obj["parameters"] = {k: v for k, v in obj["parameters"].items() if "secret" not in k}
+
+
+@pytest.mark.parametrize(("kind", "name", "mutate", "invariant", "violation"), [
+    pytest.param("DaemonSet", "local-static-provisioner", drop_tolerations, "gpu-daemonsets-tolerate-taints",
+                 "DaemonSet storage/local-static-provisioner does not tolerate gpucluster.io/unvalidated, "
+                 "gpucluster.io/pool: it never runs on those nodes", id="should hold a DaemonSet without tolerations"),
+    pytest.param("StorageClass", "ceph-cold", drop_ceph_secrets, "storage-classes-provisionable",
+                 "StorageClass ceph-cold (rook-ceph.cephfs.csi.ceph.com) lacks "
+                 "csi.storage.k8s.io/provisioner-secret-name, csi.storage.k8s.io/provisioner-secret-namespace, "
+                 "csi.storage.k8s.io/controller-expand-secret-name, "
+                 "csi.storage.k8s.io/controller-expand-secret-namespace, "
+                 "csi.storage.k8s.io/node-stage-secret-name, csi.storage.k8s.io/node-stage-secret-namespace: "
+                 "no volume can be provisioned", id="should hold a StorageClass without its CSI secrets"),
+])
+def test_should_break_exactly_one_invariant(graph: ResourceGraph, rendered: dict[str, RenderedRelease], kind: str,
+                                            name: str, mutate: Any, invariant: str, violation: str) -> None:
+    objects_ = copy.deepcopy(stack_objects(graph, rendered))
+    (target,) = [o for o in objects_ if o["kind"] == kind and o["metadata"]["name"].endswith(name)]
+    mutate(target)
+    assert broken(objects_) == {invariant: [violation]}
