@@ -1,6 +1,8 @@
 """Prometheus (hot, kube-prometheus-stack) and VictoriaMetrics (cold) as the monitoring stack deploys them,
 rendered from the site spec. Pure: no pulumi."""
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from components.monitoring.alertmanager import ONCALL, render_alertmanager_config
@@ -38,17 +40,48 @@ NOTIFY_SECRET = "alertmanager-notify"
 """Created by the platform team (docs/monitoring.md), never by Pulumi: holds slack-api-url and oncall-token."""
 
 
-DCGM_SCRAPE_INTERVAL = "15s"
+DCGM_SCRAPE_INTERVAL = f"{defaults.DCGM_SCRAPE_INTERVAL_S}s"
 
 
 SLURM_SCRAPE_JOB = "slurm"
 
 
+@dataclass(frozen=True)
+class MetricsVolumes:
+    samples_per_s: float
+    """Estimated ingest: series per GPU, per node and for the cluster, each over its scrape interval."""
+    hot_gib: int
+    cold_gib: int
+
+
+def metrics_volumes(site: Site) -> MetricsVolumes:
+    """Volumes sized as Prometheus' docs size them: retention x ingest x bytes per sample, with headroom."""
+    gpus = sum(g.gpus_per_node * len(g.nodes) for g in site.node_groups)
+    nodes = sum(len(g.nodes) for g in site.node_groups)
+    samples_per_s = (gpus * defaults.METRIC_SERIES_PER_GPU / defaults.DCGM_SCRAPE_INTERVAL_S
+                     + (nodes * defaults.METRIC_SERIES_PER_NODE + defaults.METRIC_SERIES_CLUSTER)
+                     / defaults.SCRAPE_INTERVAL_S)
+
+    def gib(days: int, bytes_per_sample: float) -> int:
+        return math.ceil(samples_per_s * days * 86_400 * bytes_per_sample * defaults.METRICS_VOLUME_HEADROOM / 2**30)
+
+    monitoring = site.monitoring
+    return MetricsVolumes(samples_per_s, gib(monitoring.hot_retention_days, defaults.PROMETHEUS_BYTES_PER_SAMPLE),
+                          gib(monitoring.cold_retention_days, defaults.VICTORIAMETRICS_BYTES_PER_SAMPLE))
+
+
 def prometheus_values(site: Site) -> dict[str, Any]:
-    monitoring, secrets_dir = site.monitoring, site.alerting.secrets_dir
+    monitoring, secrets_dir, volumes = site.monitoring, site.alerting.secrets_dir, metrics_volumes(site)
     return {
         "prometheus": {"prometheusSpec": {
             "retention": f"{monitoring.hot_retention_days}d",
+            # Without a volume the hot tier lives in an emptyDir and dies with the pod. Prometheus also stops at
+            # 90 % of the volume, whatever the days, rather than fill it.
+            "storageSpec": {"volumeClaimTemplate": {"spec": {
+                "storageClassName": monitoring.storage_class, "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": f"{volumes.hot_gib}Gi"}},
+            }}},
+            "retentionSize": f"{math.floor(volumes.hot_gib * 0.9)}GB",
             "remoteWrite": [{"url": COLD_WRITE_URL}],
             # Pick up every PrometheusRule and ServiceMonitor, not only the chart's own.
             "ruleSelectorNilUsesHelmValues": False,
@@ -92,7 +125,13 @@ def slurm_scrape_config(site: Site) -> dict[str, Any]:
 
 
 def cold_tier_values(site: Site) -> dict[str, Any]:
-    return {"server": {"retentionPeriod": f"{site.monitoring.cold_retention_days}d"}}
+    monitoring = site.monitoring
+    return {"server": {
+        "retentionPeriod": f"{monitoring.cold_retention_days}d",
+        # The chart's 16Gi would hold about a month of this ingest, not the year.
+        "persistentVolume": {"enabled": True, "storageClassName": monitoring.storage_class,
+                             "size": f"{metrics_volumes(site).cold_gib}Gi"},
+    }}
 
 
 def dcgm_service_monitor(site: Site) -> dict[str, Any]:

@@ -7,11 +7,34 @@ can check the figures against their sources without reading the components.
 from typing import Final
 
 from components.spec.catalog import GpuClass
+from components.spec.wellknown import COLD_CLASS
 
 KUBERNETES_VERSION: Final = "1.30"
 """Kubernetes minor version the charts are rendered and validated for. Within every pinned chart's `kubeVersion`
 (kube-prometheus-stack 77.5.0 and victoria-metrics-single 0.12.2: >= 1.25; gpu-operator v25.10.1: >= 1.16; the
 others state none)."""
+
+# --- metrics volumes ---
+
+METRICS_STORAGE_CLASS: Final = COLD_CLASS
+"""StorageClass of the metrics tiers' volumes: CephFS, three replicas (the stack's cold tier)."""
+METRIC_SERIES_PER_GPU: Final = 60
+"""Series per GPU: the DCGM exporter's counters (components/gpu_operator/dcgm_counters.py, about 40) and the
+recording rules over them; an estimate, rounded up."""
+METRIC_SERIES_PER_NODE: Final = 2500
+"""Series per node: node-exporter (about 1,000 on a server) and the kubelet's cAdvisor per running container."""
+METRIC_SERIES_CLUSTER: Final = 20000
+"""Series the cluster adds whatever its size: kube-state-metrics, the API server, Kueue, the operators."""
+DCGM_SCRAPE_INTERVAL_S: Final = 15
+"""s between scrapes of the DCGM exporter: finer than the rest, so a thermal spike shows."""
+SCRAPE_INTERVAL_S: Final = 30
+"""s; kube-prometheus-stack's default scrapeInterval, which every other target keeps."""
+PROMETHEUS_BYTES_PER_SAMPLE: Final = 2.0
+"""Prometheus docs, "Storage, operational aspects": on average 1-2 bytes per sample; the upper figure."""
+VICTORIAMETRICS_BYTES_PER_SAMPLE: Final = 1.0
+"""VictoriaMetrics docs, "Capacity planning": under 1 byte per sample on typical data; rounded up."""
+METRICS_VOLUME_HEADROOM: Final = 1.5
+"""Volume over the retained samples: the WAL, the head block and compaction's temporary copies."""
 
 # --- power ----------------------------------------------------------------------------------
 

@@ -184,6 +184,9 @@ class Monitoring(Spec):
     """hours the utilization average spans."""
     gpu_temp_incident_c: Annotated[float, Field(gt=0)] = defaults.GPU_TEMP_INCIDENT_C
     """C; GPU temperature that raises an incident."""
+    storage_class: Annotated[str, Field(min_length=1)] = defaults.METRICS_STORAGE_CLASS
+    """StorageClass of the hot and cold tiers' volumes, sized from retention and ingest (components.monitoring.
+    prometheus); default the replicated CephFS class, so a tier outlives its pod and its node."""
 
 
 ClassName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$", max_length=63)]

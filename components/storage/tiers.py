@@ -8,7 +8,14 @@ from components.charts import (
     PYTHON_IMAGE,
 )
 from components.spec.site import Site
-from components.spec.wellknown import COLD_FILESYSTEM, MOVER_LOCK, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
+from components.spec.wellknown import (
+    COLD_CLASS,
+    COLD_FILESYSTEM,
+    MOVER_LOCK,
+    POOL_TAINT,
+    TEXTFILE_DIR,
+    UNVALIDATED_TAINT,
+)
 from components.teams.plan import team_shares
 
 NAMESPACE = "storage"
@@ -20,7 +27,6 @@ CEPH_NAMESPACE = "rook-ceph"
 NVME_CLASS = "nvme-local"
 
 
-COLD_CLASS = "ceph-cold"
 
 
 COLD_CLAIM = "checkpoint-archive"

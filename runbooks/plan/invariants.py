@@ -80,11 +80,24 @@ def storage_classes_provision(objects: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
+def metrics_tiers_persist(objects: list[dict[str, Any]]) -> list[str]:
+    """The hot tier (the Prometheus resource) and any StatefulSet (the cold tier) keep their data on a volume."""
+    problems = []
+    for obj in objects:
+        if obj.get("kind") == "Prometheus" and not ((obj.get("spec") or {}).get("storage") or {}).get(
+                "volumeClaimTemplate"):
+            problems.append(f"{_named(obj)} has no spec.storage.volumeClaimTemplate: its data dies with the pod")
+        if obj.get("kind") == "StatefulSet" and not obj["spec"].get("volumeClaimTemplates"):
+            problems.append(f"{_named(obj)} claims no volume: its data dies with the pod")
+    return problems
+
+
 CHECKS: tuple[tuple[str, str, Callable[[list[dict[str, Any]]], list[str]]], ...] = (
     ("gpu-daemonsets-tolerate-taints", "Every DaemonSet tolerates the taints on GPU nodes.",
      daemonsets_reach_gpu_nodes),
     ("storage-classes-provisionable", "Every StorageClass carries what its provisioner needs.",
      storage_classes_provision),
+    ("metrics-tiers-persist", "The hot and cold metrics tiers keep their data on volumes.", metrics_tiers_persist),
 )
 
 

@@ -20,7 +20,10 @@ def test_should_keep_the_specs_hot_and_cold_retention(prod: dict[str, Any]) -> N
     spec = prometheus_values(site)["prometheus"]["prometheusSpec"]
     assert spec["retention"] == "45d"
     assert spec["remoteWrite"] == [{"url": COLD_WRITE_URL}]
-    assert cold_tier_values(site) == {"server": {"retentionPeriod": "730d"}}
+    assert cold_tier_values(site)["server"]["retentionPeriod"] == "730d"
+    # Twice the days, twice the volume: 2 x 111 GiB for prod's ingest.
+    assert cold_tier_values(site)["server"]["persistentVolume"]["size"] == "222Gi"
+    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]["storage"] == "28Gi"
 
 
 def test_should_mount_the_notification_secret_where_the_routing_reads_it(prod: dict[str, Any]) -> None:

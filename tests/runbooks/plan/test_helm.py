@@ -9,13 +9,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from components.monitoring.prometheus import metrics_volumes
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from runbooks.cli import app
 from runbooks.offline.engine import ResourceGraph, run_program
 from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_helm, render_releases, validate
 from runbooks.plan.invariants import check_invariants
 from runbooks.plan.plan import kubernetes_objects
-from tests.builders import REPO, copy_project
+from tests.builders import REPO, copy_project, parse, prod_values
 
 MIRROR = REPO.parent / "shared" / "charts"
 HELM = find_helm()
@@ -201,3 +202,28 @@ def test_should_break_exactly_one_invariant(graph: ResourceGraph, rendered: dict
     (target,) = [o for o in objects_ if o["kind"] == kind and o["metadata"]["name"].endswith(name)]
     mutate(target)
     assert broken(objects_) == {invariant: [violation]}
+
+
+def test_should_keep_the_hot_and_cold_tiers_on_volumes_sized_from_retention_and_ingest(
+        rendered: dict[str, RenderedRelease]) -> None:
+    volumes = metrics_volumes(parse(prod_values()))
+    (prometheus,) = objects(rendered["kube-prometheus-stack"], "Prometheus")
+    claim = prometheus["spec"]["storage"]["volumeClaimTemplate"]["spec"]
+    assert (claim["storageClassName"], claim["resources"]["requests"]["storage"]) == ("ceph-cold",
+                                                                                     f"{volumes.hot_gib}Gi")
+    assert prometheus["spec"]["retentionSize"] == f"{int(volumes.hot_gib * 0.9)}GB"
+    (cold,) = objects(rendered["metrics-cold"], "StatefulSet")
+    (template,) = cold["spec"]["volumeClaimTemplates"]
+    assert template["spec"]["resources"]["requests"]["storage"] == f"{volumes.cold_gib}Gi"
+    # 128 GPUs and 16 nodes: about 2,500 samples/s, 30 days hot at 2 B and a year cold at 1 B, 1.5x headroom.
+    assert (round(volumes.samples_per_s), volumes.hot_gib, volumes.cold_gib) == (2512, 19, 111)
+
+
+def test_should_hold_a_metrics_tier_without_a_volume(graph: ResourceGraph,
+                                                     rendered: dict[str, RenderedRelease]) -> None:
+    objects_ = copy.deepcopy(stack_objects(graph, rendered))
+    (prometheus,) = [o for o in objects_ if o["kind"] == "Prometheus"]
+    del prometheus["spec"]["storage"]
+    assert broken(objects_) == {"metrics-tiers-persist": [
+        "Prometheus monitoring/kube-prometheus-stack-prometheus has no spec.storage.volumeClaimTemplate: its data "
+        "dies with the pod"]}
