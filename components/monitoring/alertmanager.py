@@ -14,12 +14,18 @@ from components.spec.site import Site
 ONCALL = "oncall"
 INCIDENT = "slack-incident"
 PLATFORM = "slack-platform"
+HEARTBEAT = "heartbeat"
+NULL = "null"
+"""Receives what needs no one: the InfoInhibitor alert, whose only job is to inhibit."""
 
 SLACK_API_URL_FILE = "slack-api-url"
 """File (under alerting.secrets_dir) holding the Slack incoming-webhook URL."""
 
 ONCALL_TOKEN_FILE = "oncall-token"
 """File (under alerting.secrets_dir) holding the bearer token of the on-call webhook."""
+
+HEARTBEAT_TOKEN_FILE = "heartbeat-token"
+"""File (under alerting.secrets_dir) holding the bearer token of the dead-man's switch."""
 
 PER_GPU = ["Hostname", "gpu"]
 """Labels that tie a symptom to the GPU whose cause inhibits it."""
@@ -45,8 +51,16 @@ def receivers(site: Site) -> list[dict[str, Any]]:
         "send_resolved": True,
         "http_config": {"authorization": {"type": "Bearer", "credentials_file": f"{secrets}/{ONCALL_TOKEN_FILE}"}},
     }]}
+    heartbeat = {"name": HEARTBEAT, "webhook_configs": [{
+        "url": site.alerting.heartbeat_url,
+        "send_resolved": False,
+        "http_config": {"authorization": {"type": "Bearer",
+                                          "credentials_file": f"{secrets}/{HEARTBEAT_TOKEN_FILE}"}},
+    }]}
     return [
         oncall,
+        heartbeat,
+        {"name": NULL},
         _slack(INCIDENT, site.slack.incident_channel),
         _slack(PLATFORM, site.alerting.platform_channel),
         *(_slack(team_receiver(t.name), t.slack_channel) for t in site.teams),
@@ -57,6 +71,12 @@ def routes(site: Site) -> list[dict[str, Any]]:
     critical = f'severity="{Severity.CRITICAL.value}"'
     owned = f'severity=~"{Severity.TUNING.value}|{Severity.WARNING.value}"'
     return [
+        # Prometheus fires Watchdog always (kube-prometheus-stack's rules): each minute it reaches the dead-man's
+        # switch, whose silence means the pipeline is down. Replacing the chart's config dropped its route to null,
+        # so Watchdog fell to the platform channel every 4 h instead.
+        {"receiver": HEARTBEAT, "matchers": ['alertname="Watchdog"'], "group_wait": "0s", "group_interval": "1m",
+         "repeat_interval": "1m"},
+        {"receiver": NULL, "matchers": ['alertname="InfoInhibitor"']},
         # continue: the page and the incident-channel post both go out.
         {"receiver": ONCALL, "matchers": [critical], "continue": True},
         {"receiver": INCIDENT, "matchers": [critical]},
@@ -77,6 +97,10 @@ def inhibit_rules() -> list[dict[str, Any]]:
         {"source_matchers": ['alertname="GpuXidHardwareError"'],
          "target_matchers": ['alertname=~"GpuThermalThrottling|GpuUtilizationLow|GpuXidApplicationError"'],
          "equal": PER_GPU},
+        # The chart's info-alert inhibition, kept: an info alert is news only while nothing else fires in its
+        # namespace (kube-prometheus-stack's InfoInhibitor).
+        {"source_matchers": ['alertname="InfoInhibitor"'], "target_matchers": ['severity="info"'],
+         "equal": ["namespace"]},
         # An overheating GPU throttles; the temperature alert is the one to act on.
         {"source_matchers": ['alertname=~"GpuTemperatureHigh|GpuHbmTemperatureHigh"'],
          "target_matchers": ['alertname="GpuThermalThrottling"'],

@@ -384,6 +384,9 @@ class Alerting(Spec):
         "http://oncall-bridge.monitoring.svc:8080/alertmanager"
     )
     """The on-call pager's Alertmanager webhook (not secret; its token is read from a file)."""
+    heartbeat_url: Annotated[str, Field(pattern=r"^https?://\S+$")] = "https://heartbeat.example.internal/gpu-cluster"
+    """A dead-man's switch outside this cluster that pages when Alertmanager's Watchdog heartbeats stop, so a dead
+    alerting pipeline is noticed (its token is read from a file; example host: set it)."""
     secrets_dir: Annotated[str, Field(pattern=r"^/\S+[^/]$")] = "/etc/alertmanager/secrets"
     """Directory mounted into Alertmanager holding `slack-api-url` and `oncall-token` (never inline)."""
     hbm_temp_incident_c: Annotated[float, Field(gt=0)] = defaults.HBM_TEMP_INCIDENT_C
