@@ -1,7 +1,10 @@
 """Observability first: one monitoring stack, fed by DCGM, keeping metrics long enough, alerting on idle and hot GPUs.
 
-Judged on the `gpucluster:monitoring:Stack` component's registered outputs (the contract is in docs/policy.md).
-The numbers are policy config with the defaults below, so a stack's policy config can tighten them.
+What is deployed is judged where it is deployed: the DCGM exporter, retention and remote_write in the values of
+the Helm releases that install them (a chart's own default where a value is left out), the alerts, routes and
+dashboards on the `gpucluster:monitoring:Stack` component's registered outputs (the contract is in
+docs/policy.md). The numbers are policy config with the defaults below, so a stack's policy config can tighten
+them.
 """
 
 import re
@@ -12,12 +15,12 @@ from common import (
     ViolationError,
     config_number,
     describe,
-    flag,
+    fact,
     items,
-    number,
     of_type,
     present,
     report_each,
+    text,
 )
 from pulumi_policy import (
     PolicyConfigSchema,
@@ -34,6 +37,18 @@ GPU_IDLE_THRESHOLD_PCT = 30
 GPU_IDLE_WINDOW_HOURS = 24
 GPU_TEMP_THRESHOLD_C = 85
 COST_DASHBOARD = "llm-cost"
+RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+GPU_OPERATOR_CHART = "gpu-operator"
+PROMETHEUS_CHART = "kube-prometheus-stack"
+COLD_TIER_CHART = "victoria-metrics-single"
+CHART_DEFAULT_HOT_RETENTION = "10d"
+"""kube-prometheus-stack's prometheus.prometheusSpec.retention when the values leave it out (values.yaml)."""
+CHART_DEFAULT_COLD_RETENTION = "1"
+"""victoria-metrics-single's server.retentionPeriod default: a bare number counts months (VictoriaMetrics docs)."""
+_DURATION = re.compile(r"^(?P<count>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h|d|w|y)?$")
+_DAYS = {"ms": 1 / 86_400_000, "s": 1 / 86_400, "m": 1 / 1440, "h": 1 / 24, "d": 1, "w": 7, "y": 365,
+         "months": 31}
+"""Days per unit; VictoriaMetrics counts a month as 31 days (lib/flagutil, retentionPeriod)."""
 
 # The raw DCGM series, or a recording rule derived from it (`gpu:dcgm_gpu_util:max`), with optional matchers.
 _UTIL_SERIES = r"(?:DCGM_FI_DEV_GPU_UTIL|gpu:dcgm_gpu_util[\w:]*)(?:\{[^}]*\})?"
@@ -65,26 +80,53 @@ def validate_present(args: StackValidationArgs, report: ReportViolation) -> None
         report(f"{len(stacks)} monitoring stacks ({names}); exactly one may exist", None)
 
 
+def release(args: StackValidationArgs, chart: str) -> PolicyResource:
+    """The one Helm release of a chart (named as in the repository or as an OCI reference's last part)."""
+    found = [r for r in of_type(args, RELEASE_TYPE) if text(r, "chart").rstrip("/").rsplit("/", 1)[-1] == chart]
+    if len(found) != 1:
+        raise ViolationError(f"the stack installs {len(found)} {chart} releases; the policy needs exactly one")
+    return found[0]
+
+
+def days(resource: PolicyResource, path: str, default: str, bare_unit: str) -> float:
+    """A retention as days: a Prometheus duration (`30d`, `1y`), or a bare number in `bare_unit`."""
+    value = str(fact(resource, path, default))
+    match = _DURATION.match(value)
+    if not match:
+        raise ViolationError(f"{describe(resource)}: {path} is {value!r}, not a duration")
+    unit = match["unit"] or bare_unit
+    return float(match["count"]) * _DAYS[unit]
+
+
 def check_dcgm(args: StackValidationArgs, stack: PolicyResource) -> None:
-    if not flag(stack, "dcgm_exporter.enabled"):
-        raise ViolationError(f"{describe(stack)}: dcgm_exporter.enabled is false; GPUs would go unwatched")
+    operator = release(args, GPU_OPERATOR_CHART)
+    # The chart enables the exporter unless its values say otherwise.
+    if fact(operator, "values.dcgmExporter.enabled", True) is not True:
+        raise ViolationError(f"{describe(operator)}: values.dcgmExporter.enabled is not true; GPUs would go "
+                             "unwatched")
 
 
 def check_hot_retention(args: StackValidationArgs, stack: PolicyResource) -> None:
     required = config_number(args, "min_days", HOT_RETENTION_DAYS)
-    days = number(stack, "prometheus.hot_retention_days")
-    if days < required:
-        raise ViolationError(f"{describe(stack)}: Prometheus keeps {days:g} days of metrics, under {required:g}")
+    prometheus = release(args, PROMETHEUS_CHART)
+    kept = days(prometheus, "values.prometheus.prometheusSpec.retention", CHART_DEFAULT_HOT_RETENTION, "d")
+    if kept < required:
+        raise ViolationError(f"{describe(prometheus)}: Prometheus keeps {kept:g} days of metrics, under {required:g}")
 
 
 def check_cold_tier(args: StackValidationArgs, stack: PolicyResource) -> None:
     required = config_number(args, "min_days", COLD_RETENTION_DAYS)
-    days = number(stack, "cold_tier.retention_days")
-    remote_write = flag(stack, "prometheus.remote_write")
-    faults = ([f"keeps {days:g} days, under {required:g}"] if days < required else []) + (
-        [] if remote_write else ["receives nothing: prometheus.remote_write is false"])
+    cold, prometheus = release(args, COLD_TIER_CHART), release(args, PROMETHEUS_CHART)
+    kept = days(cold, "values.server.retentionPeriod", CHART_DEFAULT_COLD_RETENTION, "months")
+    # The chart's server Service is <release>-victoria-metrics-single-server (its templates' fullname).
+    service = f"//{text(cold, 'name')}-{COLD_TIER_CHART}-server."
+    writes = [w.get("url", "") for w in fact(prometheus, "values.prometheus.prometheusSpec.remoteWrite", [])
+              if isinstance(w, dict)]
+    faults = ([f"keeps {kept:g} days, under {required:g}"] if kept < required else []) + (
+        [] if any(service in str(url) for url in writes) else
+        [f"receives nothing: no prometheus.prometheusSpec.remoteWrite in {describe(prometheus)} reaches it"])
     if faults:
-        raise ViolationError(f"{describe(stack)}: the cold tier {' and '.join(faults)}")
+        raise ViolationError(f"{describe(cold)}: the cold tier {' and '.join(faults)}")
 
 
 def _alert_exprs(stack: PolicyResource) -> list[tuple[str, str]]:

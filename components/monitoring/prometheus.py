@@ -152,9 +152,6 @@ def stack_facts(site: Site) -> dict[str, Any]:
     """What the policy pack judges (docs/policy.md has the contract)."""
     rules = [r for g in render_rule_groups(site)["groups"] for r in g["rules"] if "alert" in r]
     return {
-        "dcgm_exporter": {"enabled": True},
-        "prometheus": {"hot_retention_days": site.monitoring.hot_retention_days, "remote_write": True},
-        "cold_tier": {"retention_days": site.monitoring.cold_retention_days},
         "alerts": [{"alert": r["alert"], "expr": r["expr"], "for": r.get("for", "0m"),
                     "severity": r["labels"]["severity"]} for r in rules],
         "alertmanager": {"critical_receivers": [ONCALL]},

@@ -6,7 +6,7 @@ import observability as obs
 import pytest
 from common import MONITORING_STACK_TYPE
 from pulumi_policy import StackValidationPolicy
-from pulumi_policy.proxy import UNKNOWN_ARRAY_VALUE, UNKNOWN_BOOLEAN_VALUE
+from pulumi_policy.proxy import UNKNOWN_ARRAY_VALUE, UNKNOWN_BOOLEAN_VALUE, UNKNOWN_STRING_VALUE
 
 from tests.policy.builders import changed, judge_stack, resource
 
@@ -15,9 +15,6 @@ IDLE = {"alert": "GpuUtilizationLow", "severity": "tuning", "for": "0m",
                 "and on (Hostname, gpu) (gpu:dcgm_gpu_util:max offset 24h)"}
 HOT = {"alert": "GpuTemperatureHigh", "expr": "gpu:dcgm_gpu_temp:max > 85", "for": "2m", "severity": "critical"}
 MONITORING: dict[str, Any] = {
-    "dcgm_exporter": {"enabled": True},
-    "prometheus": {"hot_retention_days": 30, "remote_write": True},
-    "cold_tier": {"retention_days": 365},
     "alerts": [IDLE, HOT],
     "alertmanager": {"critical_receivers": ["oncall", "incident"]},
     "dashboards": ["gpu-fleet", "llm-cost"],
@@ -40,28 +37,6 @@ NO_HOT = f"{M}: no alert fires when DCGM_FI_DEV_GPU_TEMP (or a gpu:dcgm_gpu_temp
 
 
 @pytest.mark.parametrize(("policy", "props", "config", "expected"), [
-    pytest.param(obs.DCGM_EXPORTER_ENABLED, changed(MONITORING, dcgm_exporter__enabled=False), None,
-                 [f"{M}: dcgm_exporter.enabled is false; GPUs would go unwatched"],
-                 id="should deny a monitoring stack without the DCGM exporter"),
-    pytest.param(obs.DCGM_EXPORTER_ENABLED, MONITORING, None, [], id="should admit the DCGM exporter enabled"),
-    pytest.param(obs.DCGM_EXPORTER_ENABLED, changed(MONITORING, dcgm_exporter__enabled=UNKNOWN_BOOLEAN_VALUE), None,
-                 [f"{M}: dcgm_exporter.enabled is unknown at preview; this policy fails closed"],
-                 id="should deny a DCGM exporter flag unknown at preview"),
-    pytest.param(obs.METRICS_HOT_RETENTION, changed(MONITORING, prometheus__hot_retention_days=15), None,
-                 [f"{M}: Prometheus keeps 15 days of metrics, under 30"],
-                 id="should deny hot retention under 30 days"),
-    pytest.param(obs.METRICS_HOT_RETENTION, MONITORING, None, [], id="should admit hot retention of 30 days"),
-    pytest.param(obs.METRICS_HOT_RETENTION, MONITORING, {"min_days": 45},
-                 [f"{M}: Prometheus keeps 30 days of metrics, under 45"],
-                 id="should deny hot retention under a tightened config"),
-    pytest.param(obs.METRICS_COLD_TIER, changed(MONITORING, cold_tier__retention_days=90,
-                                                prometheus__remote_write=False), None,
-                 [f"{M}: the cold tier keeps 90 days, under 365 and receives nothing: prometheus.remote_write is "
-                  "false"], id="should deny a short cold tier that nothing writes to"),
-    pytest.param(obs.METRICS_COLD_TIER, changed(MONITORING, cold_tier={}), None,
-                 [f"{M}: cold_tier.retention_days is missing"], id="should deny a missing cold tier"),
-    pytest.param(obs.METRICS_COLD_TIER, MONITORING, None, [],
-                 id="should admit a year of cold tier fed by remote_write"),
     pytest.param(obs.GPU_IDLE_ALERT, MONITORING, None, [], id="should admit the idle alert on the recorded series"),
     pytest.param(obs.GPU_IDLE_ALERT, alerts("avg_over_time(DCGM_FI_DEV_GPU_UTIL{pool=\"slurm\"}[1d]) <= 30"), None,
                  [], id="should admit the idle alert on the raw DCGM series over 1d"),
@@ -122,3 +97,74 @@ def test_should_not_judge_the_contract_without_a_stack(policy: StackValidationPo
 def test_monitoring_stack_present(names: list[str], expected: list[str]) -> None:
     stacks = [resource(MONITORING_STACK_TYPE, n, MONITORING) for n in names]
     assert judge_stack(obs.MONITORING_STACK_PRESENT, *stacks).messages == expected
+
+
+# What is deployed, judged in the Helm releases' values; the releases as the stack installs them.
+COLD_WRITE = "http://metrics-cold-victoria-metrics-single-server.monitoring.svc:8428/api/v1/write"
+RELEASES: dict[str, dict[str, Any]] = {
+    "gpu-operator": {"chart": "gpu-operator", "name": "gpu-operator", "values": {"dcgmExporter": {"enabled": True}}},
+    "kube-prometheus-stack": {"chart": "kube-prometheus-stack", "name": "kube-prometheus-stack", "values": {
+        "prometheus": {"prometheusSpec": {"retention": "30d", "remoteWrite": [{"url": COLD_WRITE}]}}}},
+    "victoria-metrics-single": {"chart": "victoria-metrics-single", "name": "metrics-cold",
+                                "values": {"server": {"retentionPeriod": "365d"}}},
+}
+
+
+def judge_releases(policy: StackValidationPolicy, changes: dict[str, dict[str, Any]],
+                   config: dict[str, Any] | None = None, without: str = "") -> list[str]:
+    releases = [resource("kubernetes:helm.sh/v3:Release", f"prod-{chart}", changed(props, **changes.get(chart, {})))
+                for chart, props in RELEASES.items() if chart != without]
+    return judge_stack(policy, resource(MONITORING_STACK_TYPE, "prod-monitoring", MONITORING), *releases,
+                       config=config).messages
+
+
+OPERATOR, PROMETHEUS, COLD = "Release prod-gpu-operator", "Release prod-kube-prometheus-stack", \
+    "Release prod-victoria-metrics-single"
+
+
+@pytest.mark.parametrize(("policy", "changes", "config", "expected"), [
+    pytest.param(obs.DCGM_EXPORTER_ENABLED, {"gpu-operator": {"values__dcgmExporter__enabled": False}}, None,
+                 [f"{OPERATOR}: values.dcgmExporter.enabled is not true; GPUs would go unwatched"],
+                 id="should deny the DCGM exporter disabled in the operator's values"),
+    pytest.param(obs.DCGM_EXPORTER_ENABLED, {}, None, [], id="should admit the DCGM exporter enabled"),
+    pytest.param(obs.DCGM_EXPORTER_ENABLED, {"gpu-operator": {"values__dcgmExporter": {}}}, None, [],
+                 id="should admit the chart's default, which enables the exporter"),
+    pytest.param(obs.DCGM_EXPORTER_ENABLED, {"gpu-operator": {"values__dcgmExporter__enabled": UNKNOWN_BOOLEAN_VALUE}},
+                 None, [f"{OPERATOR}: values.dcgmExporter.enabled is unknown at preview; this policy fails closed"],
+                 id="should deny a DCGM exporter flag unknown at preview"),
+    pytest.param(obs.METRICS_HOT_RETENTION,
+                 {"kube-prometheus-stack": {"values__prometheus__prometheusSpec__retention": "15d"}}, None,
+                 [f"{PROMETHEUS}: Prometheus keeps 15 days of metrics, under 30"],
+                 id="should deny hot retention under 30 days"),
+    pytest.param(obs.METRICS_HOT_RETENTION, {"kube-prometheus-stack": {"values__prometheus__prometheusSpec": {}}},
+                 None, [f"{PROMETHEUS}: Prometheus keeps 10 days of metrics, under 30"],
+                 id="should deny the chart's default retention of 10 days"),
+    pytest.param(obs.METRICS_HOT_RETENTION, {}, None, [], id="should admit hot retention of 30 days"),
+    pytest.param(obs.METRICS_HOT_RETENTION, {}, {"min_days": 45},
+                 [f"{PROMETHEUS}: Prometheus keeps 30 days of metrics, under 45"],
+                 id="should deny hot retention under a tightened config"),
+    pytest.param(obs.METRICS_HOT_RETENTION,
+                 {"kube-prometheus-stack": {"values__prometheus__prometheusSpec__retention": UNKNOWN_STRING_VALUE}},
+                 None, [f"{PROMETHEUS}: values.prometheus.prometheusSpec.retention is unknown at preview; this "
+                        "policy fails closed"], id="should deny a retention unknown at preview"),
+    pytest.param(obs.METRICS_COLD_TIER, {"victoria-metrics-single": {"values__server__retentionPeriod": "90d"},
+                                         "kube-prometheus-stack": {"values__prometheus__prometheusSpec": {}}}, None,
+                 [f"{COLD}: the cold tier keeps 90 days, under 365 and receives nothing: no "
+                  f"prometheus.prometheusSpec.remoteWrite in {PROMETHEUS} reaches it"],
+                 id="should deny a short cold tier that nothing writes to"),
+    pytest.param(obs.METRICS_COLD_TIER, {"victoria-metrics-single": {"values__server": {}}}, None,
+                 [f"{COLD}: the cold tier keeps 31 days, under 365"],
+                 id="should deny the chart's default retention of one month"),
+    pytest.param(obs.METRICS_COLD_TIER, {"victoria-metrics-single": {"values__server__retentionPeriod": "1y"}}, None,
+                 [], id="should admit a year of cold tier fed by remote_write"),
+    pytest.param(obs.METRICS_COLD_TIER, {"victoria-metrics-single": {"values__server__retentionPeriod": 12}}, None,
+                 [], id="should admit twelve months given as a bare number"),
+])
+def test_deployed_monitoring(policy: StackValidationPolicy, changes: dict[str, dict[str, Any]],
+                             config: dict[str, Any] | None, expected: list[str]) -> None:
+    assert judge_releases(policy, changes, config) == expected
+
+
+def test_should_deny_when_the_chart_that_deploys_it_is_missing() -> None:
+    assert judge_releases(obs.DCGM_EXPORTER_ENABLED, {}, without="gpu-operator") == [
+        "the stack installs 0 gpu-operator releases; the policy needs exactly one"]

@@ -63,8 +63,8 @@ def test_should_export_the_flex_lent_node_label(prod: dict[str, Any]) -> None:
 
 def test_should_report_the_facts_the_policy_pack_judges(prod: dict[str, Any]) -> None:
     facts = stack_facts(parse(prod))
-    assert facts["prometheus"] == {"hot_retention_days": 30, "remote_write": True}
-    assert facts["cold_tier"] == {"retention_days": 365}
+    # Retention, remote_write and the DCGM exporter are judged in the Helm releases' values, not declared here.
+    assert set(facts) == {"alerts", "alertmanager", "dashboards"}
     assert "llm-cost" in facts["dashboards"]
     alerts = {a["alert"]: a for a in facts["alerts"]}
     assert alerts["GpuTemperatureHigh"]["severity"] == "critical"

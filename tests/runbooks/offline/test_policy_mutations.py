@@ -33,6 +33,27 @@ def monitoring(graph: ResourceGraph) -> dict[str, Any]:
     return one(graph, "gpucluster:monitoring:Stack").outputs
 
 
+def values(graph: ResourceGraph, chart: str) -> list[dict[str, Any]]:
+    """The values of the release of a chart, as its inputs and as its outputs (the engine sends both)."""
+    (release,) = [r for r in graph.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"].endswith(chart)]
+    return [release.inputs["values"], release.outputs["values"]]
+
+
+def dcgm_disabled(graph: ResourceGraph) -> None:
+    for v in values(graph, "gpu-operator"):
+        v["dcgmExporter"]["enabled"] = False
+
+
+def retention_7_days(graph: ResourceGraph) -> None:
+    for v in values(graph, "kube-prometheus-stack"):
+        v["prometheus"]["prometheusSpec"]["retention"] = "7d"
+
+
+def remote_write_removed(graph: ResourceGraph) -> None:
+    for v in values(graph, "kube-prometheus-stack"):
+        v["prometheus"]["prometheusSpec"].pop("remoteWrite")
+
+
 def rack(graph: ResourceGraph) -> dict[str, Any]:
     return one(graph, "gpucluster:facility:Rack", "a01").outputs
 
@@ -85,17 +106,14 @@ def staging_above_production(graph: ResourceGraph) -> None:
 
 
 MATRIX: list[Any] = [
-    pytest.param(lambda g: monitoring(g)["dcgm_exporter"].update(enabled=False), "dcgm-exporter-enabled",
-                 id="no DCGM exporter"),
+    pytest.param(dcgm_disabled, "dcgm-exporter-enabled", id="the DCGM exporter disabled in the operator's values"),
     pytest.param(lambda g: drop_alert(g, "GpuTemperatureHigh"), "gpu-temperature-alert", id="no temperature alert"),
     pytest.param(lambda g: alert(g, "GpuTemperatureHigh").update(expr=alert(g, "GpuTemperatureHigh")["expr"]
                                                                   .replace("> 85", "> 95")),
                  "gpu-temperature-alert", id="a temperature alert at 95 C"),
     pytest.param(lambda g: drop_alert(g, "GpuUtilizationLow"), "gpu-idle-alert", id="no low-utilization alert"),
-    pytest.param(lambda g: monitoring(g)["prometheus"].update(hot_retention_days=7), "metrics-hot-retention",
-                 id="retention 7 days"),
-    pytest.param(lambda g: monitoring(g)["prometheus"].update(remote_write=False), "metrics-cold-tier",
-                 id="no cold tier"),
+    pytest.param(retention_7_days, "metrics-hot-retention", id="retention 7 days in Prometheus' values"),
+    pytest.param(remote_write_removed, "metrics-cold-tier", id="remote_write removed from Prometheus' values"),
     pytest.param(lambda g: monitoring(g)["alertmanager"].update(critical_receivers=[]), "critical-alerts-routed",
                  id="critical alerts routed nowhere"),
     pytest.param(lambda g: monitoring(g).update(dashboards=["gpu-fleet"]), "llm-cost-dashboard",
