@@ -71,6 +71,20 @@ def per_stack(check: Callable[[StackValidationArgs, PolicyResource], None]) -> S
     return validate
 
 
+def per_release(chart: str, check: Callable[[StackValidationArgs, PolicyResource], None]) -> StackValidation:
+    """Judge the chart's release and report against it; like the rest, only where a monitoring stack exists."""
+    def validate(args: StackValidationArgs, report: ReportViolation) -> None:
+        if not present(args, MONITORING_STACK_TYPE):
+            return
+        try:
+            judged = release(args, chart)
+        except ViolationError as problem:
+            report(str(problem), None)
+            return
+        report_each([judged], report, lambda r: check(args, r))
+    return validate
+
+
 def validate_present(args: StackValidationArgs, report: ReportViolation) -> None:
     stacks = of_type(args, MONITORING_STACK_TYPE)
     if not stacks:
@@ -98,25 +112,23 @@ def days(resource: PolicyResource, path: str, default: str, bare_unit: str) -> f
     return float(match["count"]) * _DAYS[unit]
 
 
-def check_dcgm(args: StackValidationArgs, stack: PolicyResource) -> None:
-    operator = release(args, GPU_OPERATOR_CHART)
+def check_dcgm(args: StackValidationArgs, operator: PolicyResource) -> None:
     # The chart enables the exporter unless its values say otherwise.
     if fact(operator, "values.dcgmExporter.enabled", True) is not True:
         raise ViolationError(f"{describe(operator)}: values.dcgmExporter.enabled is not true; GPUs would go "
                              "unwatched")
 
 
-def check_hot_retention(args: StackValidationArgs, stack: PolicyResource) -> None:
+def check_hot_retention(args: StackValidationArgs, prometheus: PolicyResource) -> None:
     required = config_number(args, "min_days", HOT_RETENTION_DAYS)
-    prometheus = release(args, PROMETHEUS_CHART)
     kept = days(prometheus, "values.prometheus.prometheusSpec.retention", CHART_DEFAULT_HOT_RETENTION, "d")
     if kept < required:
         raise ViolationError(f"{describe(prometheus)}: Prometheus keeps {kept:g} days of metrics, under {required:g}")
 
 
-def check_cold_tier(args: StackValidationArgs, stack: PolicyResource) -> None:
+def check_cold_tier(args: StackValidationArgs, cold: PolicyResource) -> None:
     required = config_number(args, "min_days", COLD_RETENTION_DAYS)
-    cold, prometheus = release(args, COLD_TIER_CHART), release(args, PROMETHEUS_CHART)
+    prometheus = release(args, PROMETHEUS_CHART)
     kept = days(cold, "values.server.retentionPeriod", CHART_DEFAULT_COLD_RETENTION, "months")
     # The chart's server Service is <release>-victoria-metrics-single-server (its templates' fullname).
     service = f"//{text(cold, 'name')}-{COLD_TIER_CHART}-server."
@@ -187,18 +199,18 @@ MONITORING_STACK_PRESENT = StackValidationPolicy(
 DCGM_EXPORTER_ENABLED = StackValidationPolicy(
     name="dcgm-exporter-enabled",
     description="The monitoring stack runs the DCGM exporter on every GPU node.",
-    validate=per_stack(check_dcgm),
+    validate=per_release(GPU_OPERATOR_CHART, check_dcgm),
 )
 METRICS_HOT_RETENTION = StackValidationPolicy(
     name="metrics-hot-retention",
     description=f"Prometheus keeps at least {HOT_RETENTION_DAYS} days of metrics (config min_days).",
-    validate=per_stack(check_hot_retention),
+    validate=per_release(PROMETHEUS_CHART, check_hot_retention),
     config_schema=_schema(min_days=("days Prometheus must keep", HOT_RETENTION_DAYS)),
 )
 METRICS_COLD_TIER = StackValidationPolicy(
     name="metrics-cold-tier",
     description=f"A cold tier fed by remote_write keeps at least {COLD_RETENTION_DAYS} days (config min_days).",
-    validate=per_stack(check_cold_tier),
+    validate=per_release(COLD_TIER_CHART, check_cold_tier),
     config_schema=_schema(min_days=("days the cold tier must keep", COLD_RETENTION_DAYS)),
 )
 GPU_IDLE_ALERT = StackValidationPolicy(

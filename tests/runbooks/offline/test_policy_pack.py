@@ -106,13 +106,12 @@ def test_should_set_every_level_with_all_and_let_a_policy_override_it(prod: Reso
 
 
 def test_should_hand_policy_config_properties_to_the_pack(prod: ResourceGraph) -> None:
-    (monitoring,) = prod.of_type(MONITORING_STACK_TYPE)
     (release,) = [r for r in prod.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] ==
                   "kube-prometheus-stack"]
     days = int(release.inputs["values"]["prometheus"]["prometheusSpec"]["retention"].removesuffix("d"))
     config = {"metrics-hot-retention": {"min_days": days + 1}}
     assert by_name(check_policies(prod, config))["metrics-hot-retention"].violations == [Finding(
-        f"Release {release.name}: Prometheus keeps {days:g} days of metrics, under {days + 1:g}", monitoring.urn,
+        f"Release {release.name}: Prometheus keeps {days:g} days of metrics, under {days + 1:g}", release.urn,
         "mandatory")]
 
 
