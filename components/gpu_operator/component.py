@@ -6,7 +6,6 @@ the same driver. Value names follow the chart's values.yaml (NVIDIA/gpu-operator
 deployments/gpu-operator/values.yaml) and the GPU Operator docs ("GPU telemetry").
 """
 
-
 import pulumi
 import pulumi_kubernetes as kubernetes
 

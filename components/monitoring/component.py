@@ -1,12 +1,7 @@
 """The monitoring stack, wired before any GPU serves: Prometheus (hot), VictoriaMetrics (cold),
-Alertmanager, Grafana, the DCGM scrape, the alert and cost rules, and the dashboards.
-
-Value names follow the charts' values.yaml: kube-prometheus-stack (prometheus.prometheusSpec.*,
-alertmanager.config / alertmanagerSpec.*, grafana.sidecar.dashboards.*) and victoria-metrics-single
-(server.retentionPeriod, passed to -retentionPeriod). Why VictoriaMetrics for the cold tier:
-docs/monitoring.md.
+Alertmanager, Grafana, the DCGM scrape, the alert and cost rules, and the dashboards. The values are rendered
+in components/monitoring/prometheus.py; why VictoriaMetrics for the cold tier: docs/monitoring.md.
 """
-
 
 import pulumi
 import pulumi_kubernetes as kubernetes

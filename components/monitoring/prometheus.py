@@ -1,5 +1,11 @@
 """Prometheus (hot, kube-prometheus-stack) and VictoriaMetrics (cold) as the monitoring stack deploys them,
-rendered from the site spec. Pure: no pulumi."""
+rendered from the site spec. Pure: no pulumi.
+
+Value names follow the charts' values.yaml: kube-prometheus-stack (prometheus.prometheusSpec.*,
+alertmanager.config / alertmanagerSpec.*, grafana.sidecar.dashboards.*, grafana.additionalDataSources,
+prometheus-node-exporter.extraArgs) and victoria-metrics-single (server.retentionPeriod, passed to
+-retentionPeriod; server.persistentVolume.*).
+"""
 
 import math
 from dataclasses import dataclass

@@ -5,7 +5,6 @@ both to one order. Kueue objects are created after its chart (which brings the C
 naming them.
 """
 
-
 import pulumi
 import pulumi_kubernetes as kubernetes
 

@@ -1,12 +1,9 @@
 """Storage tiers: local NVMe for weights and LoRA, NFS hot for recent checkpoints, Ceph cold for the rest.
 
 Never one NFS for everything: each team's share lives on one of several NFS servers, checkpoints
-older than the newest few move to CephFS, and model weights load from local NVMe. Value names
-follow each chart's values.yaml: sig-storage-local-static-provisioner (classes[]), csi-driver-nfs
-(StorageClass parameters server/share), rook-ceph-cluster (cephFileSystems[], cephBlockPools[],
-cephObjectStores[]). docs/storage.md explains the choices.
+older than the newest few move to CephFS, and model weights load from local NVMe. The plans are in
+components/storage/tiers.py; docs/storage.md explains the choices.
 """
-
 
 import pulumi
 import pulumi_kubernetes as kubernetes

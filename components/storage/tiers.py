@@ -1,5 +1,10 @@
 """The storage tiers as the stack deploys them (local NVMe, NFS hot, CephFS cold, the checkpoint mover), rendered
-from the site spec. Pure: no pulumi."""
+from the site spec. Pure: no pulumi.
+
+Value names follow each chart's values.yaml: sig-storage-local-static-provisioner (classes[], tolerations),
+csi-driver-nfs (StorageClass parameters server/share), rook-ceph-cluster (cephFileSystems[], cephBlockPools[],
+cephObjectStores[]).
+"""
 
 from typing import Any
 

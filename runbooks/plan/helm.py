@@ -203,7 +203,7 @@ def _strict(schema: Any) -> Any:
     strict = {k: (_strict(v) if k in ("items", "additionalProperties", "not") else
                   {p: _strict(s) for p, s in v.items()} if k in ("properties", "patternProperties") else
                   [_strict(s) for s in v] if k in ("allOf", "anyOf", "oneOf") else v)
-              for k, v in schema.items() if not k.startswith("x-kubernetes-") or k == "x-kubernetes-int-or-string"}
+              for k, v in schema.items() if not k.startswith("x-kubernetes-")}
     if schema.get("x-kubernetes-int-or-string"):
         strict.pop("type", None)
         strict["anyOf"] = [{"type": "integer"}, {"type": "string"}]
