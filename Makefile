@@ -4,9 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PLAN_DIR ?= build/plan
 # Real consumers of what the stack renders: promtool/amtool judge rules and routing, a live Prometheus,
-# Alertmanager and VictoriaMetrics deliver an alert and keep the cold tier, Slurm's
-# daemons (with slurmdbd on MariaDB and munge) judge slurm.conf, gres.conf and the QoS set.
-APT_TEST_PACKAGES := prometheus prometheus-alertmanager victoria-metrics slurmctld slurmd slurm-client slurmdbd munge mariadb-server systemd
+# Alertmanager and VictoriaMetrics deliver an alert and keep the cold tier, node_exporter serves the mover's
+# textfile metrics, Slurm's daemons (with slurmdbd on MariaDB and munge) judge slurm.conf, gres.conf and the QoS set.
+APT_TEST_PACKAGES := prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics slurmctld slurmd slurm-client slurmdbd munge mariadb-server systemd
 
 .PHONY: plan test bench clean
 

@@ -13,20 +13,34 @@ from components.teams.component import Team
 from components.teams.plan import team_plans
 
 
+def after(parent: pulumi.Resource, *earlier: pulumi.Resource) -> pulumi.ResourceOptions:
+    """Options for a component whose every resource waits for `earlier`. A component's depends_on is not passed to
+    its children (pulumi/pulumi#8721: children are created alongside it); its transformations are, so one adds the
+    dependency to each resource the component creates."""
+
+    def depend(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
+        return pulumi.ResourceTransformationResult(
+            args.props, pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(depends_on=list(earlier))))
+
+    return pulumi.ResourceOptions(parent=parent, depends_on=list(earlier), transformations=[depend])
+
+
 class GpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, admission: NodeAdmission, opts: pulumi.ResourceOptions | None = None) -> None:
         site = admission.site
         super().__init__(CLUSTER_TYPE, name, {"site_name": site.site_name, "stage": site.stage}, opts)
         # Observability first: nothing admits a node or serves a GPU before the monitoring stack exists.
         self.monitoring = MonitoringStack(f"{name}-monitoring", site, pulumi.ResourceOptions(parent=self))
-        after_monitoring = pulumi.ResourceOptions(parent=self, depends_on=[self.monitoring])
-        self.facility = Facility(f"{name}-facility", admission, after_monitoring)
+        after_monitoring = after(self, self.monitoring)
         self.gpu_operator = GpuOperator(f"{name}-gpu-operator", site, after_monitoring)
+        # A node proves itself on the operator's driver: its check starts once the operator is installed (and then
+        # waits, bounded, for the driver on its node), so a first `pulumi up` converges.
+        self.facility = Facility(f"{name}-facility", admission, after(self, self.monitoring, self.gpu_operator))
         self.storage = StorageTiers(f"{name}-storage", site, after_monitoring)
         self.scheduling = Scheduling(f"{name}-scheduling", site, after_monitoring)
         self.slurm = Slurm(f"{name}-slurm", site, admission.ssh_private_key, self.facility.nodes, after_monitoring)
         # One Team per onboarded team; its name depends only on the team, so a later stage only adds Teams.
-        team_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.monitoring, self.scheduling, self.storage])
+        team_opts = after(self, self.monitoring, self.scheduling, self.storage)
         self.teams = [Team(f"{name}-team-{plan.name}", plan, team_opts) for plan in team_plans(site)]
         self.gpu_count = self.facility.gpu_count
         self.register_outputs({"gpu_count": self.gpu_count, "stage": site.stage})

@@ -511,34 +511,36 @@ def hot_fill_ratio(hot: Path) -> float:
     return used / (used + usage.f_bavail) if used + usage.f_bavail else 0.0
 
 
+GAUGES = {
+    "last_run_moved_checkpoints": "Checkpoints moved from hot to cold by the last run.",
+    "last_run_copied_bytes": "Bytes copied to the cold tier by the last run.",
+    "last_run_freed_bytes": "Bytes deleted from the hot tier by the last run.",
+    "last_run_errors": "Errors in the last run by kind; each left its checkpoint or run on hot.",
+    "last_run_timestamp_seconds": "Unix time the last run ended.",
+    "last_success_timestamp_seconds": "Unix time of the last run that ended without errors.",
+    "hot_fill_ratio": "Fraction of the hot tier's capacity in use.",
+    "hot_fill_threshold_ratio": "Hot tier fill ratio above which to alert.",
+}
+METRICS = tuple(f"{METRIC_PREFIX}{name}" for name in GAUGES)
+"""Every metric the mover writes (gpuctl plan checks that what the rules read is among them)."""
+
+
 def render_metrics(report: TieringReport, settings: TieringSettings, now: float, last_success: float | None) -> str:
     lines: list[str] = []
 
-    def gauge(name: str, help_text: str, samples: Iterable[tuple[str, float]]) -> None:
-        lines.extend([f"# HELP {METRIC_PREFIX}{name} {help_text}", f"# TYPE {METRIC_PREFIX}{name} gauge"])
+    def gauge(name: str, samples: Iterable[tuple[str, float]]) -> None:
+        lines.extend([f"# HELP {METRIC_PREFIX}{name} {GAUGES[name]}", f"# TYPE {METRIC_PREFIX}{name} gauge"])
         # repr is the shortest text that reads back as the same float; counts stay integers.
         lines.extend(f"{METRIC_PREFIX}{name}{labels} {value!r}" for labels, value in samples)
 
-    gauge("last_run_moved_checkpoints", "Checkpoints moved from hot to cold by the last run.", [("", report.moved)])
-    gauge("last_run_copied_bytes", "Bytes copied to the cold tier by the last run.", [("", report.copied_bytes)])
-    gauge("last_run_freed_bytes", "Bytes deleted from the hot tier by the last run.", [("", report.freed_bytes)])
-    gauge(
-        "last_run_errors",
-        "Errors in the last run by kind; each left its checkpoint or run on hot.",
-        [(f'{{kind="{kind}"}}', count) for kind, count in report.errors.items()],
-    )
-    gauge("last_run_timestamp_seconds", "Unix time the last run ended.", [("", now)])
-    gauge(
-        "last_success_timestamp_seconds",
-        "Unix time of the last run that ended without errors.",
-        [] if last_success is None else [("", last_success)],
-    )
-    gauge("hot_fill_ratio", "Fraction of the hot tier's capacity in use.", [("", hot_fill_ratio(settings.hot))])
-    gauge(
-        "hot_fill_threshold_ratio",
-        "Hot tier fill ratio above which to alert.",
-        [("", settings.hot_fill_threshold_pct / 100)],
-    )
+    gauge("last_run_moved_checkpoints", [("", report.moved)])
+    gauge("last_run_copied_bytes", [("", report.copied_bytes)])
+    gauge("last_run_freed_bytes", [("", report.freed_bytes)])
+    gauge("last_run_errors", [(f'{{kind="{kind}"}}', count) for kind, count in report.errors.items()])
+    gauge("last_run_timestamp_seconds", [("", now)])
+    gauge("last_success_timestamp_seconds", [] if last_success is None else [("", last_success)])
+    gauge("hot_fill_ratio", [("", hot_fill_ratio(settings.hot))])
+    gauge("hot_fill_threshold_ratio", [("", settings.hot_fill_threshold_pct / 100)])
     return "\n".join(lines) + "\n"
 
 

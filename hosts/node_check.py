@@ -22,6 +22,11 @@ from pathlib import Path
 from typing import Any
 
 TOOL_TIMEOUT_S = 30.0
+DRIVER_READY = "/run/nvidia/validations/driver-ready"
+"""Written on the host by the GPU Operator's validator once the driver on this node works (gpu-operator
+cmd/nvidia-validator: defaultStatusPath /run/nvidia/validations, driverStatusFile driver-ready). The operator deploys
+the driver only to nodes node-feature-discovery labelled, so the file also means NFD has seen the node."""
+PROGRESS_EVERY_S = 60.0
 # nvidia-smi writes "[N/A]" (and "[Not Supported]" on some fields) where a GPU lacks the feature.
 NOT_REPORTED = {"[N/A]", "[Not Supported]", "N/A"}
 INVENTORY_FIELDS = (
@@ -294,17 +299,46 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--burn-in-s", type=float, required=True)
     parser.add_argument("--burn-command", required=True)
     parser.add_argument("--sample-s", type=float, default=1.0)
+    parser.add_argument("--driver-ready", default=DRIVER_READY,
+                        help="file that exists once the driver works; empty for a driver installed on the host")
+    parser.add_argument("--driver-wait-s", type=float, default=1800.0,
+                        help="how long to wait for it: the operator builds and loads the driver first")
     return parser.parse_args(argv)
 
 
+def wait_for_driver(path: str, wait_s: float) -> Check:
+    """Bounded: the check starts right after the operator is installed, before its driver reaches this node."""
+    if not path:
+        return Check("driver-ready", True, "driver installed on the host")
+    started = time.monotonic()
+    reported = started
+    while not os.path.exists(path):
+        waited = time.monotonic() - started
+        if waited >= wait_s:
+            return Check("driver-ready", False, f"the GPU Operator's driver was not ready within {wait_s:g} s "
+                                                f"({path} absent): is the node labelled by node-feature-discovery, "
+                                                "and does the driver pod run on it?")
+        if time.monotonic() - reported >= PROGRESS_EVERY_S:
+            print(f"node-check: waiting for the driver ({path}), {waited:.0f} of {wait_s:g} s", file=sys.stderr,
+                  flush=True)
+            reported = time.monotonic()
+        time.sleep(min(1.0, wait_s))
+    return Check("driver-ready", True, f"{path} present after {time.monotonic() - started:.0f} s")
+
+
 def run_checks(args: argparse.Namespace) -> tuple[list[Check], list[Gpu]]:
+    driver = wait_for_driver(args.driver_ready, args.driver_wait_s)
+    if not driver.ok:
+        skipped = ("gpu-inventory", "driver", "power-limit", "ecc", "row-remap", "burn-in")
+        return [driver, *(Check(name, False, "skipped: driver-ready failed") for name in skipped),
+                check_psu_redundancy()], []
     gpus: list[Gpu] = []
     try:
         gpus = query_gpus()
         inventory = check_inventory(gpus, args.expect_name, args.expect_count)
     except ToolError as err:
         inventory = Check("gpu-inventory", False, str(err))
-    checks = [inventory]
+    checks = [driver, inventory]
     if gpus:
         checks += [check_driver(gpus, args.min_driver), check_power_limit(gpus, args.power_limit_w), check_ecc(gpus)]
     else:

@@ -9,6 +9,8 @@ serves the last snapshot, so a scrape never waits on Slurm. Metrics:
 - slurm_job_queue_wait_seconds{partition, qos}: a histogram of each job start's wait since submission, from
   sacct, so a job that starts and ends between two polls is counted too (what the rollout's training-queue gate
   reads). Only starts after the exporter started are counted; a requeued job's new start counts again.
+- slurm_job_account{slurmjobid, account}: 1 for each running job, from squeue; joins the DCGM exporter's `hpc_job`
+  label (the job id the prolog writes) to the team that owns the GPU.
 - slurm_exporter_last_success_timestamp_seconds, slurm_exporter_errors_total: whether the poll works.
 """
 
@@ -39,6 +41,10 @@ STATE_OF = {
 SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
 LOOKBACK_S = 3600
 """How far back each poll re-reads job starts."""
+METRICS = (*(f"slurm_nodes_{state}" for state in NODE_STATES),
+           *(f"slurm_job_queue_wait_seconds{suffix}" for suffix in ("_bucket", "_sum", "_count")),
+           "slurm_job_account", "slurm_exporter_last_success_timestamp_seconds", "slurm_exporter_errors_total")
+"""Every sample name /metrics serves (gpuctl plan checks that what the rules read is among them)."""
 
 Runner = Callable[[list[str]], str]
 
@@ -59,6 +65,16 @@ def node_states(sinfo_out: str) -> dict[str, int]:
             state_by_node[node] = STATE_OF.get(state.rstrip("*~#!%$@^-").lower(), "other")
     counts = Counter(state_by_node.values())
     return {state: counts.get(state, 0) for state in NODE_STATES}
+
+
+def job_accounts(squeue_out: str) -> dict[str, str]:
+    """`squeue --noheader --states=RUNNING --format=%A|%a`: job id -> account of each running job."""
+    accounts = {}
+    for line in squeue_out.splitlines():
+        job, _, account = line.strip().partition("|")
+        if job and account:
+            accounts[job] = account
+    return accounts
 
 
 def job_starts(sacct_out: str) -> list[tuple[str, str, str, datetime, datetime]]:
@@ -114,6 +130,7 @@ class Exporter:
         self.counted: dict[tuple[str, datetime], datetime] = {}
         """(job id, start) already observed -> start, for the starts inside the sacct window."""
         self.nodes = dict.fromkeys(NODE_STATES, 0)
+        self.accounts: dict[str, str] = {}
         self.errors = 0
         self.last_success = 0.0
         self.lock = threading.Lock()
@@ -121,6 +138,7 @@ class Exporter:
     def poll(self) -> None:
         try:
             nodes = node_states(self.runner(["sinfo", "--noheader", "--Node", "--format=%N %T"]))
+            accounts = job_accounts(self.runner(["squeue", "--noheader", "--states=RUNNING", "--format=%A|%a"]))
             # Re-read a window well past the last poll, so a start the database records late is not missed;
             # `counted` keeps each start from being counted twice.
             since = max(self.started, self.clock().replace(microsecond=0) - timedelta(seconds=LOOKBACK_S))
@@ -133,7 +151,7 @@ class Exporter:
                 self.errors += 1
             return
         with self.lock:
-            self.nodes = nodes
+            self.nodes, self.accounts = nodes, accounts
             # sacct also lists jobs that started before the window and still run: only starts inside it count.
             self.counted = {key: start for key, start in self.counted.items() if start >= since}
             for job, partition, qos, submit, start in job_starts(out):
@@ -150,6 +168,10 @@ class Exporter:
                 lines += [f"# HELP {name} Slurm nodes whose base state is {state}.", f"# TYPE {name} gauge",
                           f"{name} {self.nodes[state]}"]
             lines += self.waits.render("slurm_job_queue_wait_seconds")
+            lines += ["# HELP slurm_job_account The Slurm account of each running job.",
+                      "# TYPE slurm_job_account gauge"]
+            lines += [f'slurm_job_account{{slurmjobid="{_escape(job)}",account="{_escape(account)}"}} 1'
+                      for job, account in sorted(self.accounts.items())]
             lines += ["# HELP slurm_exporter_last_success_timestamp_seconds When Slurm last answered a poll.",
                       "# TYPE slurm_exporter_last_success_timestamp_seconds gauge",
                       f"slurm_exporter_last_success_timestamp_seconds {self.last_success:.3f}",

@@ -1,14 +1,16 @@
 """Observability first: one monitoring stack, fed by DCGM, keeping metrics long enough, alerting on idle and hot GPUs.
 
-What is deployed is judged where it is deployed: the DCGM exporter, retention and remote_write in the values of
-the Helm releases that install them (a chart's own default where a value is left out), the alerts, routes and
-dashboards on the `gpucluster:monitoring:Stack` component's registered outputs (the contract is in
-docs/policy.md). The numbers are policy config with the defaults below, so a stack's policy config can tighten
+What is deployed is judged where it is deployed: the DCGM exporter, retention, remote_write and Alertmanager's
+routes in the values of the Helm releases that install them (a chart's own default where a value is left out), the
+alerts in the PrometheusRule resources, the dashboards in the ConfigMaps Grafana's sidecar loads (the contract is
+in docs/policy.md). The numbers are policy config with the defaults below, so a stack's policy config can tighten
 them.
 """
 
+import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 from common import (
     MONITORING_STACK_TYPE,
@@ -16,7 +18,6 @@ from common import (
     config_number,
     describe,
     fact,
-    items,
     of_type,
     present,
     report_each,
@@ -38,6 +39,11 @@ GPU_IDLE_WINDOW_HOURS = 24
 GPU_TEMP_THRESHOLD_C = 85
 COST_DASHBOARD = "llm-cost"
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+PROMETHEUS_RULE_TYPE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
+CONFIGMAP_TYPE = "kubernetes:core/v1:ConfigMap"
+DASHBOARD_LABEL = "grafana_dashboard"
+"""kube-prometheus-stack's grafana.sidecar.dashboards.label default: the sidecar loads ConfigMaps carrying it."""
+_MATCHER = re.compile(r'^\s*(?P<label>\w+)\s*(?P<op>=~|!~|!=|=)\s*"?(?P<value>.*?)"?\s*$')
 GPU_OPERATOR_CHART = "gpu-operator"
 PROMETHEUS_CHART = "kube-prometheus-stack"
 COLD_TIER_CHART = "victoria-metrics-single"
@@ -141,16 +147,18 @@ def check_cold_tier(args: StackValidationArgs, cold: PolicyResource) -> None:
         raise ViolationError(f"{describe(cold)}: the cold tier {' and '.join(faults)}")
 
 
-def _alert_exprs(stack: PolicyResource) -> list[tuple[str, str]]:
-    return [(str(alert.get("alert", "?")), str(alert.get("expr", ""))) for alert in items(stack, "alerts")
-            if isinstance(alert, dict)]
+def _alert_exprs(args: StackValidationArgs) -> list[tuple[str, str]]:
+    """(alert, expr) of every alerting rule in the PrometheusRule resources the stack deploys."""
+    return [(str(rule.get("alert")), str(rule.get("expr", ""))) for resource in of_type(args, PROMETHEUS_RULE_TYPE)
+            for group in fact(resource, "spec.groups", []) if isinstance(group, dict)
+            for rule in group.get("rules", []) if isinstance(rule, dict) and "alert" in rule]
 
 
 def check_idle_alert(args: StackValidationArgs, stack: PolicyResource) -> None:
     threshold = config_number(args, "threshold_pct", GPU_IDLE_THRESHOLD_PCT)
     window_h = config_number(args, "window_hours", GPU_IDLE_WINDOW_HOURS)
     seen = []
-    for name, expr in _alert_exprs(stack):
+    for name, expr in _alert_exprs(args):
         for match in IDLE_EXPR.finditer(expr):
             hours = float(match["window"]) * (24 if match["unit"] == "d" else 1)
             fires_below = float(match["threshold"])
@@ -159,14 +167,14 @@ def check_idle_alert(args: StackValidationArgs, stack: PolicyResource) -> None:
             seen.append(f"{name} fires under {fires_below:g} % over {hours:g} h")
     found = f"; found {', '.join(seen)}" if seen else ""
     raise ViolationError(
-        f"{describe(stack)}: no alert averages DCGM_FI_DEV_GPU_UTIL (or a gpu:dcgm_gpu_util recording rule) "
+        f"no PrometheusRule alert averages DCGM_FI_DEV_GPU_UTIL (or a gpu:dcgm_gpu_util recording rule) "
         f"over at most {window_h:g} h and fires under at least {threshold:g} %{found}")
 
 
 def check_hot_alert(args: StackValidationArgs, stack: PolicyResource) -> None:
     threshold = config_number(args, "threshold_c", GPU_TEMP_THRESHOLD_C)
     seen = []
-    for name, expr in _alert_exprs(stack):
+    for name, expr in _alert_exprs(args):
         for match in HOT_EXPR.finditer(expr):
             fires_above = float(match["threshold"])
             if fires_above <= threshold:
@@ -174,21 +182,62 @@ def check_hot_alert(args: StackValidationArgs, stack: PolicyResource) -> None:
             seen.append(f"{name} fires over {fires_above:g} C")
     found = f"; found {', '.join(seen)}" if seen else ""
     raise ViolationError(
-        f"{describe(stack)}: no alert fires when DCGM_FI_DEV_GPU_TEMP (or a gpu:dcgm_gpu_temp recording rule) "
+        f"no PrometheusRule alert fires when DCGM_FI_DEV_GPU_TEMP (or a gpu:dcgm_gpu_temp recording rule) "
         f"is > {threshold:g} C{found}")
 
 
-def check_critical_receiver(args: StackValidationArgs, stack: PolicyResource) -> None:
-    receivers = items(stack, "alertmanager.critical_receivers")
-    if not any(isinstance(r, str) and r for r in receivers):
-        raise ViolationError(f"{describe(stack)}: alertmanager.critical_receivers is empty; critical alerts reach "
-                             "nobody")
+def _matches(route: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Alertmanager's route matching: matchers, and the older match / match_re maps; a missing label is ""."""
+    tests = [(m["label"], m["op"], m["value"]) for m in map(_MATCHER.match, route.get("matchers", [])) if m]
+    if len(tests) != len(route.get("matchers", [])):
+        return False  # a matcher we cannot read never counts as routing the alert
+    tests += [(k, "=", str(v)) for k, v in (route.get("match") or {}).items()]
+    tests += [(k, "=~", str(v)) for k, v in (route.get("match_re") or {}).items()]
+    ops: dict[str, Callable[[str, str], bool]] = {
+        "=": lambda a, b: a == b, "!=": lambda a, b: a != b,
+        "=~": lambda a, b: re.fullmatch(b, a) is not None, "!~": lambda a, b: re.fullmatch(b, a) is None}
+    return all(ops[op](labels.get(label, ""), value) for label, op, value in tests)
+
+
+def receivers_of(route: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """The receivers an alert with `labels` reaches: the first matching child routes (more while they say continue),
+    recursively, or the route's own receiver when no child matches."""
+    reached: list[str] = []
+    for child in route.get("routes", []):
+        if isinstance(child, dict) and _matches(child, labels):
+            reached += receivers_of({"receiver": route.get("receiver"), **child}, labels)
+            if not child.get("continue"):
+                break
+    return reached or [str(route.get("receiver"))]
+
+
+def check_critical_receiver(args: StackValidationArgs, prometheus: PolicyResource) -> None:
+    config = fact(prometheus, "values.alertmanager.config", {})
+    notifying = {r.get("name") for r in config.get("receivers", []) if isinstance(r, dict) and any(
+        key.endswith("_configs") and value for key, value in r.items())}
+    reached = receivers_of(config.get("route") or {}, {"severity": "critical"})
+    if not notifying & set(reached):
+        raise ViolationError(f"{describe(prometheus)}: a critical alert reaches {', '.join(reached)} in "
+                             "values.alertmanager.config, none of which notifies anyone")
+
+
+def _dashboard_uids(args: StackValidationArgs) -> list[str]:
+    uids = []
+    for configmap in of_type(args, CONFIGMAP_TYPE):
+        if DASHBOARD_LABEL in (fact(configmap, "metadata.labels", {}) or {}):
+            for body in (fact(configmap, "data", {}) or {}).values():
+                try:
+                    uids.append(str(json.loads(body).get("uid")))
+                except (ValueError, AttributeError):
+                    continue
+    return uids
 
 
 def check_cost_dashboard(args: StackValidationArgs, stack: PolicyResource) -> None:
-    dashboards = items(stack, "dashboards")
-    if COST_DASHBOARD not in dashboards:
-        raise ViolationError(f"{describe(stack)}: dashboards {dashboards} lack {COST_DASHBOARD!r}")
+    uids = _dashboard_uids(args)
+    if COST_DASHBOARD not in uids:
+        raise ViolationError(f"no ConfigMap labelled {DASHBOARD_LABEL} holds the {COST_DASHBOARD!r} dashboard "
+                             f"(found {', '.join(sorted(uids)) or 'none'})")
 
 
 MONITORING_STACK_PRESENT = StackValidationPolicy(
@@ -233,7 +282,7 @@ GPU_TEMPERATURE_ALERT = StackValidationPolicy(
 CRITICAL_ALERTS_ROUTED = StackValidationPolicy(
     name="critical-alerts-routed",
     description="Alertmanager routes critical alerts to at least one receiver.",
-    validate=per_stack(check_critical_receiver),
+    validate=per_release(PROMETHEUS_CHART, check_critical_receiver),
 )
 LLM_COST_DASHBOARD = StackValidationPolicy(
     name="llm-cost-dashboard",

@@ -18,6 +18,7 @@ from components.spec.wellknown import (
     TEAM_TYPE,
 )
 from runbooks.offline.engine import ProgramError, Resource, ResourceGraph, Secret, StackConfig, run_program
+from runbooks.plan.helm import RELEASE_TYPE
 from tests.builders import REPO, encode, prod_config, prod_values, with_changes
 
 NODE_URN = (
@@ -69,8 +70,18 @@ def test_should_wire_monitoring_before_nodes_gpus_storage_and_slurm(graph: Resou
     monitored = {r.urn for r in graph.resources.values() if stack in graph.ancestors(r.urn)}
     for served in [*graph.of_type(FACILITY_TYPE), *graph.of_type(GPU_OPERATOR_TYPE), *graph.of_type(STORAGE_TYPE),
                    *graph.of_type(SLURM_TYPE), *graph.of_type(SCHEDULING_TYPE)]:
-        # The SDK sends a dependency on a component as its custom descendants.
-        assert served.dependencies and set(served.dependencies) <= monitored
+        # The SDK sends a dependency on a component as its custom descendants; a component's children do not inherit
+        # it, so each resource inside must carry it itself.
+        inside = [r for r in graph.resources.values() if served in graph.ancestors(r.urn) and r.custom]
+        for resource in [served, *inside]:
+            assert monitored <= set(resource.dependencies), resource.name
+
+
+def test_should_check_a_node_only_once_the_gpu_operator_is_installed(graph: ResourceGraph) -> None:
+    (operator,) = graph.of_type(GPU_OPERATOR_TYPE)
+    (release,) = [r for r in graph.resources.values() if r.parent == operator.urn and r.type == RELEASE_TYPE]
+    for copy in graph.of_type(COPY_TYPE):
+        assert release.urn in copy.dependencies, copy.name
 
 
 def test_should_check_each_node_over_ssh_before_admitting_it(graph: ResourceGraph) -> None:
@@ -78,7 +89,7 @@ def test_should_check_each_node_over_ssh_before_admitting_it(graph: ResourceGrap
         kids = {r.type: r for r in graph.resources.values() if r.parent == node.urn}
         assert set(kids) == {COPY_TYPE, CHECK_TYPE, PATCH_TYPE}
         check = kids[CHECK_TYPE]
-        assert check.dependencies == [kids[COPY_TYPE].urn]
+        assert kids[COPY_TYPE].urn in check.dependencies
         assert check.inputs["connection"] == Secret() == kids[COPY_TYPE].inputs["connection"]
         assert f"--node {node.name} " in check.inputs["create"]
         assert kids[PATCH_TYPE].options["provider"].startswith(K8S_PROVIDER + "::")

@@ -63,6 +63,7 @@ def check_command(site: Site, load: NodeLoad) -> str:
         "--min-driver", settings.min_driver_version,
         "--max-temp-c", f"{site.monitoring.gpu_temp_incident_c:g}", "--power-limit-w", f"{gpu.tdp_w:g}",
         "--burn-in-s", str(settings.burn_in_s), "--burn-command", settings.burn_command,
+        "--driver-wait-s", str(settings.driver_wait_s),
     ]
     # Exit 1 means "checked, and a check failed": recorded as a verdict, not a failed deploy.
     # Anything else (no python3, a crash) fails the resource so the operator looks at it.

@@ -12,8 +12,7 @@ Source metrics, and where their names come from:
 - kube-state-metrics: kube_node_status_condition{node, condition, status}; kube_node_labels{node, label_<name>}
   for the labels allowlisted in its chart values (components/monitoring/component.py), names sanitized to [a-zA-Z0-9_].
 - hosts/slurm_exporter.py on the Slurm controller: slurm_nodes_down, slurm_nodes_drain, slurm_nodes_fail
-  (vpenso/prometheus-slurm-exporter's names).
-- guilbaults/slurm-job-exporter: slurm_job_memory_usage{slurmjobid, account} (job -> Slurm account).
+  (vpenso/prometheus-slurm-exporter's names) and slurm_job_account{slurmjobid, account} (job -> Slurm account).
 - LiteLLM proxy (litellm/types/integrations/prometheus.py): litellm_input_tokens_metric and
   litellm_output_tokens_metric, counters exposed with `_total`, labels model, team, team_alias.
 - vLLM (docs/usage/metrics.md): vllm:prompt_tokens_total, vllm:generation_tokens_total and, in the v1
@@ -142,7 +141,7 @@ def _owner_rule(site: Site) -> str:
         f"{by} (label_replace(\n"
         f'  label_replace(DCGM_FI_DEV_GPU_UTIL{{hpc_job!=""}}, "slurmjobid", "$1", "hpc_job", "(.+)")\n'
         f"  * on (slurmjobid) group_left (account)\n"
-        f'  group by (slurmjobid, account) (slurm_job_memory_usage{{account=~"{teams}"}}),\n'
+        f'  group by (slurmjobid, account) (slurm_job_account{{account=~"{teams}"}}),\n'
         f'  "team", "$1", "account", "(.+)")))'
     )
 

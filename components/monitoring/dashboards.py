@@ -17,7 +17,8 @@ in target order.
 """
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from string import ascii_uppercase
 from typing import Any
@@ -364,3 +365,36 @@ def dashboard_configmaps(site: Site) -> list[dict[str, Any]]:
         }
         for uid, board in render_dashboards(site).items()
     ]
+
+
+GRAFANA_BUILTINS = {"__rate_interval": "5m", "__range": "1h", "__interval": "1m"}
+"""Grafana's own variables, as it would fill them in for a 1 h range."""
+VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def panels(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel, rows included, and the panels a collapsed row holds."""
+    for panel in board["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def targets(board: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    for panel in panels(board):
+        for target in panel.get("targets", []):
+            yield panel, target
+
+
+def as_sent(expr: str, board: dict[str, Any]) -> str:
+    """expr as Grafana sends it with every variable on "All" and the data source variable removed."""
+    variables = {v["name"]: v for v in board.get("templating", {}).get("list", [])}
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name in GRAFANA_BUILTINS:
+            return GRAFANA_BUILTINS[name]
+        if name not in variables:
+            raise ValueError(f"dashboard {board.get('uid')}: ${name} is not a variable of the dashboard")
+        return "" if variables[name]["type"] == "datasource" else str(variables[name].get("allValue") or ".*")
+
+    return VARIABLE.sub(value, expr)

@@ -11,9 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from components.monitoring.alertmanager import ONCALL, render_alertmanager_config
-from components.monitoring.alerts import render_rule_groups
-from components.monitoring.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL, render_dashboards
+from components.monitoring.alertmanager import render_alertmanager_config
+from components.monitoring.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL
 from components.spec import defaults
 from components.spec.site import Site
 from components.spec.wellknown import FLEX_LENT_LABEL, TEXTFILE_DIR
@@ -151,15 +150,4 @@ def dcgm_service_monitor(site: Site) -> dict[str, Any]:
             "namespaceSelector": {"matchNames": [site.gpu_operator.namespace]},
             "endpoints": [{"port": "gpu-metrics", "interval": DCGM_SCRAPE_INTERVAL, "honorLabels": True}],
         },
-    }
-
-
-def stack_facts(site: Site) -> dict[str, Any]:
-    """What the policy pack judges (docs/policy.md has the contract)."""
-    rules = [r for g in render_rule_groups(site)["groups"] for r in g["rules"] if "alert" in r]
-    return {
-        "alerts": [{"alert": r["alert"], "expr": r["expr"], "for": r.get("for", "0m"),
-                    "severity": r["labels"]["severity"]} for r in rules],
-        "alertmanager": {"critical_receivers": [ONCALL]},
-        "dashboards": list(render_dashboards(site)),
     }

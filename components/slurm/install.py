@@ -3,6 +3,7 @@ them in place. Pure: no pulumi."""
 
 import base64
 import hashlib
+import re
 import shlex
 from typing import Any
 
@@ -54,6 +55,18 @@ def install_script(files: dict[str, tuple[str, int]], then: str) -> str:
         steps.append(f"echo {encoded} | base64 -d > {new} && chmod {mode:o} {new} && mv {new} {final}")
     steps.append(then)
     return " && ".join(steps)
+
+
+_WORD = r"('[^']*'|[^\s']+)"
+INSTALL_STEP = re.compile(rf"echo ([A-Za-z0-9+/=]*) \| base64 -d > {_WORD} && chmod [0-7]+ {_WORD} "
+                          rf"&& mv {_WORD} {_WORD}")
+
+
+def installed_files(script: str) -> tuple[dict[str, str], str]:
+    """What an `install_script` writes (path: content) and what it runs then: its inverse, for what reads a plan."""
+    steps = list(INSTALL_STEP.finditer(script))
+    files = {shlex.split(step.group(5))[0]: base64.b64decode(step.group(1)).decode() for step in steps}
+    return files, script[steps[-1].end():].removeprefix(" && ") if steps else script
 
 
 def controller_files(site: Site) -> dict[str, tuple[str, int]]:

@@ -187,6 +187,10 @@ GPU_DRIVER_VERSION: Final = "535.230.02"
 """NVIDIA driver the GPU Operator installs: the R535 long-term branch (NVIDIA Data Center Driver 535.230.02
 release notes, 2025-01); Kubernetes and Slurm jobs both run on it."""
 
+DRIVER_WAIT_S: Final = 1800
+"""seconds a node check waits for the GPU Operator's driver on its node: the driver container builds and loads the
+kernel modules first (minutes), after node-feature-discovery has labelled the node."""
+
 BURN_IN_S: Final = 300
 """seconds of burn-in load during which no GPU may pass the incident temperature or throttle."""
 

@@ -339,6 +339,8 @@ class NodeCheck(Spec):
     """seconds of load during which the hottest GPU must stay under monitoring.gpu_temp_incident_c."""
     burn_command: Annotated[str, Field(min_length=1)] = defaults.BURN_COMMAND
     """Command that loads every GPU on the node for the burn-in."""
+    driver_wait_s: Annotated[int, Field(gt=0, le=7200)] = defaults.DRIVER_WAIT_S
+    """seconds the check waits for the GPU Operator's driver on the node before failing it."""
 
 
 class LlmMeter(StrEnum):

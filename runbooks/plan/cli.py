@@ -20,6 +20,7 @@ from runbooks.plan import helm
 from runbooks.plan import plan as planning
 from runbooks.plan.consumers import run_checks
 from runbooks.plan.invariants import Invariant, check_invariants
+from runbooks.plan.producers import Deployed
 
 
 def plan(
@@ -191,9 +192,11 @@ def _render_charts(result: planning.Plan, out_dir: Path, mirror: Path | None) ->
         releases = helm.render_releases(result.graph, mirror, result.site.kubernetes_version, helm_binary)
     except helm.HelmError as error:
         return ChartsOutcome(error=str(error))
-    everything = [o for r in releases for o in r.objects] + planning.kubernetes_objects(result.graph)
+    registered = planning.kubernetes_objects(result.graph)
+    deployed = Deployed([o for r in releases for o in r.objects] + registered, registered,
+                        planning.host_installs(result.graph))
     return ChartsOutcome(releases, helm.validate(releases, result.site.kubernetes_version),
-                         check_invariants(everything), helm.write(releases, out_dir))
+                         check_invariants(deployed), helm.write(releases, out_dir))
 
 
 def _charts_valid(charts: ChartsOutcome) -> bool:
@@ -216,10 +219,13 @@ def _charts_valid(charts: ChartsOutcome) -> bool:
               highlight=False)
     checks = Table("invariant", "result", title="Invariants over the rendered stack")
     for invariant in charts.invariants:
-        checks.add_row(invariant.name, f"[red]{len(invariant.violations)} violation(s)[/]" if invariant.violations
-                       else "[green]holds[/]")
+        pending = f" ([yellow]{len(invariant.pending)} pending[/])" if invariant.pending else ""
+        checks.add_row(invariant.name, f"[red]{len(invariant.violations)} violation(s)[/]{pending}"
+                       if invariant.violations else f"[green]holds[/]{pending}")
     out.print(checks)
     for invariant in charts.invariants:
         for violation in invariant.violations:
             out.print(f"  {invariant.name}: {escape(violation)}", highlight=False)
+        for pending in invariant.pending:
+            out.print(f"  {invariant.name} [yellow]pending[/]: {escape(pending)}", highlight=False)
     return not charts.invalid

@@ -2,11 +2,21 @@
 the program registers, never on facts a component declares. Each is a named check; a violation holds the plan as
 a mandatory policy does (exit 3)."""
 
-from collections.abc import Callable, Iterable
+import base64
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
+import promql_parser
+import yaml
+
+from components.monitoring.dashboards import VARIABLE, as_sent, panels, targets
+from components.monitoring.gate_queries import gate_queries
 from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
+from runbooks.plan.producers import Deployed, producers
 
 GPU_NODE_TAINTS = ((UNVALIDATED_TAINT, "NoSchedule"), (POOL_TAINT, "NoSchedule"))
 """Taints the stack puts on GPU nodes (components/facility/admission.py): unvalidated until the node check passes,
@@ -24,12 +34,19 @@ PROVISIONER_PARAMETERS: dict[str, tuple[str, ...]] = {
 }
 """What each provisioner the stack uses needs in a StorageClass before it can provision a volume."""
 
+DASHBOARD_SIDECAR, DATASOURCE_SIDECAR = "grafana-sc-dashboard", "grafana-sc-datasources"
+"""The grafana chart's sidecar containers that load dashboards and data sources from labelled objects."""
+GRAFANA_BUILTIN_SOURCES = frozenset({"-- Mixed --", "-- Grafana --", "-- Dashboard --", "grafana"})
+"""Grafana's built-in data sources (their uids and names): each panel query of a Mixed one names its own."""
+
 
 @dataclass
 class Invariant:
     name: str
     description: str
     violations: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    """Findings that wait on work named in them; reported, never held."""
 
 
 def _named(obj: dict[str, Any]) -> str:
@@ -92,15 +109,179 @@ def metrics_tiers_persist(objects: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-CHECKS: tuple[tuple[str, str, Callable[[list[dict[str, Any]]], list[str]]], ...] = (
+AWAITING = {
+    **dict.fromkeys(("litellm_input_tokens_metric_total", "litellm_output_tokens_metric_total",
+                     "litellm_proxy_failed_requests_metric_total", "litellm_proxy_total_requests_metric_total"),
+                    "the LiteLLM gateway, which the inference path (issue 16) deploys"),
+    **dict.fromkeys(("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total"),
+                    "the vLLM model servers, which the inference path (issue 16) deploys"),
+}
+"""Metrics the cost rules and the inference gate read whose producer is not built yet: reported as pending on every
+plan, never as held. A test pins this list to what prod reads, so it can only shrink."""
+
+
+def _sidecar(deployed: Deployed, container: str) -> tuple[str, str] | None:
+    """(label, value) a Grafana sidecar loads ConfigMaps and Secrets by, from the rendered Grafana Deployment."""
+    for grafana in deployed.of_kind("Deployment"):
+        for c in grafana["spec"]["template"]["spec"].get("containers", []):
+            if c.get("name") == container:
+                env = {e["name"]: e.get("value") for e in c.get("env", [])}
+                return env.get("LABEL", ""), env.get("LABEL_VALUE", "1")
+    return None
+
+
+def _loaded(deployed: Deployed, container: str, objects: list[dict[str, Any]] | None = None) -> Iterator[str]:
+    """The data files of every ConfigMap and Secret (of `objects`, all by default) that the sidecar `container`
+    loads into Grafana."""
+    label = _sidecar(deployed, container)
+    for obj in deployed.objects if objects is None else objects:
+        if label and obj.get("kind") in ("ConfigMap", "Secret") and \
+                ((obj.get("metadata") or {}).get("labels") or {}).get(label[0]) == label[1]:
+            encoded = obj.get("kind") == "Secret"
+            for value in (obj.get("data") or {}).values():
+                yield base64.b64decode(value).decode() if encoded else value
+
+
+def dashboards(deployed: Deployed, objects: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    return [json.loads(text) for text in _loaded(deployed, DASHBOARD_SIDECAR, objects)]
+
+
+def datasources(deployed: Deployed) -> list[dict[str, Any]]:
+    return [d for text in _loaded(deployed, DATASOURCE_SIDECAR) for d in (yaml.safe_load(text) or {}).get(
+        "datasources", [])]
+
+
+def metric_reads(deployed: Deployed) -> Iterator[tuple[str, str]]:
+    """(reader, PromQL) of every query the stack's own rules, its dashboards and the rollout's gates run. The charts'
+    bundled rules and dashboards read Kubernetes' own components and ship with their producers' scrape jobs."""
+    for rule_object in deployed.registered:
+        if rule_object.get("kind") == "PrometheusRule":
+            for group in rule_object["spec"].get("groups", []):
+                for rule in group.get("rules", []):
+                    yield f"rule {rule.get('alert') or rule.get('record')}", rule["expr"]
+    for board in dashboards(deployed, deployed.registered):
+        for panel, target in targets(board):
+            yield f"dashboard {board.get('uid')} panel {panel.get('title')!r}", as_sent(target["expr"], board)
+    for gate, query in gate_queries(60).items():
+        yield f"rollout gate {gate}", query
+
+
+def _selectors(expr: str) -> Iterator[promql_parser.VectorSelector]:
+    found: list[promql_parser.VectorSelector] = []
+
+    def visit(node: Any) -> bool:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append(node)
+        return True
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return iter(found)
+
+
+def metrics_have_producers(deployed: Deployed) -> tuple[list[str], list[str]]:
+    """Every series a rule, a dashboard or a gate reads is produced by something deployed and scraped, with the
+    labels it selects on; (violations, pending), one line per metric naming who reads it."""
+    made = producers(deployed)
+    by_metric = {m: p for p in made if not p.absent for m in p.metrics}
+    unproduced: dict[str, list[str]] = {}
+    unlabelled: dict[tuple[str, str], list[str]] = {}
+    violations = []
+    for reader, expr in metric_reads(deployed):
+        for selector in _selectors(expr):
+            matchers = selector.matchers.matchers
+            names = [selector.name] if selector.name else []
+            for m in matchers:
+                if m.name == "__name__":
+                    names = [m.value] if m.op == promql_parser.MatchOp.Equal else sorted(
+                        n for n in by_metric if re.fullmatch(m.value, n))
+            if not names:
+                violations.append(f"{reader} reads {selector.prettify()}: no produced metric matches")
+            for name in names:
+                producer = by_metric.get(name)
+                if producer is None:
+                    unproduced.setdefault(name, []).append(reader)
+                    continue
+                for m in matchers:
+                    if m.name != "__name__" and not producer.has_label(m.name):
+                        unlabelled.setdefault((name, m.name), []).append(reader)
+    pending = []
+    for name, readers in sorted(unproduced.items()):
+        read = f"{name} (read by {', '.join(sorted(set(readers)))})"
+        if name in AWAITING:
+            pending.append(f"{read}: awaits {AWAITING[name]}")
+            continue
+        why = "; ".join(f"{p.name}: {p.absent}" for p in made if p.absent and name in p.metrics)
+        violations.append(f"{read} has no producer the stack deploys and scrapes" + (f" ({why})" if why else ""))
+    violations += [f"{name} (read by {', '.join(sorted(set(readers)))}) is selected on label {label}, which "
+                   f"{by_metric[name].name} does not produce as deployed"
+                   for (name, label), readers in sorted(unlabelled.items())]
+    return violations, pending
+
+
+def _service_at(deployed: Deployed, url: str) -> bool:
+    """Whether a URL's host:port is a Service the stack deploys (name.namespace[.svc...])."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").split(".")
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return len(host) >= 2 and any(
+        (s.get("metadata") or {}).get("name") == host[0] and (s.get("metadata") or {}).get("namespace") == host[1]
+        and port in {p.get("port") for p in s["spec"].get("ports", [])} for s in deployed.of_kind("Service"))
+
+
+def dashboards_have_datasources(deployed: Deployed) -> list[str]:
+    """Every data source a panel names is provisioned and reaches a Service; the tier each Prometheus remote-writes
+    to (the cold tier) is one of them, so the year of history can be read."""
+    sources = datasources(deployed)
+    problems = [f"data source {d.get('name')!r} points at {d.get('url')}, which is no Service the stack deploys"
+                for d in sources if d.get("url") and not _service_at(deployed, d["url"])]
+    types = {d.get("type") for d in sources}
+    for board in dashboards(deployed):
+        variables = {v["name"]: v for v in board.get("templating", {}).get("list", [])}
+        for panel in panels(board):
+            for ref in [panel.get("datasource"), *(t.get("datasource") for t in panel.get("targets", []))]:
+                if not ref:
+                    continue
+                # A string is the legacy form: a data source's name, or a variable.
+                uid = str(ref.get("uid", "") if isinstance(ref, dict) else ref)
+                variable = VARIABLE.fullmatch(uid)
+                if variable:
+                    chosen = variables.get(variable.group(1) or variable.group(2)) or {}
+                    if chosen.get("type") != "datasource" or chosen.get("query") not in types:
+                        problems.append(f"dashboard {board.get('uid')} panel {panel.get('title')!r}: data source "
+                                        f"{uid} offers no provisioned data source of type {chosen.get('query')!r}")
+                elif uid not in GRAFANA_BUILTIN_SOURCES | {d.get("uid") for d in sources} | {d.get("name")
+                                                                                           for d in sources}:
+                    problems.append(f"dashboard {board.get('uid')} panel {panel.get('title')!r}: no data source "
+                                    f"with uid {uid!r}")
+    readable = {urlsplit(d["url"]).netloc for d in sources if d.get("url")}
+    for prometheus in deployed.of_kind("Prometheus"):
+        for remote in prometheus["spec"].get("remoteWrite", []):
+            if urlsplit(remote["url"]).netloc not in readable:
+                problems.append(f"{_named(prometheus)} writes to {remote['url']}, which no Grafana data source reads")
+    return sorted(set(problems))
+
+
+Judge = Callable[[Deployed], tuple[list[str], list[str]]]
+
+
+def _objects_only(judge: Callable[[list[dict[str, Any]]], list[str]]) -> Judge:
+    return lambda deployed: (judge(deployed.objects), [])
+
+
+CHECKS: tuple[tuple[str, str, Judge], ...] = (
     ("gpu-daemonsets-tolerate-taints", "Every DaemonSet tolerates the taints on GPU nodes.",
-     daemonsets_reach_gpu_nodes),
+     _objects_only(daemonsets_reach_gpu_nodes)),
     ("storage-classes-provisionable", "Every StorageClass carries what its provisioner needs.",
-     storage_classes_provision),
-    ("metrics-tiers-persist", "The hot and cold metrics tiers keep their data on volumes.", metrics_tiers_persist),
+     _objects_only(storage_classes_provision)),
+    ("metrics-tiers-persist", "The hot and cold metrics tiers keep their data on volumes.",
+     _objects_only(metrics_tiers_persist)),
+    ("metrics-have-producers", "Every series a rule, dashboard or rollout gate reads is produced and scraped.",
+     metrics_have_producers),
+    ("dashboards-have-datasources", "Every dashboard's data source exists and reaches a Service, the cold tier's too.",
+     lambda deployed: (dashboards_have_datasources(deployed), [])),
 )
 
 
-def check_invariants(objects: list[dict[str, Any]]) -> list[Invariant]:
-    """Every invariant, judged on every object the stack would create: rendered by Helm and registered directly."""
-    return [Invariant(name, description, judge(objects)) for name, description, judge in CHECKS]
+def check_invariants(deployed: Deployed) -> list[Invariant]:
+    """Every invariant, judged on everything the stack would create: rendered by Helm and registered directly."""
+    return [Invariant(name, description, *judge(deployed)) for name, description, judge in CHECKS]

@@ -27,6 +27,7 @@ from components.slurm.conf import (
     render_slurm_conf,
     render_slurmdbd_conf,
 )
+from components.slurm.install import installed_files
 from components.spec.site import Site
 from components.spec.wellknown import (
     CLUSTER_TYPE,
@@ -275,6 +276,12 @@ def kubernetes_objects(graph: ResourceGraph) -> list[dict[str, Any]]:
     """The Kubernetes objects the program registers directly, as manifests (patches of existing objects left out)."""
     return [_manifest(r.type, r.inputs) for r in graph.resources.values()
             if _is_kubernetes_object(r.type) and not r.type.endswith("Patch")]
+
+
+def host_installs(graph: ResourceGraph) -> dict[str, tuple[dict[str, str], str]]:
+    """Per remote command: the files it installs on its host (path: content) and what it runs then."""
+    return {r.name: installed_files(r.inputs["create"]) for r in graph.of_type("command:remote:Command")
+            if isinstance(r.inputs.get("create"), str)}
 
 
 def _is_kubernetes_object(type_: str) -> bool:

@@ -2,18 +2,9 @@
 
 A gate passes only on data: an empty result, NaN (a ratio or quantile over no traffic), an unreachable
 Prometheus or alerting rules that are not being evaluated make it inconclusive, which holds the rollout
-exactly like a failure does. The queries, and where their series come from:
-
-- critical alerts: `ALERTS{alertstate="firing",severity="critical"}` (Prometheus's own series for firing
-  alerts; our rules in components.monitoring.alerts label incidents `severity="critical"`). An empty result means
-  "none firing" only while rule groups are being evaluated, so /api/v1/rules must show an evaluation in the
-  last RULES_FRESH_S seconds.
-- GPU utilization: the fleet average of our recording rule `gpu:dcgm_gpu_util:max` (per physical GPU, from
-  dcgm-exporter's DCGM_FI_DEV_GPU_UTIL), averaged over the gate window.
-- training queue time: p95 of `slurm_job_queue_wait_seconds`, a histogram of the time each Slurm job waited
-  between submit and start, observed by the Slurm job-completion exporter; in minutes.
-- inference error rate: LiteLLM proxy counters, failed / total requests (`litellm_proxy_failed_requests_metric`,
-  `litellm_proxy_total_requests_metric`, exposed with `_total`), over the gate window, in %.
+exactly like a failure does. The queries, and where their series come from: components/monitoring/gate_queries.py.
+An empty ALERTS means "none firing" only while rule groups are being evaluated, so /api/v1/rules must show an
+evaluation in the last RULES_FRESH_S seconds.
 """
 
 import json
@@ -27,6 +18,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from components.monitoring.gate_queries import gate_queries
 from components.spec.site import Gates
 
 RULES_FRESH_S = 300.0
@@ -69,25 +61,6 @@ class GateSnapshot:
         return {"at": self.at.isoformat(), "passed": self.passed, "results": [asdict(r) for r in self.results]}
 
 
-def window(minutes: float) -> str:
-    return f"{max(1, round(minutes * 60))}s"
-
-
-def queries(window_minutes: float) -> dict[str, str]:
-    w = window(window_minutes)
-    return {
-        "critical_alerts": 'ALERTS{alertstate="firing",severity="critical"}',
-        "gpu_utilization": f"avg(avg_over_time(gpu:dcgm_gpu_util:max[{w}]))",
-        "train_queue_time": (
-            f"histogram_quantile(0.95, sum by (le) (rate(slurm_job_queue_wait_seconds_bucket[{w}]))) / 60"
-        ),
-        "inference_error_rate": (
-            f"100 * sum(rate(litellm_proxy_failed_requests_metric_total[{w}]))"
-            f" / sum(rate(litellm_proxy_total_requests_metric_total[{w}]))"
-        ),
-    }
-
-
 class PrometheusUnavailableError(Exception):
     pass
 
@@ -97,7 +70,7 @@ class PrometheusGates:
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.url = url.rstrip("/")
         self.thresholds = thresholds
-        self.queries = queries(window_minutes)
+        self.queries = gate_queries(window_minutes)
         self.clock = clock
 
     def check(self) -> GateSnapshot:

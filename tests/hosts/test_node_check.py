@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +91,14 @@ def node_check(
     *,
     expect_name: str = A800,
     power_limit_w: int = 400,
+    driver_wait_s: float = 1,
 ) -> tuple[int, dict[str, Any]]:
-    """Run the program with only the fakes (less the scenario's "missing" tools) and `sleep` on PATH."""
+    """Run the program with only the fakes (less the scenario's "missing" tools) and `sleep` on PATH; the operator's
+    driver is ready unless the scenario says "operator_driver": "absent"."""
+    driver_ready = tmp_path / "validations" / "driver-ready"
+    driver_ready.parent.mkdir()
+    if scenario.get("operator_driver") != "absent":
+        driver_ready.touch()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     scenario_file = tmp_path / "scenario.json"
@@ -108,7 +115,8 @@ def node_check(
     proc = subprocess.run(
         [sys.executable, str(PROGRAM), "--node", "gpu-a800-01", "--expect-name", expect_name, "--expect-count", "8",
          "--min-driver", "535.104.05", "--max-temp-c", "85", "--power-limit-w", str(power_limit_w),
-         "--burn-in-s", "1", "--burn-command", "sleep 30", "--sample-s", "0.2"],
+         "--burn-in-s", "1", "--burn-command", "sleep 30", "--sample-s", "0.2",
+         "--driver-ready", str(driver_ready), "--driver-wait-s", str(driver_wait_s)],
         capture_output=True, text=True, env=env, timeout=30, check=False,
     )  # fmt: skip
     assert proc.stderr == "", proc.stderr  # never a traceback
@@ -132,13 +140,33 @@ def test_should_pass_a_healthy_a800_node(tmp_path: Path) -> None:
     code, report = node_check(tmp_path, HEALTHY_A800)
     assert (code, report["ok"], failed(report)) == (0, True, {})
     assert [c["name"] for c in report["checks"]] == [
-        "gpu-inventory", "driver", "power-limit", "ecc", "row-remap", "psu-redundancy", "burn-in",
+        "driver-ready", "gpu-inventory", "driver", "power-limit", "ecc", "row-remap", "psu-redundancy", "burn-in",
     ]  # fmt: skip
     assert [g["index"] for g in report["gpus"]] == list(range(8))
     assert report["gpus"][0] == {"index": 0, "uuid": HEALTHY_A800["gpus"][0]["uuid"], "name": A800, "max_temp_c": 70}
     assert report["max_temp_c"] == 77.0
     assert report["node"] == "gpu-a800-01"
     assert report["check_version"] == hashlib.sha256(PROGRAM.read_bytes()).hexdigest()[:12]
+
+
+def test_should_fail_a_node_whose_operator_driver_never_becomes_ready_and_touch_no_gpu(tmp_path: Path) -> None:
+    code, report = node_check(tmp_path, {**HEALTHY_A800, "operator_driver": "absent"}, driver_wait_s=0.5)
+    assert code == 1
+    assert failed(report)["driver-ready"].startswith("the GPU Operator's driver was not ready within 0.5 s (")
+    assert {name for name, detail in failed(report).items() if detail == "skipped: driver-ready failed"} == {
+        "gpu-inventory", "driver", "power-limit", "ecc", "row-remap", "burn-in"}
+    assert report["gpus"] == []
+
+
+def test_should_wait_for_the_driver_that_arrives_while_the_check_waits(tmp_path: Path) -> None:
+    marker = tmp_path / "validations" / "driver-ready"
+    arrives = threading.Timer(0.5, lambda: marker.touch())
+    arrives.start()
+    try:
+        code, report = node_check(tmp_path, {**HEALTHY_A800, "operator_driver": "absent"}, driver_wait_s=20)
+    finally:
+        arrives.cancel()
+    assert (code, failed(report)) == (0, {})
 
 
 def test_should_pass_a_healthy_rtx4090_node_without_ecc_or_row_remapping(tmp_path: Path) -> None:

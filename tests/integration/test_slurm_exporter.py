@@ -15,7 +15,7 @@ import pytest
 
 from components.monitoring.prometheus import slurm_scrape_config
 from hosts import SLURM_EXPORTER
-from hosts.slurm_exporter import Exporter, job_starts, node_states
+from hosts.slurm_exporter import METRICS, Exporter, job_accounts, job_starts, node_states
 from runbooks.rollout.gates import GateResult, PrometheusGates, Verdict
 from tests.harness.daemons import PROMETHEUS, PrometheusServer, free_ports, stop_all, wait_for
 from tests.harness.slurm_cluster import Cluster, slurm_marks
@@ -38,15 +38,20 @@ def test_should_read_only_jobs_that_started() -> None:
     assert job_starts(sacct) == [("12", "a800-train", "train_normal", T0, T0 + timedelta(minutes=5))]
 
 
+def test_should_read_the_account_of_each_running_job() -> None:
+    assert job_accounts("4242|vision\n4243|speech\n\n4244|\n") == {"4242": "vision", "4243": "speech"}
+
+
 class FakeSlurm:
     def __init__(self) -> None:
         self.now = T0
         self.sacct = ""
+        self.squeue = ""
         self.calls: list[list[str]] = []
 
     def __call__(self, args: list[str]) -> str:
         self.calls.append(args)
-        return "gpu-a800-01 idle\n" if args[0] == "sinfo" else self.sacct
+        return {"sinfo": "gpu-a800-01 idle\n", "squeue": self.squeue}.get(args[0], self.sacct)
 
 
 def line(job: str, submit: datetime, start: datetime, partition: str = "a800-train", qos: str = "train_normal") -> str:
@@ -104,8 +109,10 @@ def test_should_expose_metrics_promtool_accepts() -> None:
     slurm = FakeSlurm()
     exporter = Exporter(slurm, lambda: slurm.now)
     slurm.sacct = line("11", T0, T0 + timedelta(seconds=30)) + line("12", T0, T0 + timedelta(hours=3), "a800-flex")
+    slurm.squeue = '12|vision\n13|a"b\n'
     slurm.now = T0 + timedelta(hours=3)
     exporter.poll()
+    assert sample(exporter.render(), 'slurm_job_account{slurmjobid="13",account="a\\"b"}') == 1
     assert PROMTOOL is not None
     result = subprocess.run([PROMTOOL, "check", "metrics"], input=exporter.render(), capture_output=True, text=True,
                             timeout=30)
@@ -191,6 +198,19 @@ class TestOnRealSlurm:
             assert queue[0].verdict == Verdict.PASS and 0 < queue[0].value <= 1, queue[0]
         finally:
             prometheus.stop()
+
+    def test_should_serve_its_declared_metrics_and_the_account_of_each_running_job(
+            self, slurm: Cluster, exporter_url: str) -> None:
+        make_a_job_wait(slurm, "gpu-a800-06", "train_normal", 1)
+        running = slurm.run("squeue", "--noheader", "--states=RUNNING", "-w", "gpu-a800-06",
+                            "--format=%A").stdout.split()
+        assert len(running) == 1
+        account = f'slurm_job_account{{slurmjobid="{running[0]}",account="speech"}}'
+        wait_for("the running job's account", lambda: account in scrape(exporter_url), timeout_s=10)
+        # What gpuctl plan takes for the exporter's metrics is exactly what it serves.
+        served = {m.split("{")[0].split()[0] for m in scrape(exporter_url).splitlines() if not m.startswith("#")}
+        assert served == set(METRICS)
+        slurm.run("scancel", running[0])
 
     def test_should_count_a_drained_node(self, slurm: Cluster, exporter_url: str) -> None:
         slurm.run("scontrol", "update", "NodeName=gpu-a800-04", "State=DRAIN", "Reason=exporter test")

@@ -1,83 +1,125 @@
 """Observability policies on a monitoring-stack fixture that follows the contract in docs/policy.md."""
 
+import json
 from typing import Any
 
 import observability as obs
 import pytest
 from common import MONITORING_STACK_TYPE
-from pulumi_policy import StackValidationPolicy
+from pulumi_policy import PolicyResource, StackValidationPolicy
 from pulumi_policy.proxy import UNKNOWN_ARRAY_VALUE, UNKNOWN_BOOLEAN_VALUE, UNKNOWN_STRING_VALUE
 
 from tests.policy.builders import changed, judge_stack, resource
 
-IDLE = {"alert": "GpuUtilizationLow", "severity": "tuning", "for": "0m",
+IDLE = {"alert": "GpuUtilizationLow", "labels": {"severity": "tuning"},
         "expr": "avg_over_time(gpu:dcgm_gpu_util:max[24h]) < 30\n"
                 "and on (Hostname, gpu) (gpu:dcgm_gpu_util:max offset 24h)"}
-HOT = {"alert": "GpuTemperatureHigh", "expr": "gpu:dcgm_gpu_temp:max > 85", "for": "2m", "severity": "critical"}
-MONITORING: dict[str, Any] = {
-    "alerts": [IDLE, HOT],
-    "alertmanager": {"critical_receivers": ["oncall", "incident"]},
-    "dashboards": ["gpu-fleet", "llm-cost"],
+HOT = {"alert": "GpuTemperatureHigh", "expr": "gpu:dcgm_gpu_temp:max > 85", "for": "2m",
+       "labels": {"severity": "critical"}}
+MONITORING: dict[str, Any] = {}
+SLACK = {"name": "incident", "slack_configs": [{"channel": "#gpu-incidents"}]}
+ALERTMANAGER: dict[str, Any] = {
+    "route": {"receiver": "platform", "routes": [
+        {"receiver": "heartbeat", "matchers": ['alertname="Watchdog"']},
+        {"receiver": "oncall", "matchers": ['severity="critical"'], "continue": True},
+        {"receiver": "incident", "matchers": ['severity="critical"']}]},
+    "receivers": [{"name": "platform", "slack_configs": [{"channel": "#gpu-platform"}]},
+                  {"name": "heartbeat", "webhook_configs": [{"url": "https://hb.example"}]},
+                  {"name": "oncall", "webhook_configs": [{"url": "https://pager.example"}]}, SLACK],
 }
 
 
-def judge(policy: StackValidationPolicy, props: dict[str, Any], config: dict[str, Any] | None = None) -> list[str]:
-    return judge_stack(policy, resource(MONITORING_STACK_TYPE, "prod-monitoring", props), config=config).messages
+def rules(*alerts: dict[str, Any]) -> PolicyResource:
+    return resource(obs.PROMETHEUS_RULE_TYPE, "prod-monitoring-gpu-rules",
+                    {"spec": {"groups": [{"name": "gpu", "rules": list(alerts)}]}})
 
 
-def alerts(*exprs: str) -> dict[str, Any]:
-    return changed(MONITORING, alerts=[{"alert": f"Rule{i}", "expr": e, "for": "0m", "severity": "warning"}
-                                       for i, e in enumerate(exprs)])
+def dashboard(uid: str, label: str = obs.DASHBOARD_LABEL) -> PolicyResource:
+    return resource(obs.CONFIGMAP_TYPE, f"prod-monitoring-grafana-dashboard-{uid}",
+                    {"metadata": {"labels": {label: "1"}}, "data": {f"{uid}.json": json.dumps({"uid": uid})}})
 
 
-M = "Stack prod-monitoring"
-NO_IDLE = (f"{M}: no alert averages DCGM_FI_DEV_GPU_UTIL (or a gpu:dcgm_gpu_util recording rule) over at most "
-           "24 h and fires under at least 30 %")
-NO_HOT = f"{M}: no alert fires when DCGM_FI_DEV_GPU_TEMP (or a gpu:dcgm_gpu_temp recording rule) is > 85 C"
+def alertmanager(config: dict[str, Any]) -> PolicyResource:
+    return resource("kubernetes:helm.sh/v3:Release", "prod-kube-prometheus-stack",
+                    {"chart": "kube-prometheus-stack", "values": {"alertmanager": {"config": config}}})
 
 
-@pytest.mark.parametrize(("policy", "props", "config", "expected"), [
-    pytest.param(obs.GPU_IDLE_ALERT, MONITORING, None, [], id="should admit the idle alert on the recorded series"),
-    pytest.param(obs.GPU_IDLE_ALERT, alerts("avg_over_time(DCGM_FI_DEV_GPU_UTIL{pool=\"slurm\"}[1d]) <= 30"), None,
-                 [], id="should admit the idle alert on the raw DCGM series over 1d"),
-    pytest.param(obs.GPU_IDLE_ALERT, alerts("avg_over_time(gpu:dcgm_gpu_util:max[24h]) < 20"), None,
+DEPLOYED = (rules(IDLE, HOT), dashboard("gpu-fleet"), dashboard("llm-cost"), alertmanager(ALERTMANAGER))
+
+
+def judge(policy: StackValidationPolicy, *deployed: PolicyResource, config: dict[str, Any] | None = None) -> list[str]:
+    return judge_stack(policy, resource(MONITORING_STACK_TYPE, "prod-monitoring", MONITORING), *deployed,
+                       config=config).messages
+
+
+def alerts(*exprs: str) -> PolicyResource:
+    return rules(*({"alert": f"Rule{i}", "expr": e, "labels": {"severity": "warning"}} for i, e in enumerate(exprs)))
+
+
+NO_IDLE = ("no PrometheusRule alert averages DCGM_FI_DEV_GPU_UTIL (or a gpu:dcgm_gpu_util recording rule) over at "
+           "most 24 h and fires under at least 30 %")
+NO_HOT = "no PrometheusRule alert fires when DCGM_FI_DEV_GPU_TEMP (or a gpu:dcgm_gpu_temp recording rule) is > 85 C"
+AM = "Release prod-kube-prometheus-stack"
+
+
+def without_route(receiver: str) -> dict[str, Any]:
+    routes = [r for r in ALERTMANAGER["route"]["routes"] if r["receiver"] != receiver]
+    return {**ALERTMANAGER, "route": {**ALERTMANAGER["route"], "routes": routes}}
+
+
+@pytest.mark.parametrize(("policy", "deployed", "config", "expected"), [
+    pytest.param(obs.GPU_IDLE_ALERT, DEPLOYED, None, [], id="should admit the idle alert on the recorded series"),
+    pytest.param(obs.GPU_IDLE_ALERT, (alerts("avg_over_time(DCGM_FI_DEV_GPU_UTIL{pool=\"slurm\"}[1d]) <= 30"),),
+                 None, [], id="should admit the idle alert on the raw DCGM series over 1d"),
+    pytest.param(obs.GPU_IDLE_ALERT, (alerts("avg_over_time(gpu:dcgm_gpu_util:max[24h]) < 20"),), None,
                  [f"{NO_IDLE}; found Rule0 fires under 20 % over 24 h"],
                  id="should deny an idle alert under a lower threshold"),
-    pytest.param(obs.GPU_IDLE_ALERT, alerts("avg_over_time(DCGM_FI_DEV_GPU_UTIL[48h]) < 30"), None,
+    pytest.param(obs.GPU_IDLE_ALERT, (alerts("avg_over_time(DCGM_FI_DEV_GPU_UTIL[48h]) < 30"),), None,
                  [f"{NO_IDLE}; found Rule0 fires under 30 % over 48 h"],
                  id="should deny an idle alert over a longer window"),
-    pytest.param(obs.GPU_IDLE_ALERT, alerts("DCGM_FI_DEV_GPU_UTIL < 30"), None, [NO_IDLE],
+    pytest.param(obs.GPU_IDLE_ALERT, (alerts("DCGM_FI_DEV_GPU_UTIL < 30"),), None, [NO_IDLE],
                  id="should deny an idle alert that does not average"),
-    pytest.param(obs.GPU_IDLE_ALERT, MONITORING, {"threshold_pct": 40},
-                 [f"{M}: no alert averages DCGM_FI_DEV_GPU_UTIL (or a gpu:dcgm_gpu_util recording rule) over at "
-                  "most 24 h and fires under at least 40 %; found GpuUtilizationLow fires under 30 % over 24 h"],
-                 id="should deny the idle alert under a tightened threshold"),
-    pytest.param(obs.GPU_IDLE_ALERT, changed(MONITORING, alerts=UNKNOWN_ARRAY_VALUE), None,
-                 [f"{M}: alerts is unknown at preview; this policy fails closed"],
-                 id="should deny alerts unknown at preview"),
-    pytest.param(obs.GPU_TEMPERATURE_ALERT, MONITORING, None, [], id="should admit a temperature alert over 85 C"),
-    pytest.param(obs.GPU_TEMPERATURE_ALERT, alerts("max by (Hostname) (DCGM_FI_DEV_GPU_TEMP) > 85"), None, [],
+    pytest.param(obs.GPU_IDLE_ALERT, (), None, [NO_IDLE], id="should deny a stack without PrometheusRules"),
+    pytest.param(obs.GPU_IDLE_ALERT, DEPLOYED, {"threshold_pct": 40},
+                 ["no PrometheusRule alert averages DCGM_FI_DEV_GPU_UTIL (or a gpu:dcgm_gpu_util recording rule) "
+                  "over at most 24 h and fires under at least 40 %; found GpuUtilizationLow fires under 30 % over "
+                  "24 h"], id="should deny the idle alert under a tightened threshold"),
+    pytest.param(obs.GPU_IDLE_ALERT, (resource(obs.PROMETHEUS_RULE_TYPE, "rules", {"spec": {
+        "groups": UNKNOWN_ARRAY_VALUE}}),), None,
+                 ["PrometheusRule rules: spec.groups is unknown at preview; this policy fails closed"],
+                 id="should deny rules unknown at preview"),
+    pytest.param(obs.GPU_TEMPERATURE_ALERT, DEPLOYED, None, [], id="should admit a temperature alert over 85 C"),
+    pytest.param(obs.GPU_TEMPERATURE_ALERT, (alerts("max by (Hostname) (DCGM_FI_DEV_GPU_TEMP) > 85"),), None, [],
                  id="should admit a temperature alert on the raw DCGM series"),
-    pytest.param(obs.GPU_TEMPERATURE_ALERT, alerts("gpu:dcgm_gpu_temp:max > 90"), None,
+    pytest.param(obs.GPU_TEMPERATURE_ALERT, (alerts("gpu:dcgm_gpu_temp:max > 90"),), None,
                  [f"{NO_HOT}; found Rule0 fires over 90 C"], id="should deny a temperature alert over 90 C"),
-    pytest.param(obs.GPU_TEMPERATURE_ALERT, alerts("gpu:dcgm_memory_temp:max > 85"), None, [NO_HOT],
+    pytest.param(obs.GPU_TEMPERATURE_ALERT, (alerts("gpu:dcgm_memory_temp:max > 85"),), None, [NO_HOT],
                  id="should deny a memory temperature alert standing in for the GPU's"),
-    pytest.param(obs.GPU_TEMPERATURE_ALERT, MONITORING, {"threshold_c": 80},
-                 [f"{M}: no alert fires when DCGM_FI_DEV_GPU_TEMP (or a gpu:dcgm_gpu_temp recording rule) is > 80 C;"
-                  " found GpuTemperatureHigh fires over 85 C"],
+    pytest.param(obs.GPU_TEMPERATURE_ALERT, DEPLOYED, {"threshold_c": 80},
+                 ["no PrometheusRule alert fires when DCGM_FI_DEV_GPU_TEMP (or a gpu:dcgm_gpu_temp recording rule) "
+                  "is > 80 C; found GpuTemperatureHigh fires over 85 C"],
                  id="should deny the temperature alert under a tightened threshold"),
-    pytest.param(obs.CRITICAL_ALERTS_ROUTED, changed(MONITORING, alertmanager__critical_receivers=[]), None,
-                 [f"{M}: alertmanager.critical_receivers is empty; critical alerts reach nobody"],
-                 id="should deny critical alerts routed nowhere"),
-    pytest.param(obs.CRITICAL_ALERTS_ROUTED, MONITORING, None, [], id="should admit critical alerts with receivers"),
-    pytest.param(obs.LLM_COST_DASHBOARD, changed(MONITORING, dashboards=["gpu-fleet"]), None,
-                 [f"{M}: dashboards ['gpu-fleet'] lack 'llm-cost'"],
-                 id="should deny a stack without the cost dashboard"),
-    pytest.param(obs.LLM_COST_DASHBOARD, MONITORING, None, [], id="should admit the llm-cost dashboard"),
+    pytest.param(obs.CRITICAL_ALERTS_ROUTED, DEPLOYED, None, [], id="should admit critical alerts paged and posted"),
+    pytest.param(obs.CRITICAL_ALERTS_ROUTED, (alertmanager(without_route("oncall")),), None, [],
+                 id="should admit critical alerts reaching one notifying receiver"),
+    pytest.param(obs.CRITICAL_ALERTS_ROUTED, (alertmanager({**ALERTMANAGER, "receivers": [
+        r for r in ALERTMANAGER["receivers"] if r["name"] not in ("oncall", "incident")] + [
+        {"name": "oncall"}, {"name": "incident", "slack_configs": []}]}),), None,
+                 [f"{AM}: a critical alert reaches oncall, incident in values.alertmanager.config, none of which "
+                  "notifies anyone"], id="should deny critical alerts routed to receivers that notify no one"),
+    pytest.param(obs.CRITICAL_ALERTS_ROUTED, (alertmanager({**without_route("oncall"), "route": {
+        **without_route("oncall")["route"], "receiver": "null", "routes": [
+            {"receiver": "heartbeat", "matchers": ['alertname="Watchdog"']}]}, "receivers": [{"name": "null"}]}),),
+                 None, [f"{AM}: a critical alert reaches null in values.alertmanager.config, none of which notifies "
+                        "anyone"], id="should deny critical alerts falling to a null root receiver"),
+    pytest.param(obs.LLM_COST_DASHBOARD, (dashboard("gpu-fleet"), dashboard("llm-cost", label="other")), None,
+                 ["no ConfigMap labelled grafana_dashboard holds the 'llm-cost' dashboard (found gpu-fleet)"],
+                 id="should deny a cost dashboard Grafana's sidecar never loads"),
+    pytest.param(obs.LLM_COST_DASHBOARD, DEPLOYED, None, [], id="should admit the llm-cost dashboard"),
 ])
-def test_monitoring_rules(policy: StackValidationPolicy, props: dict[str, Any], config: dict[str, Any] | None,
-                          expected: list[str]) -> None:
-    assert judge(policy, props, config) == expected
+def test_monitoring_rules(policy: StackValidationPolicy, deployed: tuple[PolicyResource, ...],
+                          config: dict[str, Any] | None, expected: list[str]) -> None:
+    assert judge(policy, *deployed, config=config) == expected
 
 
 @pytest.mark.parametrize("policy", [p for p in obs.POLICIES if p is not obs.MONITORING_STACK_PRESENT],

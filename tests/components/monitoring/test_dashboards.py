@@ -10,7 +10,6 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,11 @@ from components.monitoring.dashboards import (
     NAMESPACE,
     SIDECAR_LABEL,
     SIDECAR_LABEL_VALUE,
+    as_sent,
     dashboard_configmaps,
+    panels,
     render_dashboards,
+    targets,
     token_types,
 )
 from components.spec.site import Site
@@ -38,10 +40,6 @@ needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (apt-get install --no-install-recommends prometheus)"
 )
 
-BUILTINS = {"__rate_interval": "5m", "__range": "1h", "__interval": "1m"}
-"""Grafana's own variables, as it would fill them in for a 1 h range."""
-
-VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 RECORDED = re.compile(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b")
 DCGM_FIELD = re.compile(r"\bDCGM_FI_\w+")
 
@@ -50,42 +48,14 @@ SITE = parse(prod_values())
 BOARDS = render_dashboards(SITE)
 
 
-def panels(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Every panel, rows included, and the panels a collapsed row holds."""
-    for panel in board["panels"]:
-        yield panel
-        yield from panel.get("panels", [])
-
-
-def targets(board: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    for panel in panels(board):
-        for target in panel.get("targets", []):
-            yield panel, target
-
-
-def substitute(expr: str, board: dict[str, Any]) -> str:
-    """expr as Grafana sends it with every variable on "All" (`.*`) and the data source variable removed."""
-    variables = {v["name"]: v for v in board["templating"]["list"]}
-
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        if name in BUILTINS:
-            return BUILTINS[name]
-        if name not in variables:
-            raise AssertionError(f"{board['uid']}: ${name} is not a variable of the dashboard")
-        return "" if variables[name]["type"] == "datasource" else variables[name]["allValue"]
-
-    return VARIABLE.sub(value, expr)
-
-
 def as_rules(board: dict[str, Any]) -> list[dict[str, str]]:
-    return [{"record": f"dashboard:panel{panel['id']}:{target['refId']}", "expr": substitute(target["expr"], board)}
+    return [{"record": f"dashboard:panel{panel['id']}:{target['refId']}", "expr": as_sent(target["expr"], board)}
             for panel, target in targets(board)]
 
 
 def expr_of(board: dict[str, Any], title: str) -> str:
     (target,) = [t for p, t in targets(board) if p["title"] == title]
-    return substitute(target["expr"], board)
+    return as_sent(target["expr"], board)
 
 
 def run_promtool(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +76,9 @@ def test_should_parse_every_panel_query_with_promtool(uid: str, tmp_path: Path) 
 @pytest.mark.parametrize("uid", BOARDS)
 def test_should_define_every_variable_a_query_uses(uid: str) -> None:
     for _, target in targets(BOARDS[uid]):
-        assert "$" not in substitute(target["expr"], BOARDS[uid])
+        assert "$" not in as_sent(target["expr"], BOARDS[uid])
+    with pytest.raises(ValueError, match=r"\$nope is not a variable of the dashboard"):
+        as_sent("up{x=~\"$nope\"}", BOARDS[uid])
 
 
 @pytest.mark.parametrize("uid", BOARDS)
@@ -311,7 +283,7 @@ def test_should_count_gpus_for_the_pod_namespace_and_the_slurm_account(tmp_path:
         {"series": "DCGM_FI_DEV_GPU_UTIL" + gpu("gpu-4090-01", 0, namespace="speech", pod="asr-0"), "values": "90x10"},
         {"series": "DCGM_FI_DEV_GPU_UTIL" + gpu("gpu-4090-01", 1, namespace="speech", pod="asr-1"), "values": "70x10"},
         {"series": "DCGM_FI_DEV_GPU_UTIL" + gpu("gpu-a800-01", 0, hpc_job="4242"), "values": "50x10"},
-        {"series": 'slurm_job_memory_usage{slurmjobid="4242", account="vision"}', "values": "1x10"},
+        {"series": 'slurm_job_account{slurmjobid="4242", account="vision"}', "values": "1x10"},
         # Not a team's: kube-system is no team namespace.
         {"series": "DCGM_FI_DEV_GPU_UTIL" + gpu("gpu-4090-02", 0, namespace="kube-system"), "values": "5x10"},
     ]

@@ -1,6 +1,7 @@
 """Every release of the prod stack rendered by the real Helm from the chart mirror, every object validated, and the
 settings that only count where the chart really reads them, read back from what Helm rendered."""
 
+import base64
 import copy
 from pathlib import Path
 from typing import Any
@@ -9,13 +10,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.monitoring.prometheus import metrics_volumes
+from components.monitoring.prometheus import COLD_DATASOURCE, metrics_volumes
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from runbooks.cli import app
 from runbooks.offline.engine import ResourceGraph, run_program
 from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_helm, render_releases, validate
-from runbooks.plan.invariants import check_invariants
-from runbooks.plan.plan import kubernetes_objects
+from runbooks.plan.invariants import AWAITING, check_invariants
+from runbooks.plan.plan import host_installs, kubernetes_objects
+from runbooks.plan.producers import Deployed
 from tests.builders import REPO, copy_project, parse, prod_values
 
 MIRROR = REPO.parent / "shared" / "charts"
@@ -164,44 +166,134 @@ def test_should_label_tainted_gpu_nodes_so_the_operator_deploys_to_them(rendered
     assert tolerated(pod, POOL_TAINT) and tolerated(pod, UNVALIDATED_TAINT) and tolerated(pod, "nvidia.com/gpu")
 
 
-def stack_objects(graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> list[dict[str, Any]]:
-    return [o for r in rendered.values() for o in r.objects] + kubernetes_objects(graph)
+def stack(graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> Deployed:
+    """A copy of what the prod stack deploys, for a test to break."""
+    registered = kubernetes_objects(graph)
+    return copy.deepcopy(Deployed([o for r in rendered.values() for o in r.objects] + registered, registered,
+                                  host_installs(graph)))
 
 
-def broken(objects_: list[dict[str, Any]]) -> dict[str, list[str]]:
-    return {i.name: i.violations for i in check_invariants(objects_) if i.violations}
+def broken(deployed: Deployed) -> dict[str, list[str]]:
+    return {i.name: i.violations for i in check_invariants(deployed) if i.violations}
 
 
 def test_should_hold_every_invariant_on_prod(graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> None:
-    assert broken(stack_objects(graph, rendered)) == {}
+    assert broken(stack(graph, rendered)) == {}
 
 
-def drop_tolerations(obj: dict[str, Any]) -> None:
-    obj["spec"]["template"]["spec"].pop("tolerations")
+def test_should_report_as_pending_only_what_the_inference_path_will_produce(
+        graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> None:
+    (producing,) = [i for i in check_invariants(stack(graph, rendered)) if i.name == "metrics-have-producers"]
+    assert {p.split()[0] for p in producing.pending} == set(AWAITING)
 
 
-def drop_ceph_secrets(obj: dict[str, Any]) -> None:
-    obj["parameters"] = {k: v for k, v in obj["parameters"].items() if "secret" not in k}
+def find(deployed: Deployed, kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in deployed.objects if o["kind"] == kind and o["metadata"]["name"].endswith(name)]
+    return found
 
 
-@pytest.mark.parametrize(("kind", "name", "mutate", "invariant", "violation"), [
-    pytest.param("DaemonSet", "local-static-provisioner", drop_tolerations, "gpu-daemonsets-tolerate-taints",
+def drop_tolerations(deployed: Deployed) -> None:
+    find(deployed, "DaemonSet", "local-static-provisioner")["spec"]["template"]["spec"].pop("tolerations")
+
+
+def drop_ceph_secrets(deployed: Deployed) -> None:
+    cold = find(deployed, "StorageClass", "ceph-cold")
+    cold["parameters"] = {k: v for k, v in cold["parameters"].items() if "secret" not in k}
+
+
+def disable_dcgm(deployed: Deployed) -> None:
+    find(deployed, "ClusterPolicy", "cluster-policy")["spec"]["dcgmExporter"]["enabled"] = False
+
+
+def drop_job_mapping(deployed: Deployed) -> None:
+    find(deployed, "ClusterPolicy", "cluster-policy")["spec"]["dcgmExporter"]["hpcJobMapping"]["enabled"] = False
+
+
+def drop_dcgm_scrape(deployed: Deployed) -> None:
+    deployed.objects.remove(find(deployed, "ServiceMonitor", "dcgm-exporter"))
+
+
+def edit_args(kind: str, name: str, edit: Any) -> Any:
+    def mutate(deployed: Deployed) -> None:
+        container = find(deployed, kind, name)["spec"]["template"]["spec"]["containers"][0]
+        container["args"] = [edit(a) for a in container["args"]]
+    return mutate
+
+
+def drop_node_label_allowlist(arg: str) -> str:
+    return "--metric-labels-allowlist=pods=[]" if arg.startswith("--metric-labels-allowlist") else arg
+
+
+def move_textfile_directory(arg: str) -> str:
+    return "--collector.textfile.directory=/host/root/srv" if arg.startswith("--collector.textfile") else arg
+
+
+def move_slurm_scrape(deployed: Deployed) -> None:
+    secret = find(deployed, "Secret", "prometheus-scrape-confg")
+    (key,) = secret["data"]
+    text = base64.b64decode(secret["data"][key]).decode().replace(":9341", ":9342")
+    secret["data"][key] = base64.b64encode(text.encode()).decode()
+
+
+def drop_cold_datasource(deployed: Deployed) -> None:
+    configmap = find(deployed, "ConfigMap", "grafana-datasource")
+    (key,) = configmap["data"]
+    sources = yaml.safe_load(configmap["data"][key])
+    sources["datasources"] = [d for d in sources["datasources"] if d["name"] != COLD_DATASOURCE]
+    configmap["data"][key] = yaml.safe_dump(sources)
+
+
+RAW_UTIL = "DCGM_FI_DEV_GPU_UTIL (read by rule gpu:dcgm_gpu_util:max, rule gpu_team:dcgm_owner:group)"
+
+
+@pytest.mark.parametrize(("mutate", "invariant", "violation"), [
+    pytest.param(drop_tolerations, "gpu-daemonsets-tolerate-taints",
                  "DaemonSet storage/local-static-provisioner does not tolerate gpucluster.io/unvalidated, "
                  "gpucluster.io/pool: it never runs on those nodes", id="should hold a DaemonSet without tolerations"),
-    pytest.param("StorageClass", "ceph-cold", drop_ceph_secrets, "storage-classes-provisionable",
+    pytest.param(drop_ceph_secrets, "storage-classes-provisionable",
                  "StorageClass ceph-cold (rook-ceph.cephfs.csi.ceph.com) lacks "
                  "csi.storage.k8s.io/provisioner-secret-name, csi.storage.k8s.io/provisioner-secret-namespace, "
                  "csi.storage.k8s.io/controller-expand-secret-name, "
                  "csi.storage.k8s.io/controller-expand-secret-namespace, "
                  "csi.storage.k8s.io/node-stage-secret-name, csi.storage.k8s.io/node-stage-secret-namespace: "
                  "no volume can be provisioned", id="should hold a StorageClass without its CSI secrets"),
+    pytest.param(disable_dcgm, "metrics-have-producers",
+                 f"{RAW_UTIL} has no producer the stack deploys and scrapes (dcgm-exporter (GPU Operator): the "
+                 "ClusterPolicy disables dcgmExporter)", id="should hold the DCGM exporter disabled in values"),
+    pytest.param(drop_dcgm_scrape, "metrics-have-producers",
+                 f"{RAW_UTIL} has no producer the stack deploys and scrapes (dcgm-exporter (GPU Operator): no "
+                 "ServiceMonitor that a Prometheus selects scrapes it)", id="should hold the DCGM exporter unscraped"),
+    pytest.param(drop_job_mapping, "metrics-have-producers",
+                 "DCGM_FI_DEV_GPU_UTIL (read by rule gpu_team:dcgm_owner:group) is selected on label hpc_job, "
+                 "which dcgm-exporter (GPU Operator) does not produce as deployed",
+                 id="should hold Slurm attribution without the exporter's job mapping"),
+    pytest.param(edit_args("Deployment", "kube-state-metrics", drop_node_label_allowlist), "metrics-have-producers",
+                 "kube_node_labels (read by dashboard pools panel 'Flex nodes lent to inference', rule "
+                 "SlurmNodesUnavailable) is selected on label label_gpucluster_io_flex_lent, which "
+                 "kube-state-metrics does not produce as deployed",
+                 id="should hold a node label kube-state-metrics does not allow"),
+    pytest.param(edit_args("DaemonSet", "node-exporter", move_textfile_directory), "metrics-have-producers",
+                 "gpucluster_checkpoint_hot_fill_ratio (read by rule CheckpointHotTierFilling) has no producer the "
+                 "stack deploys and scrapes (checkpoint mover via node-exporter's textfile collector: "
+                 f"node-exporter reads /srv; the mover CronJobs write to {TEXTFILE_DIR})",
+                 id="should hold node-exporter reading another textfile directory"),
+    pytest.param(move_slurm_scrape, "metrics-have-producers",
+                 "slurm_nodes_down (read by rule SlurmNodesUnavailable) has no producer the stack deploys and "
+                 "scrapes (Slurm exporter (hosts/slurm_exporter.py): it listens on port 9341; Prometheus scrapes "
+                 "no static target on that port (slurm-controller:9342))",
+                 id="should hold the Slurm exporter scraped on the wrong port"),
+    pytest.param(drop_cold_datasource, "dashboards-have-datasources",
+                 "Prometheus monitoring/kube-prometheus-stack-prometheus writes to "
+                 "http://metrics-cold-victoria-metrics-single-server.monitoring.svc:8428/api/v1/write, which no "
+                 "Grafana data source reads", id="should hold a cold tier no dashboard can read"),
 ])
-def test_should_break_exactly_one_invariant(graph: ResourceGraph, rendered: dict[str, RenderedRelease], kind: str,
-                                            name: str, mutate: Any, invariant: str, violation: str) -> None:
-    objects_ = copy.deepcopy(stack_objects(graph, rendered))
-    (target,) = [o for o in objects_ if o["kind"] == kind and o["metadata"]["name"].endswith(name)]
-    mutate(target)
-    assert broken(objects_) == {invariant: [violation]}
+def test_should_break_exactly_one_invariant(graph: ResourceGraph, rendered: dict[str, RenderedRelease],
+                                            mutate: Any, invariant: str, violation: str) -> None:
+    deployed = stack(graph, rendered)
+    mutate(deployed)
+    found = broken(deployed)
+    assert set(found) == {invariant}
+    assert violation in found[invariant], "\n".join(found[invariant])
 
 
 def test_should_keep_the_hot_and_cold_tiers_on_volumes_sized_from_retention_and_ingest(
@@ -221,9 +313,9 @@ def test_should_keep_the_hot_and_cold_tiers_on_volumes_sized_from_retention_and_
 
 def test_should_hold_a_metrics_tier_without_a_volume(graph: ResourceGraph,
                                                      rendered: dict[str, RenderedRelease]) -> None:
-    objects_ = copy.deepcopy(stack_objects(graph, rendered))
-    (prometheus,) = [o for o in objects_ if o["kind"] == "Prometheus"]
+    deployed = stack(graph, rendered)
+    (prometheus,) = deployed.of_kind("Prometheus")
     del prometheus["spec"]["storage"]
-    assert broken(objects_) == {"metrics-tiers-persist": [
+    assert broken(deployed) == {"metrics-tiers-persist": [
         "Prometheus monitoring/kube-prometheus-stack-prometheus has no spec.storage.volumeClaimTemplate: its data "
         "dies with the pod"]}

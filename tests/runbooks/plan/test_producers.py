@@ -1,0 +1,92 @@
+"""The producers' metric names that gpuctl plan counts on, proven by running the real producers where one runs here:
+the checkpoint mover writing its textfile, served by Debian's node_exporter with the textfile collector as the stack
+configures it. (The Slurm exporter's names are proven against real Slurm in tests/integration/test_slurm_exporter.py;
+the DCGM exporter's are read from the counters file it is given.)"""
+
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from components.slurm.install import install_script, installed_files
+from hosts import CHECKPOINT_MOVER
+from hosts.checkpoint_mover import METRIC_PREFIX, METRICS
+from runbooks.plan.producers import Producer, selects
+from tests.harness.daemons import free_ports, stop_all, wait_for
+
+NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+
+
+def checkpoint(root: Path, name: str) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "shard-0.pt").write_bytes(b"weights")
+    (root / name / "COMPLETE").touch()
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+@pytest.mark.skipif(NODE_EXPORTER is None, reason="needs node_exporter: apt-get install prometheus-node-exporter")
+def test_should_serve_every_mover_metric_through_node_exporters_textfile_collector(tmp_path: Path) -> None:
+    hot, cold, textfiles = tmp_path / "hot", tmp_path / "cold", tmp_path / "textfile_collector"
+    checkpoint(hot / "speech" / "run-1", "step-000100")
+    checkpoint(hot / "speech" / "run-1", "step-000200")
+    textfiles.mkdir()
+    moved = subprocess.run([sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold), "--keep",
+                            "1", "--metrics-file", str(textfiles / "checkpoint-tiering-0.prom")],
+                           capture_output=True, text=True, timeout=60)
+    assert moved.returncode == 0, moved.stderr
+    (port,) = free_ports(1)
+    assert NODE_EXPORTER is not None
+    exporter = subprocess.Popen([NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
+                                 f"--collector.textfile.directory={textfiles}",
+                                 f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        def serving() -> bool:
+            try:
+                return METRIC_PREFIX in scrape(url)
+            except OSError:
+                return False
+
+        wait_for("node_exporter to serve the mover's file", serving, timeout_s=10)
+        samples = [line for line in scrape(url).splitlines() if line and not line.startswith("#")]
+    finally:
+        stop_all([exporter])
+    served = {line.split("{")[0].split()[0] for line in samples}
+    assert {name for name in served if name.startswith(METRIC_PREFIX)} == set(METRICS)
+    assert "node_textfile_scrape_error 0" in samples
+
+
+def test_should_read_back_what_an_install_script_writes_and_runs() -> None:
+    files = {"/etc/slurm/slurm.conf": ("ClusterName=x\n", 0o644),
+             "/etc/systemd/system/srv-hot\\x2dtier.mount": ("[Mount]\nWhat='a b'\n", 0o644)}
+    script = install_script(files, "systemctl daemon-reload && systemctl restart slurmctld")
+    assert installed_files(script) == ({path: content for path, (content, _) in files.items()},
+                                       "systemctl daemon-reload && systemctl restart slurmctld")
+
+
+@pytest.mark.parametrize(("selector", "labels", "selected"), [
+    (None, {"a": "1"}, False),
+    ({}, {"a": "1"}, True),
+    ({"matchLabels": {"a": "1"}}, {"a": "1", "b": "2"}, True),
+    ({"matchLabels": {"a": "2"}}, {"a": "1"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "3"]}]}, {"a": "1"}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {"a": "1"}, False),
+])
+def test_should_select_as_kubernetes_and_the_prometheus_operator_do(selector: dict[str, object] | None,
+                                                                   labels: dict[str, str], selected: bool) -> None:
+    assert selects(selector, labels) is selected
+
+
+def test_should_know_which_labels_depend_on_configuration() -> None:
+    ksm = Producer("kube-state-metrics", frozenset({"kube_node_labels"}), conditional=("label_",),
+                   labels=frozenset({"label_gpucluster_io_flex_lent"}))
+    assert ksm.has_label("node") and ksm.has_label("label_gpucluster_io_flex_lent")
+    assert not ksm.has_label("label_team")
