@@ -15,11 +15,23 @@ their names, e.g. `step-001200` or `checkpoint-1200`, or by mtime when a run's n
 older ones, and any older than `--archive-after-days` (the newest included: a run that stopped a
 week ago leaves hot), move to the same relative path on cold:
 
-1. copy into `<dest>.partial-<pid>-<random>`, hashing (SHA-256) each byte as it is read from hot,
-   then fsync, drop the cold copy from the page cache and re-read it, so the check reads storage;
+1. copy into `<dest>.partial-<pid>-<random>` (root's, mode 0700, until it is complete), hashing (SHA-256) each
+   byte as it is read from hot, then fsync, drop the cold copy from the page cache and re-read it, so the check
+   reads storage; each file and directory keeps its hot owner, group and mode (set-uid/gid dropped);
 2. rename the partial to `<dest>` (atomic), fsync the directory;
-3. delete from hot only after every hot file has a cold file of the same size and SHA-256 and
-   did not change while it was copied.
+3. delete from hot exactly what was copied and verified: a file or directory that appeared or changed after
+   the scan (a slow rank's late shard) stays on hot with the COMPLETE marker, and the run reports it.
+
+Team members write the hot tree while the mover, as root, works in it. So every name below a tier root is
+resolved one component at a time through directory descriptors opened with O_NOFOLLOW, and each open is checked
+against the inode the scan saw: a file or directory swapped for a symlink is never followed (the delete unlinks
+the link), a swap is an error that leaves the checkpoint on hot, and the bytes copied are the bytes hashed,
+read through the one descriptor, never more than the length the scan saw (a file that grows, or a FIFO or a
+device swapped in, is refused). Devices, FIFOs and sockets inside a checkpoint are never opened: the checkpoint
+stays on hot. Symlinks are carried as symlinks. Each team's cold archive, <cold>/<team>, is root's with the
+group of the team's hot share and mode 2770: no other team can enter it. `--max-checkpoint-gib` and
+`--max-run-gib` bound what is copied by apparent size (a sparse file counts at its length); `--deadline-s` stops
+starting checkpoints, and the CronJob and the Slurm epilog kill a run that outlives its deadline.
 
 A crash anywhere leaves either a partial (removed once nothing in it changed for `--settle-s`) or
 a finished cold copy, which a later run verifies against hot and then deletes from hot: nothing is
@@ -49,8 +61,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 
 DEFAULT_KEEP = 3
@@ -80,12 +94,17 @@ STEP_PATTERN = re.compile(r"(\d+)(?:\.[A-Za-z][A-Za-z0-9]*)*$")
 
 class ErrorKind(StrEnum):
     CHECKSUM = "checksum"
-    """A cold copy differs from hot in size or SHA-256."""
+    """A cold copy differs from hot in size, SHA-256, owner or mode."""
     SOURCE_CHANGED = "source_changed"
-    """A hot file changed while it was copied."""
+    """A hot file or directory changed, appeared or was swapped while it was copied or deleted."""
     COLD_FULL = "cold_full"
     """The cold tier is out of space or quota."""
     PERMISSION = "permission"
+    UNSUPPORTED = "unsupported"
+    """A device, FIFO or socket inside a checkpoint: never opened, the checkpoint stays on hot."""
+    TOO_LARGE = "too_large"
+    """A checkpoint over --max-checkpoint-gib, or more than --max-run-gib left to copy in this run (apparent
+    sizes: a sparse file counts at its full length)."""
     IO = "io"
     """Any other error reading hot or writing cold."""
 
@@ -95,6 +114,14 @@ class ChecksumMismatchError(Exception):
 
 
 class SourceChangedError(Exception):
+    pass
+
+
+class UnsupportedFileError(Exception):
+    pass
+
+
+class TooLargeError(Exception):
     pass
 
 
@@ -108,6 +135,10 @@ class TieringSettings:
     dry_run: bool = False
     metrics_file: Path | None = None
     hot_fill_threshold_pct: float = DEFAULT_HOT_FILL_THRESHOLD_PCT
+    max_checkpoint_bytes: int | None = None
+    max_run_bytes: int | None = None
+    deadline_s: float | None = None
+    """s after which no further checkpoint is started; the one being copied finishes."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +150,24 @@ class Checkpoint:
     mtime: float
     """s since the epoch; the newest modification of anything in the checkpoint."""
     complete: bool
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing inside a checkpoint as the scan saw it through descriptors, never followed."""
+
+    relative: str
+    """Path inside the checkpoint ("" for the checkpoint itself)."""
+    info: os.stat_result
+
+    @property
+    def name(self) -> str:
+        return self.relative.rsplit("/", 1)[-1]
+
+    @property
+    def identity(self) -> tuple[int, int, int, int]:
+        """What must not change between the scan, the copy and the delete."""
+        return self.info.st_dev, self.info.st_ino, self.info.st_size, self.info.st_mtime_ns
 
 
 @dataclass(frozen=True)
@@ -145,6 +194,56 @@ def progress(message: str) -> None:
     print(f"checkpoint-tiering: {message}", file=sys.stderr, flush=True)
 
 
+# --- descriptors: every name below a tier root is resolved one component at a time, never through a symlink ---
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO swapped in for a file must not hang the open; fstat then refuses it.
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+SWAPPED_ERRNOS = frozenset({errno.ELOOP, errno.ENOTDIR, errno.ENOENT})
+"""What opening a name without following it raises when a user replaced or removed it since the scan."""
+
+
+@contextmanager
+def opened(name: str, dir_fd: int | None = None, flags: int = DIR_FLAGS) -> Iterator[int]:
+    fd = os.open(name, flags, dir_fd=dir_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def open_same(name: str, dir_fd: int, entry: Entry, flags: int) -> int:
+    """Open `name` without following it and check it is what the scan saw; a swap is SourceChangedError."""
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno in SWAPPED_ERRNOS:
+            raise SourceChangedError(f"{entry.relative or name}: replaced or removed on hot since the scan") from None
+        raise
+    info = os.fstat(fd)
+    if (info.st_dev, info.st_ino) != (entry.info.st_dev, entry.info.st_ino):
+        os.close(fd)
+        raise SourceChangedError(f"{entry.relative or name}: replaced on hot since the scan")
+    return fd
+
+
+def visible_names(dir_fd: int) -> list[str]:
+    with os.scandir(dir_fd) as entries:
+        return sorted(e.name for e in entries if not e.name.startswith("."))
+
+
+def exists_at(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def child(relative: str, name: str) -> str:
+    return f"{relative}/{name}" if relative else name
+
+
 # --- planning: which checkpoints leave hot (no writes) ---
 
 
@@ -153,40 +252,61 @@ def parse_step(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def visible_entries(directory: Path) -> list[os.DirEntry[str]]:
-    with os.scandir(directory) as entries:
-        return sorted((e for e in entries if not e.name.startswith(".")), key=lambda e: e.name)
+def scan(parent_fd: int, name: str) -> list[Entry]:
+    """Everything in a checkpoint, the checkpoint first, each directory before what it holds."""
+    root = Entry("", os.stat(name, dir_fd=parent_fd, follow_symlinks=False))
+    if not stat.S_ISDIR(root.info.st_mode):
+        return [root]
+    found = [root]
+    fd = open_same(name, parent_fd, root, DIR_FLAGS)
+    try:
+        _scan_into(fd, "", found)
+    finally:
+        os.close(fd)
+    return found
 
 
-def newest_mtime(path: Path) -> float:
-    newest = path.lstat().st_mtime
-    if path.is_dir() and not path.is_symlink():
-        for root, dirs, files in os.walk(path):
-            for name in dirs + files:
-                newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
-    return newest
+def _scan_into(dir_fd: int, relative: str, found: list[Entry]) -> None:
+    with os.scandir(dir_fd) as listing:
+        entries = sorted(listing, key=lambda e: e.name)
+    for item in entries:
+        entry = Entry(child(relative, item.name), item.stat(follow_symlinks=False))
+        found.append(entry)
+        if stat.S_ISDIR(entry.info.st_mode):
+            fd = open_same(item.name, dir_fd, entry, DIR_FLAGS)
+            try:
+                _scan_into(fd, entry.relative, found)
+            finally:
+                os.close(fd)
 
 
-def find_runs(hot: Path) -> Iterator[Path]:
-    """Yield each run directory, relative to the tier root."""
-    for team in visible_entries(hot):
-        if team.is_dir(follow_symlinks=False):
-            for run in visible_entries(Path(team.path)):
-                if run.is_dir(follow_symlinks=False):
-                    yield Path(team.name, run.name)
-
-
-def find_checkpoints(hot: Path, run: Path, settle_s: float, now: float) -> list[Checkpoint]:
-    checkpoints = []
-    for entry in visible_entries(hot / run):
-        path, step = Path(entry.path), parse_step(entry.name)
-        is_dir = entry.is_dir(follow_symlinks=False)
-        if not (is_dir or (entry.is_file(follow_symlinks=False) and step is not None)):
+def find_runs(hot_fd: int) -> Iterator[tuple[str, str]]:
+    """(team, run) of each run directory; symlinks are not run directories."""
+    for team in visible_names(hot_fd):
+        if not stat.S_ISDIR(os.stat(team, dir_fd=hot_fd, follow_symlinks=False).st_mode):
             continue
-        mtime = newest_mtime(path)
-        marked = is_dir and (path / COMPLETE_MARKER).is_file()
+        try:
+            with opened(team, hot_fd) as team_fd:
+                runs = [r for r in visible_names(team_fd)
+                        if stat.S_ISDIR(os.stat(r, dir_fd=team_fd, follow_symlinks=False).st_mode)]
+        except OSError as error:
+            progress(f"{team}: cannot be read, skipped: {error}")
+            continue
+        yield from ((team, run) for run in runs)
+
+
+def find_checkpoints(run_fd: int, run: Path, settle_s: float, now: float) -> list[Checkpoint]:
+    checkpoints = []
+    for name in visible_names(run_fd):
+        info, step = os.stat(name, dir_fd=run_fd, follow_symlinks=False), parse_step(name)
+        is_dir = stat.S_ISDIR(info.st_mode)
+        if not (is_dir or (stat.S_ISREG(info.st_mode) and step is not None)):
+            continue
+        entries = scan(run_fd, name)
+        mtime = max(e.info.st_mtime for e in entries)
+        marked = is_dir and any(e.relative == COMPLETE_MARKER and stat.S_ISREG(e.info.st_mode) for e in entries)
         checkpoints.append(
-            Checkpoint(relative=run / entry.name, step=step, mtime=mtime, complete=marked or now - mtime >= settle_s)
+            Checkpoint(relative=run / name, step=step, mtime=mtime, complete=marked or now - mtime >= settle_s)
         )
     return checkpoints
 
@@ -211,27 +331,19 @@ def select_for_cold(
     return selected[::-1]
 
 
+def checkpoint_bytes(entries: Sequence[Entry]) -> int:
+    """Apparent bytes: a sparse file counts at its length, which is what a copy would write."""
+    return sum(e.info.st_size for e in entries if stat.S_ISREG(e.info.st_mode))
+
+
+def refuse_unsupported(entries: Sequence[Entry]) -> None:
+    odd = [e.relative for e in entries if not (stat.S_ISDIR(e.info.st_mode) or stat.S_ISREG(e.info.st_mode)
+                                               or stat.S_ISLNK(e.info.st_mode))]
+    if odd:
+        raise UnsupportedFileError(f"device, FIFO or socket inside the checkpoint, never opened: {', '.join(odd)}")
+
+
 # --- copying and verifying one checkpoint ---
-
-
-def tree_files(root: Path) -> dict[Path, os.stat_result]:
-    """Every non-directory under root (or root itself if it is a file), by path relative to root."""
-    if not root.is_dir() or root.is_symlink():
-        return {Path(): root.lstat()}
-    found = {}
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = Path(directory, name)
-            info = path.lstat()
-            if not stat.S_ISDIR(info.st_mode):
-                found[path.relative_to(root)] = info
-    return found
-
-
-def tree_dirs(root: Path) -> list[Path]:
-    if not root.is_dir() or root.is_symlink():
-        return []
-    return [Path(directory).relative_to(root) for directory, _, _ in os.walk(root)]
 
 
 def write_all(fd: int, data: memoryview) -> None:
@@ -247,167 +359,329 @@ def chunk_buffer() -> memoryview:
     return buffer
 
 
-def hash_file(path: Path) -> str:
-    """SHA-256 of what storage holds: the page cache is dropped first so the read reaches it."""
-    digest, view = hashlib.sha256(), chunk_buffer()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        while count := os.readv(fd, [view]):
-            digest.update(view[:count])
-    finally:
-        os.close(fd)
-    return digest.hexdigest()
-
-
-def copy_file(source: Path, dest: Path, source_stat: os.stat_result) -> FileFacts:
-    """Copy one file, hashing each byte as it is read so hot is read once; durable on return."""
-    if stat.S_ISLNK(source_stat.st_mode):
-        target = os.readlink(source)
-        os.symlink(target, dest)
-        return FileFacts(source_stat.st_size, source_stat.st_mtime_ns, hashlib.sha256(target.encode()).hexdigest())
-    if not stat.S_ISREG(source_stat.st_mode):
-        raise OSError(errno.EINVAL, "not a regular file, directory or symlink", str(source))
+def hash_fd(fd: int) -> tuple[int, str]:
+    """(bytes, SHA-256) of what storage holds: the page cache is dropped first so the read reaches it."""
     digest, view, size = hashlib.sha256(), chunk_buffer(), 0
-    source_fd = os.open(source, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    while count := os.preadv(fd, [view], size):
+        digest.update(view[:count])
+        size += count
+    return size, digest.hexdigest()
+
+
+def kept_mode(info: os.stat_result) -> int:
+    """The permission bits the cold copy keeps: set-uid and set-gid are dropped (root wrote the copy)."""
+    return stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
+
+
+def check_metadata(info: os.stat_result, entry: Entry, where: str) -> None:
+    if (info.st_uid, info.st_gid) != (entry.info.st_uid, entry.info.st_gid) or (
+            not stat.S_ISLNK(info.st_mode) and stat.S_IMODE(info.st_mode) != kept_mode(entry.info)):
+        raise ChecksumMismatchError(f"{where}: cold copy differs from hot in owner, group or mode")
+
+
+def copy_file(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str, entry: Entry) -> FileFacts:
+    """Copy one regular file through descriptors: exactly the length the scan saw, hashed as read, then written
+    with the owner, group and mode of the hot file, durable, and re-read from storage to verify."""
+    digest, view, size, where = hashlib.sha256(), chunk_buffer(), 0, entry.relative or src_name
+    source_fd = open_same(src_name, src_dir_fd, entry, FILE_FLAGS)
     try:
-        dest_fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IMODE(source_stat.st_mode))
+        if not stat.S_ISREG(os.fstat(source_fd).st_mode):
+            raise SourceChangedError(f"{where}: no longer a regular file")
+        dest_fd = os.open(dst_name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=dst_dir_fd)
         try:
-            while count := os.readv(source_fd, [view]):
+            # Bounded by the scanned length: a file that grows (or never ends) is a changed file, not a longer copy.
+            while size < entry.info.st_size and (count := os.readv(source_fd, [view[: entry.info.st_size - size]])):
                 digest.update(view[:count])
                 write_all(dest_fd, view[:count])
                 size += count
+            after = os.fstat(source_fd)
+            if size != entry.info.st_size or os.read(source_fd, 1) or (after.st_size, after.st_mtime_ns) != (
+                    entry.info.st_size, entry.info.st_mtime_ns):
+                raise SourceChangedError(f"{where}: changed on hot while it was copied")
+            os.fchown(dest_fd, entry.info.st_uid, entry.info.st_gid)
+            os.fchmod(dest_fd, kept_mode(entry.info))
+            os.utime(dest_fd, ns=(entry.info.st_atime_ns, entry.info.st_mtime_ns))
             os.fsync(dest_fd)
+            facts = FileFacts(size, entry.info.st_mtime_ns, digest.hexdigest())
+            if hash_fd(dest_fd) != (facts.size, facts.sha256):
+                raise ChecksumMismatchError(f"{where}: cold copy differs from hot in size or SHA-256")
+            check_metadata(os.fstat(dest_fd), entry, where)
+            return facts
         finally:
             os.close(dest_fd)
     finally:
         os.close(source_fd)
-    os.utime(dest, ns=(source_stat.st_atime_ns, source_stat.st_mtime_ns))
-    return FileFacts(size, source_stat.st_mtime_ns, digest.hexdigest())
 
 
-def cold_matches(dest: Path, facts: FileFacts) -> bool:
-    try:
-        info = dest.lstat()
-    except FileNotFoundError:
-        return False
-    if stat.S_ISLNK(info.st_mode):
-        return hashlib.sha256(os.readlink(dest).encode()).hexdigest() == facts.sha256
-    return stat.S_ISREG(info.st_mode) and info.st_size == facts.size and hash_file(dest) == facts.sha256
+def copy_symlink(src_dir_fd: int, dst_dir_fd: int, entry: Entry) -> FileFacts:
+    """A symlink is carried as a symlink: its text, never what it points at."""
+    target = os.readlink(entry.name, dir_fd=src_dir_fd)
+    if os.stat(entry.name, dir_fd=src_dir_fd, follow_symlinks=False).st_ino != entry.info.st_ino:
+        raise SourceChangedError(f"{entry.relative}: replaced on hot since the scan")
+    os.symlink(target, entry.name, dir_fd=dst_dir_fd)
+    os.chown(entry.name, entry.info.st_uid, entry.info.st_gid, dir_fd=dst_dir_fd, follow_symlinks=False)
+    return FileFacts(entry.info.st_size, entry.info.st_mtime_ns, hashlib.sha256(target.encode()).hexdigest())
 
 
-def copy_and_verify(source: Path, dest: Path, source_stat: os.stat_result) -> FileFacts:
-    facts = copy_file(source, dest, source_stat)
-    if not cold_matches(dest, facts):
-        raise ChecksumMismatchError(f"{dest}: cold copy differs from hot in size or SHA-256")
-    return facts
-
-
-def hot_facts(source: Path, source_stat: os.stat_result) -> FileFacts:
-    if stat.S_ISLNK(source_stat.st_mode):
-        target = os.readlink(source)
-        return FileFacts(source_stat.st_size, source_stat.st_mtime_ns, hashlib.sha256(target.encode()).hexdigest())
-    return FileFacts(source_stat.st_size, source_stat.st_mtime_ns, hash_file(source))
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def join(root: Path, relative: Path) -> Path:
-    return root if relative == Path() else root / relative
-
-
-def run_all(
-    pool: ThreadPoolExecutor, task: Callable[[Path], FileFacts], paths: Iterable[Path]
-) -> dict[Path, FileFacts]:
-    """Run task on every path; the first error is raised only after all tasks ended."""
-    futures = {path: pool.submit(task, path) for path in paths}
+def run_all(pool: ThreadPoolExecutor, tasks: dict[str, Callable[[], FileFacts]]) -> dict[str, FileFacts]:
+    """Run every task; the first error is raised only after all tasks ended."""
+    futures = {key: pool.submit(task) for key, task in tasks.items()}
     for future in futures.values():
         future.exception()
-    return {path: future.result() for path, future in futures.items()}
+    return {key: future.result() for key, future in futures.items()}
 
 
-def ensure_unchanged(source: Path, copied: dict[Path, FileFacts]) -> None:
-    for rel, info in tree_files(source).items():
-        facts = copied.get(rel)
-        if facts is None or info.st_mtime_ns != facts.mtime_ns or info.st_size != facts.size:
-            raise SourceChangedError(f"{join(source, rel)}: changed on hot while it was copied")
-
-
-def copy_checkpoint(source: Path, dest: Path, pool: ThreadPoolExecutor) -> dict[Path, FileFacts] | None:
-    """Copy source to dest via a verified partial renamed into place; None if another mover got there first."""
-    files = tree_files(source)
-    partial = dest.with_name(f"{dest.name}{PARTIAL_INFIX}{os.getpid()}-{secrets.token_hex(4)}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+def copy_tree(src_fd: int, dst_fd: int, entries: Sequence[Entry], pool: ThreadPoolExecutor) -> dict[str, FileFacts]:
+    """Copy what `entries` lists under the directory src_fd into dst_fd, every directory opened without following
+    and checked against the scan; directories get the hot owner and mode once filled."""
+    tasks: dict[str, Callable[[], FileFacts]] = {}
+    opened_dirs: list[tuple[int, int, Entry]] = []
+    fds = {"": (src_fd, dst_fd)}
     try:
-        for directory in tree_dirs(source):
-            join(partial, directory).mkdir(parents=True, exist_ok=True)
-        copied = run_all(pool, lambda rel: copy_and_verify(join(source, rel), join(partial, rel), files[rel]), files)
-        # Checked before the rename: a finished cold copy must always equal the hot one.
-        ensure_unchanged(source, copied)
-        for directory in reversed(tree_dirs(partial)):
-            fsync_dir(join(partial, directory))
+        for entry in entries[1:]:
+            parent = entry.relative.rpartition("/")[0]
+            src_parent, dst_parent = fds[parent]
+            mode = entry.info.st_mode
+            if stat.S_ISDIR(mode):
+                os.mkdir(entry.name, 0o700, dir_fd=dst_parent)
+                src = open_same(entry.name, src_parent, entry, DIR_FLAGS)
+                dst = os.open(entry.name, DIR_FLAGS, dir_fd=dst_parent)
+                fds[entry.relative] = (src, dst)
+                opened_dirs.append((src, dst, entry))
+            elif stat.S_ISREG(mode):
+                tasks[entry.relative] = partial(copy_file, src_parent, entry.name, dst_parent, entry.name, entry)
+            else:
+                tasks[entry.relative] = partial(copy_symlink, src_parent, dst_parent, entry)
+        copied = run_all(pool, tasks)
+        for _, dst, entry in opened_dirs:
+            set_directory_metadata(dst, entry)
+            os.fsync(dst)
+        return copied
+    finally:
+        for src, dst, _ in opened_dirs:
+            os.close(src)
+            os.close(dst)
+
+
+def set_directory_metadata(fd: int, entry: Entry) -> None:
+    os.fchown(fd, entry.info.st_uid, entry.info.st_gid)
+    os.fchmod(fd, kept_mode(entry.info))
+    os.utime(fd, ns=(entry.info.st_atime_ns, entry.info.st_mtime_ns))
+
+
+def ensure_unchanged(run_fd: int, name: str, entries: Sequence[Entry]) -> None:
+    """Scan again under descriptors: the same things, none grown, changed, added or swapped."""
+    again = scan(run_fd, name)
+    if [(e.relative, e.identity) for e in again if e.relative] != [(e.relative, e.identity) for e in entries
+                                                                    if e.relative]:
+        raise SourceChangedError(f"{name}: changed on hot while it was copied")
+
+
+def copy_checkpoint(hot_run_fd: int, cold_run_fd: int, name: str, entries: Sequence[Entry],
+                    pool: ThreadPoolExecutor) -> dict[str, FileFacts] | None:
+    """Copy via a verified partial, private to root until it is complete, renamed into place; None if another
+    mover got there first."""
+    partial_name = f"{name}{PARTIAL_INFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    root = entries[0]
+    try:
+        if stat.S_ISDIR(root.info.st_mode):
+            os.mkdir(partial_name, 0o700, dir_fd=cold_run_fd)
+            with opened(name, hot_run_fd) as src, opened(partial_name, cold_run_fd) as dst:
+                if os.fstat(src).st_ino != root.info.st_ino:
+                    raise SourceChangedError(f"{name}: replaced on hot since the scan")
+                if os.fstat(dst).st_uid != os.geteuid():
+                    raise SourceChangedError(f"{partial_name}: replaced on cold while it was made")
+                copied = copy_tree(src, dst, entries, pool)
+                ensure_unchanged(hot_run_fd, name, entries)
+                set_directory_metadata(dst, root)
+                os.fsync(dst)
+        else:
+            copied = {"": copy_file(hot_run_fd, name, cold_run_fd, partial_name, root)}
+            ensure_unchanged(hot_run_fd, name, entries)
         try:
-            partial.rename(dest)
+            os.rename(partial_name, name, src_dir_fd=cold_run_fd, dst_dir_fd=cold_run_fd)
         except OSError as error:
-            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR):
                 raise
-            remove_tree(partial)
+            remove_all(cold_run_fd, partial_name)
             return None
-        fsync_dir(dest.parent)
+        os.fsync(cold_run_fd)
     except BaseException:
-        if partial.exists() or partial.is_symlink():
-            remove_tree(partial)
+        with suppress(OSError):
+            remove_all(cold_run_fd, partial_name)
         raise
     return copied
 
 
-def verify_on_cold(source: Path, dest: Path, pool: ThreadPoolExecutor) -> dict[Path, FileFacts]:
-    """Check that every hot file has an identical cold copy; return the hot files' facts."""
-    files = tree_files(source)
-    facts = run_all(pool, lambda rel: hot_facts(join(source, rel), files[rel]), files)
-    for rel, hot in facts.items():
-        if not cold_matches(join(dest, rel), hot):
-            raise ChecksumMismatchError(f"{join(dest, rel)}: cold copy differs from hot in size or SHA-256")
+def verify_on_cold(hot_run_fd: int, cold_run_fd: int, name: str, entries: Sequence[Entry]) -> dict[str, FileFacts]:
+    """A cold copy a crashed mover finished: every hot thing has an identical cold one (content, owner, mode);
+    the hot files' facts, for the delete."""
+    cold = {e.relative: e for e in scan(cold_run_fd, name)}
+    if set(cold) != {e.relative for e in entries}:
+        raise ChecksumMismatchError(f"{name}: the cold copy holds other files than hot")
+    facts: dict[str, FileFacts] = {}
+    with ExitStack() as stack:
+        dirs = {"": (stack.enter_context(fd_of(open_same(name, hot_run_fd, entries[0], DIR_FLAGS))),
+                     stack.enter_context(fd_of(open_same(name, cold_run_fd, cold[""], DIR_FLAGS))))
+                if stat.S_ISDIR(entries[0].info.st_mode) else (hot_run_fd, cold_run_fd)}
+        for entry in entries:
+            there = cold[entry.relative]
+            hot_dir, cold_dir = dirs[entry.relative.rpartition("/")[0]]
+            own_name = entry.name if entry.relative else name
+            if stat.S_IFMT(there.info.st_mode) != stat.S_IFMT(entry.info.st_mode):
+                raise ChecksumMismatchError(f"{entry.relative or name}: a different kind of file on cold")
+            check_metadata(there.info, entry, entry.relative or name)
+            if stat.S_ISDIR(entry.info.st_mode) and entry.relative:
+                dirs[entry.relative] = (stack.enter_context(fd_of(open_same(own_name, hot_dir, entry, DIR_FLAGS))),
+                                        stack.enter_context(fd_of(open_same(own_name, cold_dir, there, DIR_FLAGS))))
+            elif stat.S_ISLNK(entry.info.st_mode):
+                if os.readlink(own_name, dir_fd=hot_dir) != os.readlink(own_name, dir_fd=cold_dir):
+                    raise ChecksumMismatchError(f"{entry.relative}: the cold symlink differs")
+            elif stat.S_ISREG(entry.info.st_mode):
+                with fd_of(open_same(own_name, hot_dir, entry, FILE_FLAGS)) as hot_fd, \
+                        fd_of(open_same(own_name, cold_dir, there, FILE_FLAGS)) as cold_fd:
+                    hot_hash, cold_hash = hash_fd(hot_fd), hash_fd(cold_fd)
+                if hot_hash != cold_hash:
+                    raise ChecksumMismatchError(f"{entry.relative or name}: cold copy differs from hot in size or "
+                                                "SHA-256")
+                facts[entry.relative] = FileFacts(entry.info.st_size, entry.info.st_mtime_ns, hot_hash[1])
     return facts
 
 
-def remove_tree(path: Path) -> None:
-    """Delete a file or a tree, the COMPLETE marker last, so a half-deleted checkpoint is incomplete."""
-    if not path.is_dir() or path.is_symlink():
-        path.unlink()
+@contextmanager
+def fd_of(fd: int) -> Iterator[int]:
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def remove_copied(run_fd: int, name: str, entries: Sequence[Entry]) -> None:
+    """Delete from hot exactly what was copied and verified, through descriptors: a name swapped for a symlink is
+    unlinked, never followed, and anything the scan did not see (a late shard) stays, with its directories and the
+    COMPLETE marker, and is reported."""
+    root = entries[0]
+    if not stat.S_ISDIR(root.info.st_mode):
+        if _identity(os.stat(name, dir_fd=run_fd, follow_symlinks=False)) != root.identity:
+            raise SourceChangedError(f"{name}: changed on hot after it was copied; left on hot")
+        os.unlink(name, dir_fd=run_fd)
         return
-    for directory, dirs, files in os.walk(path, topdown=False):
-        for name in files:
-            if not (directory == str(path) and name == COMPLETE_MARKER):
-                os.unlink(os.path.join(directory, name))
-        for name in dirs:
-            child = os.path.join(directory, name)
-            if os.path.islink(child):
-                os.unlink(child)
-            else:
-                os.rmdir(child)
-    marker = path / COMPLETE_MARKER
-    if marker.exists():
-        marker.unlink()
-    path.rmdir()
+    known = {e.relative: e.identity for e in entries}
+    left: list[str] = []
+    with fd_of(open_same(name, run_fd, root, DIR_FLAGS)) as fd:
+        _remove_known(fd, "", known, left)
+        if not left:
+            with suppress(FileNotFoundError):
+                os.unlink(COMPLETE_MARKER, dir_fd=fd)
+    if left:
+        raise SourceChangedError(f"{name}: {len(left)} file(s) appeared or changed after the copy and stay on hot: "
+                                 f"{', '.join(sorted(left)[:5])}")
+    os.rmdir(name, dir_fd=run_fd)
 
 
-def remove_stale_partials(cold_run_dir: Path, settle_s: float, now: float, dry_run: bool) -> None:
+def _remove_known(dir_fd: int, relative: str, known: dict[str, tuple[int, int, int, int]], left: list[str]) -> None:
+    for name in sorted(os.listdir(dir_fd)):
+        path = child(relative, name)
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            if path not in known:
+                left.append(path)
+                continue
+            try:
+                sub = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+            except OSError as error:
+                if error.errno not in SWAPPED_ERRNOS:
+                    raise
+                left.append(path)
+                continue
+            with fd_of(sub):
+                if os.fstat(sub).st_ino != info.st_ino:
+                    left.append(path)
+                    continue
+                before = len(left)
+                _remove_known(sub, path, known, left)
+            if len(left) == before:
+                os.rmdir(name, dir_fd=dir_fd)
+        elif path == COMPLETE_MARKER:
+            continue  # last, once all else is gone: a half-deleted checkpoint is incomplete
+        elif known.get(path) == _identity(info):
+            os.unlink(name, dir_fd=dir_fd)
+        else:
+            left.append(path)
+
+
+def remove_all(parent_fd: int, name: str) -> None:
+    """Delete a tree of our own making (a partial) through descriptors; symlinks are unlinked, never followed."""
+    try:
+        info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=parent_fd)
+        return
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as error:
+        if error.errno not in SWAPPED_ERRNOS:
+            raise
+        os.unlink(name, dir_fd=parent_fd)  # swapped for a symlink since the stat: the link goes
+        return
+    with fd_of(fd):
+        for entry in os.listdir(fd):
+            remove_all(fd, entry)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def remove_stale_partials(cold_run_fd: int, run: Path, settle_s: float, now: float, dry_run: bool) -> None:
     """Remove partials left by crashed movers; a partial still changing belongs to a running one."""
-    if not cold_run_dir.is_dir():
-        return
-    for entry in visible_entries(cold_run_dir):
-        path = Path(entry.path)
-        if PARTIAL_INFIX in entry.name and now - newest_mtime(path) >= settle_s:
-            progress(f"{'would remove' if dry_run else 'removing'} stale partial {path}")
+    for name in visible_names(cold_run_fd):
+        if PARTIAL_INFIX in name and now - max(e.info.st_mtime for e in scan(cold_run_fd, name)) >= settle_s:
+            progress(f"{'would remove' if dry_run else 'removing'} stale partial {run / name}")
             if not dry_run:
-                remove_tree(path)
+                remove_all(cold_run_fd, name)
+
+
+TEAM_ARCHIVE_MODE = 0o2770
+"""A team's cold archive: owner root, group that of the team's hot share, set-gid so what is archived inside keeps
+the group; no other team enters it."""
+
+
+def cold_run_dir(cold_fd: int, hot_fd: int, team: str, run: str) -> int:
+    """The cold <team>/<run> directory, made or checked through descriptors: the team's archive closed to other
+    teams, the run directory with the hot one's owner and mode."""
+    team_info = os.stat(team, dir_fd=hot_fd, follow_symlinks=False)
+    with suppress(FileExistsError):
+        os.mkdir(team, 0o700, dir_fd=cold_fd)
+    with opened(team, cold_fd) as team_fd:
+        os.fchown(team_fd, 0, team_info.st_gid)
+        os.fchmod(team_fd, TEAM_ARCHIVE_MODE)
+        with opened(team, hot_fd) as hot_team_fd:
+            run_info = os.stat(run, dir_fd=hot_team_fd, follow_symlinks=False)
+        try:
+            os.mkdir(run, 0o700, dir_fd=team_fd)
+        except FileExistsError:
+            return os.open(run, DIR_FLAGS, dir_fd=team_fd)
+        run_fd = os.open(run, DIR_FLAGS, dir_fd=team_fd)
+        os.fchown(run_fd, run_info.st_uid, run_info.st_gid)
+        os.fchmod(run_fd, kept_mode(run_info))
+        return run_fd
+
+
+def existing_dir(cold_fd: int | None, team: str, run: str) -> int | None:
+    """The cold <team>/<run> if it is there (a dry run makes nothing)."""
+    if cold_fd is None:
+        return None
+    try:
+        with opened(team, cold_fd) as team_fd:
+            return os.open(run, DIR_FLAGS, dir_fd=team_fd)
+    except FileNotFoundError:
+        return None
 
 
 def classify(error: BaseException) -> ErrorKind:
@@ -415,6 +689,10 @@ def classify(error: BaseException) -> ErrorKind:
         return ErrorKind.CHECKSUM
     if isinstance(error, SourceChangedError):
         return ErrorKind.SOURCE_CHANGED
+    if isinstance(error, UnsupportedFileError):
+        return ErrorKind.UNSUPPORTED
+    if isinstance(error, TooLargeError):
+        return ErrorKind.TOO_LARGE
     if isinstance(error, PermissionError):
         return ErrorKind.PERMISSION
     if isinstance(error, OSError) and error.errno in COLD_FULL_ERRNOS:
@@ -424,33 +702,55 @@ def classify(error: BaseException) -> ErrorKind:
 
 # --- the run ---
 
+MOVE_ERRORS = (OSError, ChecksumMismatchError, SourceChangedError, UnsupportedFileError, TooLargeError)
 
-def move_checkpoint(
-    settings: TieringSettings, checkpoint: Checkpoint, pool: ThreadPoolExecutor, report: TieringReport
-) -> None:
-    source, dest = settings.hot / checkpoint.relative, settings.cold / checkpoint.relative
+
+@dataclass
+class Budget:
+    """What this run may still copy, and until when it may start another checkpoint."""
+
+    bytes_left: int | None
+    deadline: float | None
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def move_checkpoint(hot_run_fd: int, cold_run_fd: int, checkpoint: Checkpoint, pool: ThreadPoolExecutor,
+                    settings: TieringSettings, budget: Budget, report: TieringReport) -> None:
+    name = checkpoint.relative.name
+    entries = scan(hot_run_fd, name)
+    refuse_unsupported(entries)
+    size = checkpoint_bytes(entries)
     copied = None
-    if not (dest.exists() or dest.is_symlink()):
+    if not exists_at(cold_run_fd, name):
+        if settings.max_checkpoint_bytes is not None and size > settings.max_checkpoint_bytes:
+            raise TooLargeError(f"{size} bytes, over the {settings.max_checkpoint_bytes} a checkpoint may have")
+        if budget.bytes_left is not None and size > budget.bytes_left:
+            raise TooLargeError(f"{size} bytes, over the {budget.bytes_left} this run may still copy")
         progress(f"{checkpoint.relative}: copying to cold")
-        copied = copy_checkpoint(source, dest, pool)
+        copied = copy_checkpoint(hot_run_fd, cold_run_fd, name, entries, pool)
+        if budget.bytes_left is not None:
+            budget.bytes_left -= size
     if copied is None:
         progress(f"{checkpoint.relative}: already on cold, verifying before deleting from hot")
-        facts = verify_on_cold(source, dest, pool)
+        verify_on_cold(hot_run_fd, cold_run_fd, name, entries)
     else:
-        facts = copied
-        report.copied_bytes += sum(f.size for f in copied.values())
-    remove_tree(source)
+        report.copied_bytes += size
+    remove_copied(hot_run_fd, name, entries)
     report.moved += 1
-    report.freed_bytes += sum(f.size for f in facts.values())
+    report.freed_bytes += size
     progress(f"{checkpoint.relative}: moved")
 
 
-def plan_run(settings: TieringSettings, run: Path, now: float, report: TieringReport) -> list[tuple[Checkpoint, str]]:
+def plan_run(settings: TieringSettings, hot_run_fd: int, cold_run_fd: int | None, run: Path, now: float,
+             report: TieringReport) -> list[tuple[Checkpoint, str]]:
     """Scan one run directory and say what leaves hot; a run that cannot be read is reported and skipped."""
     try:
-        remove_stale_partials(settings.cold / run, settings.settle_s, now, settings.dry_run)
-        checkpoints = find_checkpoints(settings.hot, run, settings.settle_s, now)
-    except OSError as error:
+        if cold_run_fd is not None:
+            remove_stale_partials(cold_run_fd, run, settings.settle_s, now, settings.dry_run)
+        checkpoints = find_checkpoints(hot_run_fd, run, settings.settle_s, now)
+    except (OSError, SourceChangedError) as error:
         # Trainers rotate their own checkpoints: one may vanish while it is scanned.
         report.errors[classify(error)] += 1
         progress(f"{run}: cannot be scanned, skipped: {error}")
@@ -465,28 +765,63 @@ def run_tiering(settings: TieringSettings, now: float | None = None) -> TieringR
     """Move what leaves hot; in a dry run, count what would move and change nothing."""
     now = time.time() if now is None else now
     report, cold_full = TieringReport(), False
-    with ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="checkpoint-copy") as pool:
-        for run in find_runs(settings.hot):
-            for checkpoint, reason in plan_run(settings, run, now, report):
-                needs_copy = not (settings.cold / checkpoint.relative).exists()
-                if settings.dry_run:
-                    size = sum(info.st_size for info in tree_files(settings.hot / checkpoint.relative).values())
-                    report.moved += 1
-                    report.copied_bytes += size if needs_copy else 0
-                    report.freed_bytes += size
-                    progress(f"{checkpoint.relative}: would move to cold ({reason})")
-                    continue
-                if cold_full and needs_copy:
-                    progress(f"{checkpoint.relative}: not copied, the cold tier is full")
-                    continue
-                try:
-                    move_checkpoint(settings, checkpoint, pool, report)
-                except (OSError, ChecksumMismatchError, SourceChangedError) as error:
-                    kind = classify(error)
-                    report.errors[kind] += 1
-                    cold_full = cold_full or kind is ErrorKind.COLD_FULL
-                    progress(f"{checkpoint.relative}: error ({kind}), left on hot: {error}")
+    budget = Budget(settings.max_run_bytes,
+                    None if settings.deadline_s is None else time.monotonic() + settings.deadline_s)
+    with ExitStack() as stack:
+        hot_fd = stack.enter_context(opened(str(settings.hot)))
+        if not settings.dry_run:
+            settings.cold.mkdir(parents=True, exist_ok=True)
+        cold_fd = stack.enter_context(opened(str(settings.cold))) if settings.cold.is_dir() else None
+        pool = stack.enter_context(ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="checkpoint-copy"))
+        for team, run in find_runs(hot_fd):
+            relative = Path(team, run)
+            if budget.expired():
+                progress(f"{relative}: the run's deadline of {settings.deadline_s:g} s passed, left for the next run")
+                continue
+            try:
+                with ExitStack() as run_stack:
+                    team_fd = run_stack.enter_context(opened(team, hot_fd))
+                    hot_run_fd = run_stack.enter_context(opened(run, team_fd))
+                    cold_run_fd = cold_run_dir(cold_fd, hot_fd, team, run) if (
+                        cold_fd is not None and not settings.dry_run) else existing_dir(cold_fd, team, run)
+                    if cold_run_fd is not None:
+                        run_stack.callback(os.close, cold_run_fd)
+                    cold_full = move_run(settings, hot_run_fd, cold_run_fd, relative, now, pool, budget, report,
+                                         cold_full)
+            except OSError as error:
+                kind = classify(error)
+                report.errors[kind] += 1
+                cold_full = cold_full or kind is ErrorKind.COLD_FULL
+                progress(f"{relative}: error ({kind}), run skipped: {error}")
     return report
+
+
+def move_run(settings: TieringSettings, hot_run_fd: int, cold_run_fd: int | None, run: Path, now: float,
+             pool: ThreadPoolExecutor, budget: Budget, report: TieringReport, cold_full: bool) -> bool:
+    """Move one run's checkpoints that leave hot; whether the cold tier is full."""
+    for checkpoint, reason in plan_run(settings, hot_run_fd, cold_run_fd, run, now, report):
+        name = checkpoint.relative.name
+        if settings.dry_run or cold_run_fd is None:
+            size = checkpoint_bytes(scan(hot_run_fd, name))
+            report.moved += 1
+            report.copied_bytes += size
+            report.freed_bytes += size
+            progress(f"{checkpoint.relative}: would move to cold ({reason})")
+            continue
+        if budget.expired():
+            progress(f"{checkpoint.relative}: the run's deadline passed, left for the next run")
+            continue
+        if cold_full and not exists_at(cold_run_fd, name):
+            progress(f"{checkpoint.relative}: not copied, the cold tier is full")
+            continue
+        try:
+            move_checkpoint(hot_run_fd, cold_run_fd, checkpoint, pool, settings, budget, report)
+        except MOVE_ERRORS as error:
+            kind = classify(error)
+            report.errors[kind] += 1
+            cold_full = cold_full or kind is ErrorKind.COLD_FULL
+            progress(f"{checkpoint.relative}: error ({kind}), left on hot: {error}")
+    return cold_full
 
 
 # --- metrics (Prometheus text format, for node-exporter's textfile collector) ---
@@ -576,6 +911,11 @@ def parse_args(argv: Sequence[str] | None) -> TieringSettings:
     parser.add_argument("--dry-run", action="store_true", help="print what would move, change nothing")
     parser.add_argument("--metrics-file", type=Path, help="Prometheus textfile collector file (*.prom)")
     parser.add_argument("--hot-fill-threshold-pct", type=non_negative(float), default=DEFAULT_HOT_FILL_THRESHOLD_PCT)
+    parser.add_argument("--max-checkpoint-gib", type=non_negative(float),
+                        help="refuse a checkpoint whose files' apparent sizes add up to more")
+    parser.add_argument("--max-run-gib", type=non_negative(float), help="copy at most this much in one run")
+    parser.add_argument("--deadline-s", type=non_negative(float),
+                        help="start no checkpoint after this many seconds; the rest waits for the next run")
     args = parser.parse_args(argv)
     if not args.hot.is_dir():
         parser.error(f"--hot {args.hot}: not a directory")
@@ -588,6 +928,9 @@ def parse_args(argv: Sequence[str] | None) -> TieringSettings:
         dry_run=args.dry_run,
         metrics_file=args.metrics_file,
         hot_fill_threshold_pct=args.hot_fill_threshold_pct,
+        max_checkpoint_bytes=None if args.max_checkpoint_gib is None else int(args.max_checkpoint_gib * 2**30),
+        max_run_bytes=None if args.max_run_gib is None else int(args.max_run_gib * 2**30),
+        deadline_s=args.deadline_s,
     )
 
 

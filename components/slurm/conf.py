@@ -18,6 +18,7 @@ from pathlib import Path
 from components.scheduling.preemption import slurm_qos, team_qos
 from components.spec import defaults
 from components.spec.catalog import gres_type
+from components.spec.derived import mover_args, mover_stop_after_s
 from components.spec.site import Node, NodeGroup, Pool, Site
 from components.spec.wellknown import MOVER_LOCK
 
@@ -39,9 +40,6 @@ EPILOG = "/etc/slurm/epilog.sh"
 (shipping them arrived in 23.02), so the node command installs them at these paths."""
 MOVER = "/usr/local/lib/gpucluster/checkpoint_tiering.py"
 """The checkpoint mover (hosts/checkpoint_mover.py, stdlib only) on every node, for the epilog."""
-MOVER_TIMEOUT_S = 3600
-"""s an epilog's mover may run before `timeout` stops it (SIGTERM, SIGKILL 60 s later). Stopping it is safe:
-a partial copy is removed by a later run and a finished one is verified and completed; the CronJob moves the rest."""
 MOVER_START_TIMEOUT_S = 10
 """s the epilog waits for its detached mover to start; the node stays COMPLETING meanwhile."""
 LOCK_HELD = 75
@@ -312,7 +310,9 @@ def render_epilog(site: Site, mapping_dir: str, overlay: LoopbackOverlay | None 
 
     The node stays COMPLETING until the epilog exits (slurm.conf(5) Epilog), so the epilog does only local file
     work and returns in milliseconds: everything that touches NFS or CephFS, which can hang, runs detached
-    (`setsid -f`) under `timeout` (MOVER_TIMEOUT_S). When the epilog exits, slurmd kills its whole process group
+    (`setsid -f`) under `timeout`: past the spec's mover deadline and its grace (mover_stop_after_s) it is stopped
+    (SIGTERM, SIGKILL 60 s later). Stopping it is safe: a partial copy is removed by a later run and a finished one
+    is verified and completed; the CronJob moves the rest. When the epilog exits, slurmd kills its whole process group
     (run_command_waitpid_timeout(): "kill children too"), so the epilog waits, at most MOVER_START_TIMEOUT_S, until
     the detached shell has said it runs: by then it is in a session and process group of its own. Without that
     wait, a loaded node killed the mover before `setsid -f`'s child had called setsid(). For each NFS server whose
@@ -327,7 +327,7 @@ def render_epilog(site: Site, mapping_dir: str, overlay: LoopbackOverlay | None 
     cold_root = str(overlay.cold_root) if overlay else storage.ceph_cold.mount_path
     log_dir = str(overlay.root / "log") if overlay else site.slurm.log_dir
     move = (f'flock -n -E {LOCK_HELD} "$root/{MOVER_LOCK}" python3 "$mover" --hot "$root" --cold "$cold_root" '
-            f"--keep {storage.nfs_hot.keep_checkpoints} --archive-after-days {storage.ceph_cold.archive_after_days}")
+            f"{shlex.join(mover_args(site))}")
     log = shlex.quote(f"{log_dir}/checkpoint-mover.log")
     return f"""#!/bin/sh
 # Slurm Epilog, see slurm.conf(5): slurmd runs it as root on every node of the job when the job ends; the
@@ -344,7 +344,7 @@ team=${{SLURM_JOB_ACCOUNT:-}}
 case $team in ''|.*|*/*) exit 0 ;; esac
 started=$(mktemp) || exit 0
 export team started mover={shlex.quote(mover)} hot_root={shlex.quote(hot_root)} cold_root={shlex.quote(cold_root)}
-setsid -f timeout --kill-after=60 {MOVER_TIMEOUT_S} sh -c '
+setsid -f timeout --kill-after=60 {mover_stop_after_s(site)} sh -c '
 rm -f "$started"
 for share in "$hot_root"/*/"$team"; do
     [ -d "$share" ] || continue

@@ -104,6 +104,17 @@ COLD_ARCHIVE_AFTER_DAYS: Final = 7
 HOT_FILL_ALERT_PCT: Final = 85.0
 """% full of an NFS hot server that warns: past ~90 % NFS servers slow down and one 300 GB dump fills them."""
 
+MOVER_MAX_CHECKPOINT_GIB: Final = 2048
+"""GiB (apparent size) above which the mover refuses a checkpoint: a 70B-parameter model with Adam state is about
+1.1 TB (16 bytes per parameter), so twice that is no real checkpoint but a sparse file or a mistake."""
+
+MOVER_MAX_RUN_GIB: Final = 8192
+"""GiB one mover run may copy: about an hour of CephFS writes at 2 GB/s, so a run ends and the next one starts."""
+
+MOVER_DEADLINE_MINUTES: Final = 120
+"""minutes after which a mover run starts no further checkpoint; the CronJob and the epilog stop it 10 minutes
+later, so a stuck run never blocks the next one for longer."""
+
 MOVER_SCHEDULE: Final = "*/30 * * * *"
 """cron; every 30 minutes keeps at most half an hour of superseded checkpoints on the hot tier."""
 

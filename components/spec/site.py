@@ -165,6 +165,12 @@ class CephColdTier(Spec):
     """Cron schedule of the checkpoint mover (five fields)."""
     mount_path: AbsolutePath = defaults.CEPH_MOUNT_PATH
     """Where hosts mount the CephFS cold filesystem's root; a team's archive is <mount_path>/<team>."""
+    max_checkpoint_gib: Annotated[int, Field(gt=0)] = defaults.MOVER_MAX_CHECKPOINT_GIB
+    """GiB (apparent size) above which the mover refuses a checkpoint and leaves it on hot."""
+    max_run_gib: Annotated[int, Field(gt=0)] = defaults.MOVER_MAX_RUN_GIB
+    """GiB one mover run may copy; the rest waits for the next run."""
+    mover_deadline_minutes: Annotated[int, Field(gt=0, le=1440)] = defaults.MOVER_DEADLINE_MINUTES
+    """minutes after which a mover run starts no further checkpoint; it is stopped 10 minutes later."""
 
 
 class Storage(Spec):

@@ -12,6 +12,7 @@ from components.charts import (
     BUSYBOX_IMAGE,
     PYTHON_IMAGE,
 )
+from components.spec.derived import mover_args, mover_stop_after_s
 from components.spec.site import Site
 from components.spec.wellknown import (
     COLD_CLASS,
@@ -140,8 +141,7 @@ def mover_cronjob(site: Site, server: str, index: int) -> dict[str, Any]:
     nfs, cold = site.storage.nfs_hot, site.storage.ceph_cold
     # The same lock the Slurm epilog's mover takes on this export, so the two never sweep one server at once.
     args = ["flock", "-n", f"/hot/{MOVER_LOCK}",
-            "python3", "/mover/checkpoint_tiering.py", "--hot", "/hot", "--cold", "/cold",
-            "--keep", str(nfs.keep_checkpoints), "--archive-after-days", str(cold.archive_after_days),
+            "python3", "/mover/checkpoint_tiering.py", "--hot", "/hot", "--cold", "/cold", *mover_args(site),
             "--hot-fill-threshold-pct", f"{nfs.fill_alert_pct:g}",
             "--metrics-file", f"/metrics/checkpoint-tiering-{index}.prom"]
     return {
@@ -151,7 +151,11 @@ def mover_cronjob(site: Site, server: str, index: int) -> dict[str, Any]:
         "spec": {
             "schedule": cold.mover_schedule,
             "concurrencyPolicy": "Forbid",  # the mover is idempotent, but two at once would race on partials
-            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {"spec": {
+            # A run that outlives its deadline is stopped, so a stuck one never blocks the later ones for long; a
+            # missed start is skipped, not run late on top of the next.
+            "startingDeadlineSeconds": mover_stop_after_s(site),
+            "jobTemplate": {"spec": {"backoffLimit": 0, "activeDeadlineSeconds": mover_stop_after_s(site),
+                                     "template": {"spec": {
                 "restartPolicy": "Never",
                 "containers": [{
                     "name": "mover", "image": PYTHON_IMAGE, "command": args,

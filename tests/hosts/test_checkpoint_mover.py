@@ -274,11 +274,11 @@ def test_should_finish_a_move_interrupted_between_copy_and_delete_without_a_dupl
     names = five_checkpoints(hot)
     originals = snapshot(hot)
 
-    def killed(path: Path) -> None:
+    def killed(*args: object) -> None:
         raise Crash
 
     with monkeypatch.context() as patch:
-        patch.setattr(tiering, "remove_tree", killed)
+        patch.setattr(tiering, "remove_copied", killed)
         with pytest.raises(Crash):
             tiering.run_tiering(settings(hot, cold))
     assert files_of(snapshot(cold), names[0]) == files_of(originals, names[0])
@@ -322,17 +322,16 @@ def test_should_never_delete_a_hot_checkpoint_whose_cold_copy_fails_its_checksum
     hot, cold = tiers
     names = five_checkpoints(hot)
     originals = snapshot(hot)
-    real_copy = tiering.copy_file
+    real_hash = tiering.hash_fd
 
-    def copy_then_rot(source: Path, dest: Path, source_stat: os.stat_result) -> tiering.FileFacts:
-        facts = real_copy(source, dest, source_stat)
-        if names[0] in str(source) and source.name == SHARDS[1]:
-            data = bytearray(dest.read_bytes())
-            data[0] ^= 0xFF
-            dest.write_bytes(data)
-        return facts
+    def rot_then_hash(fd: int) -> tuple[int, str]:
+        # The cold copy rots on its way to storage: the re-read from storage must catch it.
+        path = fd_path(fd)
+        if tiering.PARTIAL_INFIX in path and Path(names[0]).name in path and path.endswith(SHARDS[1]):
+            os.pwrite(fd, bytes([os.pread(fd, 1, 0)[0] ^ 0xFF]), 0)
+        return real_hash(fd)
 
-    monkeypatch.setattr(tiering, "copy_file", copy_then_rot)
+    monkeypatch.setattr(tiering, "hash_fd", rot_then_hash)
 
     code = tiering.main(["--hot", str(hot), "--cold", str(cold)])
 
@@ -365,10 +364,11 @@ def test_should_never_finish_a_cold_copy_of_a_checkpoint_that_changed_while_copi
     names = five_checkpoints(hot)
     real_copy = tiering.copy_file
 
-    def copy_then_rewrite(source: Path, dest: Path, source_stat: os.stat_result) -> tiering.FileFacts:
-        facts = real_copy(source, dest, source_stat)
-        if names[0] in str(source) and source.name == SHARDS[0]:
-            source.write_bytes(b"rewritten by a late trainer")
+    def copy_then_rewrite(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str,
+                          entry: tiering.Entry) -> tiering.FileFacts:
+        facts = real_copy(src_dir_fd, src_name, dst_dir_fd, dst_name, entry)
+        if names[0] in fd_path(src_dir_fd) and src_name == SHARDS[0]:
+            (hot / names[0] / SHARDS[0]).write_bytes(b"rewritten by a late trainer")
         return facts
 
     monkeypatch.setattr(tiering, "copy_file", copy_then_rewrite)
@@ -379,30 +379,36 @@ def test_should_never_finish_a_cold_copy_of_a_checkpoint_that_changed_while_copi
     assert not (cold / names[0]).exists() and partials(cold) == []
 
 
+def fd_path(fd: int) -> str:
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
 def permission_denied_on(cold: Path) -> Callable[..., int]:
     real_open = os.open
 
-    def guarded_open(path: str | Path, flags: int, *args: int, **kwargs: int) -> int:
-        if str(path).startswith(str(cold)) and flags & os.O_CREAT:
-            raise PermissionError(errno.EACCES, "Permission denied", str(path))
-        return real_open(path, flags, *args, **kwargs)
+    def guarded_open(path: str | Path, flags: int, *args: int, dir_fd: int | None = None, **kwargs: int) -> int:
+        where = os.path.join(fd_path(dir_fd), path) if dir_fd is not None else str(path)
+        if where.startswith(str(cold)) and flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, "Permission denied", where)
+        return real_open(path, flags, *args, dir_fd=dir_fd, **kwargs)
 
     return guarded_open
 
 
 @pytest.mark.parametrize(
-    ("break_cold", "kind"),
+    ("break_cold", "kind", "count"),
     [
-        (lambda cold, mp: mp.setattr(os, "open", permission_denied_on(cold)), ErrorKind.PERMISSION),
-        (lambda cold, mp: (cold / "team-a").write_text("a file where a directory belongs"), ErrorKind.IO),
+        (lambda cold, mp: mp.setattr(os, "open", permission_denied_on(cold)), ErrorKind.PERMISSION, 2),
+        (lambda cold, mp: (cold / "team-a").write_text("a file where a directory belongs"), ErrorKind.IO, 1),
     ],
-    ids=["should report a permission error per checkpoint", "should report a file in the way per checkpoint"],
+    ids=["should report a permission error per checkpoint", "should report a file in the way of a run once"],
 )
-def test_should_report_a_cold_write_error_per_checkpoint_and_keep_hot(
+def test_should_report_a_cold_write_error_and_keep_hot(
     tiers: tuple[Path, Path],
     monkeypatch: pytest.MonkeyPatch,
     break_cold: Callable[[Path, pytest.MonkeyPatch], object],
     kind: ErrorKind,
+    count: int,
 ) -> None:
     hot, cold = tiers
     five_checkpoints(hot)
@@ -411,7 +417,7 @@ def test_should_report_a_cold_write_error_per_checkpoint_and_keep_hot(
 
     report = tiering.run_tiering(settings(hot, cold))
 
-    assert report.errors[kind] == 2 and report.error_count == 2
+    assert report.errors[kind] == count and report.error_count == count
     assert snapshot(hot) == originals
 
 
@@ -423,9 +429,10 @@ def test_should_stop_copying_when_the_cold_tier_is_full_and_leave_hot_untouched(
     originals = snapshot(hot)
     attempted: set[Path] = set()
 
-    def full(source: Path, dest: Path, source_stat: os.stat_result) -> tiering.FileFacts:
-        attempted.add(dest.parent)
-        raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+    def full(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str,
+             entry: tiering.Entry) -> tiering.FileFacts:
+        attempted.add(Path(fd_path(dst_dir_fd)))
+        raise OSError(errno.ENOSPC, "No space left on device", dst_name)
 
     monkeypatch.setattr(tiering, "copy_file", full)
 

@@ -15,7 +15,6 @@ import pytest
 
 from components.slurm.conf import (
     EXPORTER_UNIT,
-    MOVER_TIMEOUT_S,
     LoopbackOverlay,
     real_memory_mib,
     render_accounting_commands,
@@ -257,7 +256,7 @@ def test_should_return_at_once_while_the_teams_mover_runs_detached(tmp_path: Pat
     while not done.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert done.read_text() == (f"--hot {overlay.hot_root / server} --cold {overlay.cold_root} --keep 3 "
-                                "--archive-after-days 7")
+                                "--archive-after-days 7 --max-checkpoint-gib 2048 --max-run-gib 8192 --deadline-s 7200")
     assert (overlay.hot_root / server / ".checkpoint-mover.lock").exists()
 
 
@@ -285,7 +284,9 @@ def test_should_keep_the_mover_alive_when_slurmd_kills_the_epilogs_process_group
 
 def test_should_bound_the_mover_and_never_give_it_a_metrics_file(prod: dict[str, Any]) -> None:
     epilog = render_epilog(parse(prod), HPC_JOB_MAPPING_DIR)
-    assert f"setsid -f timeout --kill-after=60 {MOVER_TIMEOUT_S} sh -c" in epilog
+    # Stopped 10 minutes past the spec's mover deadline (120 minutes by default).
+    assert "setsid -f timeout --kill-after=60 7800 sh -c" in epilog
+    assert "--max-checkpoint-gib 2048 --max-run-gib 8192 --deadline-s 7200" in epilog
     assert "--metrics-file" not in epilog
 
 

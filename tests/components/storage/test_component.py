@@ -42,6 +42,11 @@ def test_should_run_the_mover_with_the_specs_keep_and_age(prod: dict[str, Any]) 
     # The lock the Slurm epilog's mover takes too: never two sweeps of one NFS server at once.
     assert container["command"][:3] == ["flock", "-n", "/hot/.checkpoint-mover.lock"]
     assert job["spec"]["concurrencyPolicy"] == "Forbid"
+    # Bounded: by apparent bytes per checkpoint and per run, and in time, so a stuck run cannot block the next.
+    command = container["command"]
+    assert [command[command.index(flag) + 1] for flag in ("--max-checkpoint-gib", "--max-run-gib", "--deadline-s")] \
+        == ["2048", "8192", "7200"]
+    assert job["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 7800
 
 
 def test_should_archive_to_cephfs_not_an_object_store(prod: dict[str, Any]) -> None:
