@@ -64,6 +64,7 @@ test: $(VENV)/.installed-test .apt-test-packages $(BIN)/helm
 
 bench: $(VENV)/.installed-base
 	$(BIN)/python benchmarks/plan_bench.py
+	$(BIN)/python benchmarks/checkpoint_bench.py --scale 0.25
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .apt-test-packages

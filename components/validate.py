@@ -12,11 +12,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from components.facility.power import plan_racks
+from components.monitoring.prometheus import NAMESPACE as MONITORING_NAMESPACE
+from components.scheduling.kueue import NAMESPACE as KUEUE_NAMESPACE
 from components.scheduling.preemption import check_preemption
 from components.spec.problems import Problem, SiteSpecError
 from components.spec.rules import SPEC_RULES, Rule
 from components.spec.site import Site
+from components.storage.tiers import CEPH_NAMESPACE
+from components.storage.tiers import NAMESPACE as STORAGE_NAMESPACE
 from components.teams.plan import check_team_quotas
+
+KUBERNETES_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+SLURM_ACCOUNTS = ("root",)
+"""Slurm's own account: its users hold every QoS, the operators-only ones included."""
 
 SECRET_KEYS = ("ssh_private_key", "bmc_password")
 """Config keys that must be Pulumi secrets; they never enter the spec, only Pulumi outputs."""
@@ -99,11 +107,20 @@ def _message(error: Any) -> str:
     return f"{error['msg']} (got {shown})"
 
 
+def check_reserved_team_names(site: Site) -> list[Problem]:
+    """A team's name becomes its namespace and its Slurm account: never one the cluster or the stack already has."""
+    taken = {*KUBERNETES_NAMESPACES, MONITORING_NAMESPACE, STORAGE_NAMESPACE, CEPH_NAMESPACE, KUEUE_NAMESPACE,
+             site.gpu_operator.namespace, *SLURM_ACCOUNTS}
+    return [Problem(f"teams[{i}].name", f"{team.name!r} is reserved: the cluster or the stack uses it for its own "
+                                        "namespace or Slurm account", "reserved-names")
+            for i, team in enumerate(site.teams) if team.name in taken or team.name.startswith("kube-")]
+
+
 def check_racks(site: Site) -> list[Problem]:
     return [p for plan in plan_racks(site) for p in plan.problems]
 
 
-RULES: tuple[Rule, ...] = (*SPEC_RULES, check_team_quotas, check_preemption, check_racks)
+RULES: tuple[Rule, ...] = (*SPEC_RULES, check_reserved_team_names, check_team_quotas, check_preemption, check_racks)
 
 
 def check_site(site: Site) -> list[Problem]:

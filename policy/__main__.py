@@ -2,6 +2,7 @@
 
 import cooling
 import hygiene
+import isolation
 import observability
 import preemption
 import storage
@@ -10,6 +11,6 @@ import wiring
 from pulumi_policy import EnforcementLevel, PolicyPack
 
 ALL_POLICIES = [*cooling.POLICIES, *observability.POLICIES, *wiring.POLICIES, *storage.POLICIES,
-                *hygiene.POLICIES, *preemption.POLICIES, *teams.POLICIES]
+                *hygiene.POLICIES, *preemption.POLICIES, *teams.POLICIES, *isolation.POLICIES]
 
 PolicyPack("gpu-cluster", enforcement_level=EnforcementLevel.MANDATORY, policies=ALL_POLICIES)

@@ -62,6 +62,9 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         "kubernetes:kueue.x-k8s.io/v1beta1:ResourceFlavor": 3,  # A800 and RTX 4090 on kubernetes, A800 on flex
         "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue": 4,  # one per pool Kubernetes uses, one per team
         "kubernetes:core/v1:ResourceQuota": 2, "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue": 2,  # per team
+        # each team on its own storage, enforced by the API server
+        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": 1,
+        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": 1,
     }
 
 

@@ -10,7 +10,7 @@ and `components.validate` (with the planners).
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from components.spec import defaults
 from components.spec.catalog import GPU_CATALOG, GpuClass
@@ -18,6 +18,18 @@ from components.spec.catalog import GPU_CATALOG, GpuClass
 # DNS-1123 label: these names become Kubernetes object names, Slurm node names and hostnames.
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 Percent = Annotated[float, Field(ge=0, lt=100)]
+# RFC 1123 host names (or dotted IPv4): they land in slurm.conf, mount units, SSH and StorageClass parameters, so
+# nothing but letters, digits, hyphens and dots.
+_HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
+Hostname = Annotated[str, Field(pattern=rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*$", max_length=253)]
+# A Kubernetes label value (GPU model names become labels and Kueue flavor names).
+LabelValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", max_length=63)]
+
+
+def _no_dot_parts(path: str) -> str:
+    if any(part in (".", "..") for part in path.split("/")):
+        raise ValueError("must not have . or .. parts")
+    return path
 
 
 class Spec(BaseModel):
@@ -91,9 +103,9 @@ class Node(Spec):
     name: Name
     rack: Name
     """The rack the node stands in (racks[].name)."""
-    ssh_host: Annotated[str, Field(min_length=1)]
+    ssh_host: Hostname
     """Address the node is reached at over SSH for validation and Slurm."""
-    bmc_host: Annotated[str, Field(min_length=1)]
+    bmc_host: Hostname
     """Address of the node's BMC (IPMI) for PSU and power readings."""
 
 
@@ -108,7 +120,7 @@ class Pool(StrEnum):
 
 class NodeGroup(Spec):
     name: Name
-    gpu_model: str
+    gpu_model: LabelValue
     """A key of gpu_catalog."""
     gpus_per_node: Annotated[int, Field(gt=0, le=16)]
     platform_w: Annotated[float, Field(gt=0)] | None = None
@@ -123,7 +135,9 @@ class NodeGroup(Spec):
     nodes: Annotated[list[Node], Field(min_length=1)]
 
 
-AbsolutePath = Annotated[str, Field(pattern=r"^/[^\s]*[^/\s]$")]
+# Paths land in slurm.conf, shell commands, unit files and hostPath volumes: plain characters only, no . or .. parts.
+AbsolutePath = Annotated[str, Field(pattern=r"^(/[A-Za-z0-9._+@-]+)+$", max_length=1024),
+                         AfterValidator(_no_dot_parts)]
 
 
 class NvmeTier(Spec):
@@ -134,12 +148,13 @@ class NvmeTier(Spec):
     discovery directory)."""
     cache_path: AbsolutePath = defaults.NVME_CACHE_PATH
     """Directory on NVMe holding the weights/LoRA cache that inference pods mount read-only."""
-    prefetch: list[Annotated[str, Field(pattern=r"^[^/\s][^\s]*$")]] = []
+    prefetch: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$",
+                                        max_length=255), AfterValidator(_no_dot_parts)]] = []
     """Model directories, relative to nfs_hot.models_export, copied to every GPU node before first use."""
 
 
 class NfsHotTier(Spec):
-    servers: Annotated[list[str], Field(min_length=1)]
+    servers: Annotated[list[Hostname], Field(min_length=1)]
     """NFS servers for the hot tier; teams are spread over them, never one for everything."""
     capacity_tib: Annotated[float, Field(gt=0)]
     """TiB of hot-tier capacity in all."""
@@ -424,7 +439,7 @@ class Alerting(Spec):
 class SlurmSettings(Spec):
     """Slurm controller and daemons; rendered by components.slurm.conf (QoS come from scheduling.classes)."""
 
-    controller_host: Annotated[str, Field(min_length=1)] = "slurm-controller"
+    controller_host: Hostname = "slurm-controller"
     """Hostname of the slurmctld and slurmdbd machine, resolvable from every node."""
     slurmctld_port: Annotated[int, Field(gt=0, lt=65536)] = 6817
     """TCP port of slurmctld (the slurm.conf(5) default)."""
@@ -432,11 +447,11 @@ class SlurmSettings(Spec):
     """TCP port of slurmd on every node (the slurm.conf(5) default)."""
     slurmdbd_port: Annotated[int, Field(gt=0, lt=65536)] = 6819
     """TCP port of slurmdbd (the slurmdbd.conf(5) default)."""
-    state_save_dir: Annotated[str, Field(pattern=r"^/")] = "/var/spool/slurmctld"
+    state_save_dir: AbsolutePath = "/var/spool/slurmctld"
     """Where slurmctld keeps its state; must survive reboots (Debian's slurmctld package default)."""
-    slurmd_spool_dir: Annotated[str, Field(pattern=r"^/")] = "/var/spool/slurmd"
+    slurmd_spool_dir: AbsolutePath = "/var/spool/slurmd"
     """Where each slurmd keeps batch scripts and its state (Debian's slurmd package default)."""
-    log_dir: Annotated[str, Field(pattern=r"^/")] = "/var/log/slurm"
+    log_dir: AbsolutePath = "/var/log/slurm"
     """Where the daemons write their logs (Debian's slurm-wlm default)."""
     exporter_port: Annotated[int, Field(gt=0, lt=65536)] = defaults.SLURM_EXPORTER_PORT
     """TCP port of the Slurm exporter (hosts/slurm_exporter.py) on the controller; Prometheus scrapes it."""
@@ -467,7 +482,7 @@ class Site(Spec):
     """User the node checks and Slurm deploy log in as (its key is the secret ssh_private_key)."""
     bmc_user: Annotated[str, Field(min_length=1)]
     """BMC user (its password is the secret bmc_password)."""
-    gpu_catalog: dict[str, GpuModel] = Field(default_factory=lambda: _catalog({}), validate_default=True)
+    gpu_catalog: dict[LabelValue, GpuModel] = Field(default_factory=lambda: _catalog({}), validate_default=True)
     """GPU models by name; entries given here add to or replace the built-in catalog."""
     rooms: Annotated[list[Room], Field(min_length=1)]
     racks: Annotated[list[Rack], Field(min_length=1)]

@@ -26,6 +26,8 @@ from components.storage.tiers import (
     mover_cronjob,
     nvme_storage_class,
     prefetch_daemonset,
+    team_isolation_binding,
+    team_isolation_policy,
     tier_facts,
 )
 from hosts import CHECKPOINT_MOVER
@@ -47,8 +49,13 @@ class StorageTiers(pulumi.ComponentResource):
         release(f"{name}-nvme-provisioner", LOCAL_STATIC_PROVISIONER, NAMESPACE, local_provisioner_values(site),
                 self, [ns])
         kubernetes.apps.v1.DaemonSet(f"{name}-model-prefetch", **fields(prefetch_daemonset(site)), opts=after(ns))
-        # NFS hot: the CSI driver; each team's StorageClass belongs to its Team (components.teams.component).
+        # NFS hot: the CSI driver; each team's StorageClass belongs to its Team (components.teams.component), and
+        # the API server keeps every team to its own.
         nfs = release(f"{name}-nfs-driver", CSI_DRIVER_NFS, "kube-system", {}, self, [])
+        isolation = kubernetes.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-team-isolation", **fields(team_isolation_policy(site)), opts=after())
+        kubernetes.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-team-isolation-binding", **fields(team_isolation_binding()), opts=after(isolation))
         # Ceph cold: the operator, then the cluster with its CephFS and StorageClass, then the archive claim.
         operator = release(f"{name}-ceph-operator", ROOK_CEPH, CEPH_NAMESPACE, {}, self, [ceph_ns])
         ceph = release(f"{name}-ceph-cluster", ROOK_CEPH_CLUSTER, CEPH_NAMESPACE, ceph_cluster_values(), self,

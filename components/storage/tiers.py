@@ -6,6 +6,7 @@ csi-driver-nfs (StorageClass parameters server/share), rook-ceph-cluster (cephFi
 cephObjectStores[]).
 """
 
+import shlex
 from typing import Any
 
 from components.charts import (
@@ -19,10 +20,11 @@ from components.spec.wellknown import (
     COLD_FILESYSTEM,
     MOVER_LOCK,
     POOL_TAINT,
+    TEAM_LABEL,
     TEXTFILE_DIR,
     UNVALIDATED_TAINT,
 )
-from components.teams.plan import team_shares
+from components.teams.plan import HOT_CLASS_PREFIX, team_shares
 
 NAMESPACE = "storage"
 
@@ -103,7 +105,8 @@ def prefetch_daemonset(site: Site) -> dict[str, Any]:
     """Fills every GPU node's NVMe cache from the model registry before first use; cp -ru copies only what
     is missing or newer, so a restart after a new model is added copies just that model."""
     nvme, nfs = site.storage.nvme, site.storage.nfs_hot
-    copy = " && ".join(f"mkdir -p /cache/{m} && cp -ru /models/{m}/. /cache/{m}/" for m in nvme.prefetch) or "true"
+    copy = " && ".join(f"mkdir -p {shlex.quote(f'/cache/{m}')} && cp -ru {shlex.quote(f'/models/{m}/.')} "
+                       f"{shlex.quote(f'/cache/{m}/')}" for m in nvme.prefetch) or "true"
     labels = {"app.kubernetes.io/name": "model-cache-prefetch"}
     return {
         "apiVersion": "apps/v1",
@@ -171,6 +174,52 @@ def mover_cronjob(site: Site, server: str, index: int) -> dict[str, Any]:
                 ],
             }}}},
         },
+    }
+
+
+ISOLATION_POLICY = "team-storage-isolation"
+
+
+def team_isolation_policy(site: Site) -> dict[str, Any]:
+    """The API server refuses, in a team's namespace, a claim on another team's hot StorageClass and a pod that
+    mounts NFS itself or a host path outside the node's NVMe cache (either would reach other teams' shares, which
+    every Slurm node mounts). A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30):
+    CEL over the object and its namespace (`namespaceObject`), no webhook to run."""
+    cache = site.storage.nvme.cache_path.rstrip("/")
+    team = f"namespaceObject.metadata.labels['{TEAM_LABEL}']"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": ISOLATION_POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["persistentvolumeclaims", "pods"]}]},
+            "validations": [
+                {"expression": f"object.kind != 'PersistentVolumeClaim' || !has(object.spec.storageClassName) || "
+                               f"!object.spec.storageClassName.startsWith('{HOT_CLASS_PREFIX}') || "
+                               f"object.spec.storageClassName == '{HOT_CLASS_PREFIX}' + {team}",
+                 "message": "a team's claims may use only its own hot StorageClass"},
+                {"expression": "object.kind != 'Pod' || !has(object.spec.volumes) || object.spec.volumes.all(v, "
+                               f"!has(v.nfs) && (!has(v.hostPath) || (!v.hostPath.path.contains('..') && "
+                               f"(v.hostPath.path == '{cache}' || v.hostPath.path.startsWith('{cache}/')))))",
+                 "message": f"a team's pods mount storage through their claims: no NFS volume, no host path "
+                            f"outside {cache}"},
+            ],
+        },
+    }
+
+
+def team_isolation_binding() -> dict[str, Any]:
+    """Binds the policy, denying, to every namespace a team owns."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": ISOLATION_POLICY},
+        "spec": {"policyName": ISOLATION_POLICY, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchExpressions": [
+                     {"key": TEAM_LABEL, "operator": "Exists"}]}}},
     }
 
 

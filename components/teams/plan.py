@@ -30,6 +30,10 @@ NFS_MOUNT_OPTIONS = ["nfsvers=4.1", "hard", "nconnect=8"]
 """nconnect spreads one client's traffic over several TCP connections (nfs(5)); hard never loses a write."""
 
 
+HOT_CLASS_PREFIX = "nfs-hot-"
+"""A team's hot StorageClass is nfs-hot-<team>; the storage isolation policy keys on the prefix."""
+
+
 @dataclass(frozen=True)
 class TeamShare:
     team: str
@@ -38,7 +42,7 @@ class TeamShare:
 
     @property
     def storage_class(self) -> str:
-        return f"nfs-hot-{self.team}"
+        return f"{HOT_CLASS_PREFIX}{self.team}"
 
 
 @dataclass(frozen=True)

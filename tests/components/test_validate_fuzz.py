@@ -1,12 +1,17 @@
 """Generated malformed specs always give a clean SiteSpecError with paths, never a traceback."""
 
 import json
+import shlex
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from components.slurm.conf import render_slurm_conf, render_tier_mounts
 from components.spec.problems import SiteSpecError
+from components.spec.wellknown import COLD_FILESYSTEM
+from components.storage.tiers import prefetch_daemonset
+from components.teams.plan import NFS_MOUNT_OPTIONS
 from components.validate import SECRET_KEYS, parse_site
 from tests.builders import encode, prod_values
 
@@ -80,3 +85,46 @@ def test_should_fail_cleanly_on_any_raw_string(key: str, text: str) -> None:
         parse_site(raw, set(SECRET_KEYS))
     except SiteSpecError as error:
         assert all(p.path for p in error.problems)
+
+
+def _at(values: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        values = values[part]
+    return values
+
+
+STRING_PATHS = [path for path in PATHS if isinstance(_at(PROD, path), str)]
+HOSTILE = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["a\nPrologSlurmctld=/srv/evil.sh", "a b", "a;rm -rf /", "$(id)", "`id`", "a|b", "a\rb",
+                     "/var/log/../../etc", "é", "a\x00b", "--opt", "a=b", "#x", "'", '"']),
+)
+
+
+def _structure(text: str) -> list[str]:
+    """Each line's key (or its first word): what a value injected into a line would change."""
+    return [line.split("=", 1)[0].split(" ", 1)[0] for line in text.splitlines()]
+
+
+BASELINE = parse_site(encode(PROD) | {k: "placeholder" for k in SECRET_KEYS}, set(SECRET_KEYS))
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(STRING_PATHS), text=HOSTILE)
+def test_should_accept_no_string_that_changes_the_shape_of_what_it_lands_in(path: tuple[Any, ...], text: str) -> None:
+    values = json.loads(json.dumps(PROD))
+    parent = _at(values, path[:-1])
+    parent[path[-1]] = text
+    try:
+        site = parse_site(encode(values) | {k: "placeholder" for k in SECRET_KEYS}, set(SECRET_KEYS))
+    except SiteSpecError as error:
+        assert all(p.path and p.message for p in error.problems)
+        return
+    # Accepted: slurm.conf, the mount units and the prefetch command keep their lines and words.
+    assert _structure(render_slurm_conf(site)) == _structure(render_slurm_conf(BASELINE))
+    for unit, content in render_tier_mounts(site, NFS_MOUNT_OPTIONS, COLD_FILESYSTEM).items():
+        assert "\n" not in unit and len(content.splitlines()) == len(
+            next(iter(render_tier_mounts(BASELINE, NFS_MOUNT_OPTIONS, COLD_FILESYSTEM).values())).splitlines())
+    command = prefetch_daemonset(site)["spec"]["template"]["spec"]["initContainers"][0]["command"][2]
+    assert shlex.split(command).count("&&") == shlex.split(
+        prefetch_daemonset(BASELINE)["spec"]["template"]["spec"]["initContainers"][0]["command"][2]).count("&&")

@@ -10,6 +10,7 @@ byte was lost. GPUCLUSTER_ATTACK_ROUNDS scales the 200 rounds down for a quick l
 
 import hashlib
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -155,7 +156,10 @@ def settings(hot: Path, cold: Path, settle_s: float = 3600.0, max_checkpoint_byt
 
 
 def round_tiers(arena: Path, round_: int) -> tuple[Path, Path, Path]:
-    """Fresh hot and cold tiers for a round, and where its attacker records a strike."""
+    """Fresh hot and cold tiers for a round (the last round's removed, links unfollowed), and where its attacker
+    records a strike."""
+    for old in arena.glob("[hc]o[tl]*"):
+        shutil.rmtree(old)
     hot, cold = arena / f"hot-{round_}", arena / f"cold-{round_}"
     hot.mkdir(mode=0o755)
     cold.mkdir(mode=0o755)
@@ -336,8 +340,11 @@ def test_should_never_delete_a_shard_a_slow_rank_writes_late(arena: Path) -> Non
         def copied(cold_run: Path = cold_run) -> bool:
             return cold_run.is_dir() and "step-000001" in os.listdir(cold_run)
 
-        def late_shard(checkpoint: Path = checkpoint) -> None:
+        written = arena / "strikes" / f"written-{round_}"
+
+        def late_shard(checkpoint: Path = checkpoint, written: Path = written) -> None:
             (checkpoint / "late-0.pt").write_bytes(b"late" * 64)
+            written.touch()  # the shard is whole: from here on it must not be lost
 
         # Settled at once, as a checkpoint without a marker counts after --settle-s idle seconds; the slow rank
         # writes its shard just as the copy is renamed into place on cold.
@@ -346,7 +353,7 @@ def test_should_never_delete_a_shard_a_slow_rank_writes_late(arena: Path) -> Non
             tiering.run_tiering(settings(hot, cold, settle_s=0.0))
         finally:
             struck += attacker.stop()
-        if record.exists():
+        if written.exists():
             lost += {**contents(cold), **contents(hot)}.get("late-0.pt") != b"late" * 64
     print(f"late shards: written as the copy was renamed into place in {struck} of {ROUNDS} rounds, {lost} lost")
     assert lost == 0 and struck > 0

@@ -29,6 +29,15 @@ def test_should_describe_each_policy_in_one_sentence(policy: Policy) -> None:
 
 
 # The pack runs in the policy engine's own virtualenv (policy/requirements.txt), beside nothing of the program.
+REQUIREMENT_MODULES = {"pulumi-policy": "pulumi_policy", "common-expression-language": "cel"}
+"""What each requirement of the pack is imported as."""
+
+
+def test_should_know_what_each_requirement_of_the_pack_is_imported_as() -> None:
+    lines = (REPO / "policy" / "requirements.txt").read_text().split()
+    assert {line.split("==")[0] for line in lines} == set(REQUIREMENT_MODULES)
+
+
 @pytest.mark.parametrize("path", PACK_MODULES, ids=lambda p: p.name)
 def test_should_import_only_the_packs_own_modules_and_its_sdk(path: Path) -> None:
     tree = ast.parse(path.read_text())
@@ -36,6 +45,6 @@ def test_should_import_only_the_packs_own_modules_and_its_sdk(path: Path) -> Non
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                  and node.module}
-    assert imported <= set(sys.stdlib_module_names) | {p.stem for p in PACK_MODULES} | {"pulumi_policy"}
+    assert imported <= set(sys.stdlib_module_names) | {p.stem for p in PACK_MODULES} | set(REQUIREMENT_MODULES.values())
 
 

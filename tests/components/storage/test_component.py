@@ -2,6 +2,10 @@
 
 from typing import Any
 
+import cel
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+
 from components.storage.tiers import (
     COLD_CLASS,
     NVME_CLASS,
@@ -10,6 +14,8 @@ from components.storage.tiers import (
     mover_cronjob,
     nvme_storage_class,
     prefetch_daemonset,
+    team_isolation_binding,
+    team_isolation_policy,
     tier_facts,
 )
 from tests.builders import parse, with_changes
@@ -61,3 +67,47 @@ def test_should_report_all_three_tiers(prod: dict[str, Any]) -> None:
     assert facts["nvme"]["storage_class"] == NVME_CLASS
     assert facts["nfs_hot"]["storage_classes"] == ["nfs-hot-nlp-foundation", "nfs-hot-speech"]
     assert facts["ceph_cold"]["enabled"] is True
+
+
+def admits(site_values: dict[str, Any], obj: dict[str, Any], team: str = "speech") -> bool:
+    """The isolation policy's validations on `obj` in team's namespace, evaluated by a CEL engine."""
+    namespace = {"metadata": {"name": team, "labels": {"gpucluster.io/team": team}}}
+    return all(cel.evaluate(v["expression"], {"object": obj, "namespaceObject": namespace}) is True
+               for v in team_isolation_policy(parse(site_values))["spec"]["validations"])
+
+
+def claim(storage_class: str | None) -> dict[str, Any]:
+    spec = {} if storage_class is None else {"storageClassName": storage_class}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "spec": spec}
+
+
+def pod(*volumes: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "c"}], "volumes": list(volumes)}}
+
+
+@pytest.mark.parametrize(("obj", "admitted"), [
+    pytest.param(claim("nfs-hot-speech"), True, id="should admit a claim on the team's own hot class"),
+    pytest.param(claim("nfs-hot-vision"), False, id="should deny a claim on another team's hot class"),
+    pytest.param(claim("nvme-local"), True, id="should admit a claim on the local NVMe class"),
+    pytest.param(claim(None), True, id="should leave a claim without a class to the default"),
+    pytest.param(pod({"name": "v", "persistentVolumeClaim": {"claimName": "ckpt"}}), True,
+                 id="should admit a pod that mounts its claims"),
+    pytest.param(pod({"name": "v", "nfs": {"server": "nfs-hot-01", "path": "/exports/vision"}}), False,
+                 id="should deny a pod that mounts NFS itself"),
+    pytest.param(pod({"name": "v", "hostPath": {"path": "/mnt/ckpt-hot"}}), False,
+                 id="should deny a pod that mounts the node's hot-tier mounts"),
+    pytest.param(pod({"name": "v", "hostPath": {"path": "/"}}), False, id="should deny a pod that mounts /"),
+    pytest.param(pod({"name": "v", "hostPath": {"path": "/var/lib/gpucluster/model-cache/../../../../mnt"}}), False,
+                 id="should deny a path that climbs out of the cache"),
+    pytest.param(pod({"name": "v", "hostPath": {"path": "/var/lib/gpucluster/model-cache/llama"}}), True,
+                 id="should admit the node's model cache"),
+])
+def test_should_keep_a_team_to_its_own_storage(prod: dict[str, Any], obj: dict[str, Any], admitted: bool) -> None:
+    assert admits(prod, obj) is admitted
+
+
+def test_should_bind_the_isolation_policy_in_every_team_namespace_as_the_api_server_validates_it(
+        prod: dict[str, Any]) -> None:
+    for manifest in (team_isolation_policy(parse(prod)), team_isolation_binding()):
+        kubernetes_validate.validate(manifest, "1.30", strict=True)
+    assert team_isolation_binding()["spec"]["validationActions"] == ["Deny"]

@@ -100,6 +100,12 @@ def uncapped_team_queue(graph: ResourceGraph) -> None:
             flavor["resources"][-1].pop("borrowingLimit")
 
 
+def isolation_only_audited(graph: ResourceGraph) -> None:
+    binding = one(graph, "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    for spec in (binding.inputs["spec"], binding.outputs["spec"]):
+        spec["validationActions"] = ["Audit"]
+
+
 def orphan_gpu_node(graph: ResourceGraph) -> None:
     node = one(graph, "gpucluster:facility:GpuNode", "gpu-a800-01")
     node.parent = graph.stack_urn
@@ -134,6 +140,8 @@ MATRIX: list[Any] = [
     pytest.param(unmonitored_team_namespace, "serving-after-monitoring",
                  id="a team namespace not depending on monitoring"),
     pytest.param(uncapped_team_queue, "team-gpus-capped", id="a team queue with no GPU limit"),
+    pytest.param(isolation_only_audited, "team-storage-isolated",
+                 id="a team namespace that can claim another team's StorageClass"),
     pytest.param(lambda g: rack(g).update(cooling_type="air"), "dense-gpus-in-dense-racks",
                  id="A800 in an air-cooled rack"),
     pytest.param(lambda g: rack(g).update(cooling_capacity_kw=15), "rack-heat-within-cooling",

