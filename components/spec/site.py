@@ -33,7 +33,8 @@ def _no_dot_parts(path: str) -> str:
 
 
 class Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # Infinity and NaN pass every bound (and then break the pack's JSON or silence an alert): numbers are finite.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 class GpuModel(Spec):
@@ -195,9 +196,9 @@ class Storage(Spec):
 
 
 class Monitoring(Spec):
-    hot_retention_days: Annotated[int, Field(gt=0)] = defaults.HOT_RETENTION_DAYS
+    hot_retention_days: Annotated[int, Field(gt=0, le=3650)] = defaults.HOT_RETENTION_DAYS
     """days Prometheus keeps metrics locally."""
-    cold_retention_days: Annotated[int, Field(gt=0)] = defaults.COLD_RETENTION_DAYS
+    cold_retention_days: Annotated[int, Field(gt=0, le=36500)] = defaults.COLD_RETENTION_DAYS
     """days the cold tier keeps metrics."""
     gpu_util_low_pct: Percent = defaults.GPU_UTIL_LOW_PCT
     """% average utilization under which a GPU is a tuning opportunity."""
@@ -417,7 +418,8 @@ class Alerting(Spec):
     95 C in `nvidia-smi -q -d TEMPERATURE`)."""
     thermal_throttle_pct: Percent = defaults.THERMAL_THROTTLE_PCT
     """% of the last 10 minutes a GPU may spend clocked down for heat before a warning."""
-    xid_hardware: tuple[Annotated[int, Field(gt=0)], ...] = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+    xid_hardware: Annotated[tuple[Annotated[int, Field(gt=0)], ...], Field(min_length=1)] = (
+        48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
     """XIDs that mean the GPU, its memory, NVLink or GSP failed (NVIDIA XID catalog,
     docs.nvidia.com/deploy/xid-errors); any other XID is the application's (13, 31, 43, 45, ...)."""
     llm_prices: list[LlmPrice] = list(DEFAULT_LLM_PRICES)

@@ -168,15 +168,44 @@ def run_program(project_dir: Path, stack: str, config: StackConfig | None = None
     return ResourceGraph(config.project, stack, monitor.recorded())
 
 
+MAX_STACK_FILE_BYTES = 1 << 20
+"""A site's stack file is tens of kB; anything over 1 MiB is not one."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML as a stack file may be: no aliases (a few hundred bytes of them expand to gigabytes), no duplicate keys
+    (the last one would win without a word)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):  # type: ignore[no-untyped-call]
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.MarkedYAMLError(None, None, "aliases are not allowed in a stack file", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.MarkedYAMLError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        if path.stat().st_size > MAX_STACK_FILE_BYTES:
+            raise StackConfigError(f"{path.name}: {path.stat().st_size} bytes, over the {MAX_STACK_FILE_BYTES} a stack "
+                                   "file may have")
+        data = yaml.load(path.read_text(), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader, made stricter)
     except FileNotFoundError:
         raise StackConfigError(f"{path} does not exist") from None
     except yaml.YAMLError as err:
         raise StackConfigError(f"{path.name}: not valid YAML: {err}") from None
     if not isinstance(data, dict):
         raise StackConfigError(f"{path.name}: expected a mapping at the top level")
+    if not isinstance(data.get("config") or {}, dict):
+        raise StackConfigError(f"{path.name}: `config` must be a mapping of keys to values")
     return data
 
 

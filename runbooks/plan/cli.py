@@ -58,10 +58,19 @@ def plan(
     summary = planning.summarize(result)
     charts: ChartsOutcome | None = None
     if out_dir is not None:
-        summary.files = planning.write_plan(result.site, result.graph, out_dir)
-        with err.status("rendering the Helm releases"):
-            charts = _render_charts(result, out_dir, chart_mirror)
-        summary.files += charts.files
+        try:
+            planning.claim_out_dir(out_dir)
+            summary.files = planning.write_plan(result.site, result.graph, out_dir)
+            with err.status("rendering the Helm releases"):
+                charts = _render_charts(result, out_dir, chart_mirror)
+            summary.files += charts.files
+            planning.record_out_dir(out_dir, summary.files)
+        except planning.OutDirError as error:
+            err.print(f"[red]error:[/] {escape(str(error))}")
+            raise typer.Exit(ExitCode.INVALID) from None
+        except OSError as error:
+            err.print(f"[red]error:[/] cannot write the plan to {escape(str(out_dir))}: {escape(str(error))}")
+            raise typer.Exit(ExitCode.FAILED) from None
     _print_summary(summary, out_dir)
     out.print(f"policy pack: {len(summary.policies)} policies judged {len(result.graph.resources)} resources "
               f"in {result.policy_seconds:.2f} s")

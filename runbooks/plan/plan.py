@@ -6,7 +6,6 @@ not recomputed from the spec, so the plan shows what the engine and the policy p
 
 import json
 import re
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -228,12 +227,49 @@ def artifacts(site: Site) -> dict[str, str]:
     return files
 
 
+OUT_MANIFEST = ".gpuctl-plan"
+"""In an --out folder: every file the last plan wrote, one relative path per line; the next plan removes those."""
+
+
+class OutDirError(Exception):
+    """--out names a folder that holds files no plan wrote."""
+
+
+def claim_out_dir(out_dir: Path) -> None:
+    """Make --out a folder this plan may write: new, empty, or an earlier plan's, whose files (and only those, as
+    its manifest lists them; no link followed) are removed."""
+    if not out_dir.exists():
+        out_dir.mkdir(parents=True)
+        return
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        raise OutDirError(f"--out {out_dir}: not a folder")
+    manifest = out_dir / OUT_MANIFEST
+    if not manifest.is_file():
+        if any(out_dir.iterdir()):
+            raise OutDirError(f"--out {out_dir}: holds files no plan wrote (no {OUT_MANIFEST}); give a new or empty "
+                              "folder")
+        return
+    for line in manifest.read_text().splitlines():
+        relative = Path(line)
+        if not line or relative.is_absolute() or ".." in relative.parts:
+            raise OutDirError(f"--out {out_dir}: {OUT_MANIFEST} lists {line!r}, which is no file of a plan")
+        path = out_dir / relative
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        for parent in relative.parents:
+            if parent != Path() and (out_dir / parent).is_dir() and not any((out_dir / parent).iterdir()):
+                (out_dir / parent).rmdir()
+    manifest.unlink()
+
+
+def record_out_dir(out_dir: Path, files: list[Path]) -> None:
+    (out_dir / OUT_MANIFEST).write_text("".join(f"{path.relative_to(out_dir).as_posix()}\n" for path in files))
+
+
 def write_plan(site: Site, graph: ResourceGraph, out_dir: Path) -> list[Path]:
     """One YAML file per Kubernetes object, one JSON file per other resource, and the generated
-    configuration files; stale files from an earlier plan are removed."""
+    configuration files, into a folder `claim_out_dir` made ready."""
     generated = artifacts(site)
-    for sub in ("kubernetes", "resources", *{path.split("/")[0] for path in generated}):
-        shutil.rmtree(out_dir / sub, ignore_errors=True)
     written = []
     for relative, text in generated.items():
         path = out_dir / relative

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from runbooks.cli import app
 from runbooks.offline.engine import run_program
-from runbooks.plan.plan import artifacts
+from runbooks.plan.plan import OUT_MANIFEST, artifacts
 from tests.builders import REPO, copy_project, parse, prod_values
 
 GPUCTL = REPO / ".venv" / "bin" / "gpuctl"
@@ -28,8 +28,9 @@ def test_should_plan_the_prod_site_with_the_installed_console_script(tmp_path: P
     graph = run_program(REPO, "prod")
     expected = len(graph.resources) - 1 + len(artifacts(parse(prod_values())))  # all but the Stack, and configs
     assert f"wrote {expected} files" in result.stdout
-    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name != OUT_MANIFEST)
     assert len(files) == expected
+    assert sorted((out / OUT_MANIFEST).read_text().split()) == files
     patch = yaml.safe_load((out / "kubernetes" / "NodePatch--gpu-a800-01-admission.yaml").read_text())
     assert (patch["apiVersion"], patch["kind"], patch["metadata"]["name"]) == ("v1", "Node", "gpu-a800-01")
     rack = json.loads((out / "resources" / "gpucluster-facility-Rack--a01.json").read_text())
@@ -40,12 +41,29 @@ def test_should_plan_the_prod_site_with_the_installed_console_script(tmp_path: P
 
 def test_should_replace_stale_files_on_a_second_plan(tmp_path: Path) -> None:
     out = tmp_path / "plan"
+    assert CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(out)]).exit_code == 0
+    # A file the earlier plan wrote (its manifest says so) that this one no longer writes.
     stale = out / "resources" / "gone.json"
-    stale.parent.mkdir(parents=True)
     stale.write_text("{}")
+    with (out / OUT_MANIFEST).open("a") as manifest:
+        manifest.write("resources/gone.json\n")
     result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert not stale.exists()
+    assert "resources/gone.json" not in (out / OUT_MANIFEST).read_text()
+
+
+@pytest.mark.parametrize("foreign", ["slurm/slurm.conf", "kubernetes/keep.yaml", "notes.txt"])
+def test_should_refuse_a_folder_holding_files_no_plan_wrote_and_touch_nothing(tmp_path: Path, foreign: str) -> None:
+    # As root, `--out /etc` would otherwise have removed /etc/slurm.
+    out = tmp_path / "etc"
+    (out / foreign).parent.mkdir(parents=True, exist_ok=True)
+    (out / foreign).write_text("mine")
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "holds files no plan wrote" in result.output
+    assert (out / foreign).read_text() == "mine" and sorted(p.name for p in out.rglob("*") if p.is_file()) == [
+        Path(foreign).name]
 
 
 def _over_budget(config: dict[str, Any]) -> None:
@@ -84,6 +102,26 @@ def _team_named(name: str) -> Any:
     return change
 
 
+def _rack(field: str, value: Any) -> Any:
+    def change(config: dict[str, Any]) -> None:
+        config["gpu-cluster:racks"][0][field] = value
+    return change
+
+
+# Numbers that pass every bound but break what reads them (issue 21, case 13).
+NON_FINITE = [
+    pytest.param(_rack("power_budget_kw", float("inf")), "racks[0].power_budget_kw: Input should be a finite number",
+                 id="an infinite power budget"),
+    pytest.param(_set("alerting.hbm_temp_incident_c", float("inf")),
+                 "alerting.hbm_temp_incident_c: Input should be a finite number",
+                 id="an infinite HBM temperature, which would silence its alert"),
+    pytest.param(_set("alerting.xid_hardware", []), "alerting.xid_hardware: Tuple should have at least 1 item",
+                 id="no hardware XIDs, which would silence their alert"),
+    pytest.param(_set("monitoring.hot_retention_days", 106752),
+                 "monitoring.hot_retention_days: Input should be less than or equal to 3650",
+                 id="a retention Prometheus cannot hold"),
+]
+
 # What a spec value could smuggle into a file, a command or a name (issue 21, cases 8-10): refused at the schema.
 INJECTIONS = [
     pytest.param(_set("slurm.controller_host", "ctl\nPrologSlurmctld=/srv/evil.sh"),
@@ -115,6 +153,7 @@ INJECTIONS = [
         pytest.param(_unknown_key, "racks[0].colour: unknown key", id="unknown key"),
         pytest.param(_no_stack_file, "required key is missing", id="empty stack file"),
         *INJECTIONS,
+        *NON_FINITE,
     ],
 )
 def test_should_exit_2_naming_the_field(tmp_path: Path, change: Any, message: str) -> None:
@@ -124,6 +163,22 @@ def test_should_exit_2_naming_the_field(tmp_path: Path, change: Any, message: st
     assert result.exit_code == 2
     assert message in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    pytest.param("config:\n  gpu-cluster:stage: canary\n  gpu-cluster:stage: full\n",
+                 "duplicate key 'gpu-cluster:stage'", id="a duplicate key, which would silently onboard every team"),
+    pytest.param("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                 "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nconfig: {}\n", "aliases are not allowed in a stack file",
+                 id="an alias bomb"),
+    pytest.param("config: [a, b]\n", "`config` must be a mapping of keys to values", id="a config that is a list"),
+])
+def test_should_exit_2_on_a_stack_file_no_site_should_have(tmp_path: Path, text: str, message: str) -> None:
+    project = copy_project(tmp_path)
+    (project / "Pulumi.prod.yaml").write_text(text)
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(tmp_path / "plan")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
 
 
 def test_should_exit_2_on_a_missing_stack(tmp_path: Path) -> None:
