@@ -61,7 +61,8 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         "kubernetes:scheduling.k8s.io/v1:PriorityClass": 4,  # inference, production, staging, dev
         "kubernetes:kueue.x-k8s.io/v1beta1:ResourceFlavor": 3,  # A800 and RTX 4090 on kubernetes, A800 on flex
         "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue": 4,  # one per pool Kubernetes uses, one per team
-        "kubernetes:core/v1:ResourceQuota": 2, "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue": 2,  # per team
+        # per team: its GPU quota and zero pods of the classes teams may not use; its LocalQueue
+        "kubernetes:core/v1:ResourceQuota": 2 * 2, "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue": 2,
         # each team on its own storage, enforced by the API server
         "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": 1,
         "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": 1,
@@ -185,10 +186,12 @@ def test_should_onboard_exactly_the_stages_teams(stages: dict[str, ResourceGraph
                 if "gpucluster.io/team" in (r.inputs["metadata"].get("labels") or {})]
     assert sorted(labelled) == sorted(teams)
     kinds = Counter(r.type for r in team_resources(graph).values())
-    assert kinds == dict.fromkeys([TEAM_TYPE, "kubernetes:core/v1:Namespace", "kubernetes:core/v1:ResourceQuota",
-                                   "kubernetes:storage.k8s.io/v1:StorageClass",
-                                   "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue",
-                                   "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue"], len(teams))
+    assert kinds == {**dict.fromkeys([TEAM_TYPE, "kubernetes:core/v1:Namespace",
+                                      "kubernetes:storage.k8s.io/v1:StorageClass",
+                                      "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue",
+                                      "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue"], len(teams)),
+                     # the GPU quota, and zero pods of the PriorityClasses teams may not use
+                     "kubernetes:core/v1:ResourceQuota": 2 * len(teams)}
     (slurm,) = graph.of_type(SLURM_TYPE)
     (accounting,) = [r for r in graph.resources.values() if r.name == "prod-slurm-accounting"]
     assert f"add account {','.join(teams)} " in accounting.inputs["create"]

@@ -108,9 +108,6 @@ def _names(classes: list[SchedulingClass]) -> Iterator[Problem]:
         if c.kubernetes_priority is not None and "_" in c.name:
             yield Problem(f"{PATH}[{i}].name", f'"{c.name}" cannot name a PriorityClass (no "_" in Kubernetes '
                           "names); drop kubernetes_priority or rename it", RULE)
-        if c.kubernetes_priority is not None and not c.for_teams:
-            yield Problem(f"{PATH}[{i}].for_teams", f"{c.name} is a Kubernetes class; Kubernetes cannot keep a "
-                          "PriorityClass from team namespaces, so operators-only classes are Slurm only", RULE)
 
 
 def _orders(classes: list[SchedulingClass]) -> Iterator[Problem]:

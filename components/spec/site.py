@@ -239,7 +239,8 @@ class SchedulingClass(Spec):
     preemptible: bool = True
     """False: nothing may preempt it (no class may list it in `preempts`)."""
     for_teams: bool = True
-    """Whether team accounts may use it; False keeps it to the operators (Slurm only)."""
+    """Whether teams may use it: False keeps it out of team Slurm accounts and, by a quota of zero pods of the class,
+    out of team namespaces, so no team can walk around the preemption table."""
     description: str = ""
     """What the class is for; becomes the PriorityClass description."""
 
@@ -251,7 +252,8 @@ DEFAULT_CLASSES = (
     SchedulingClass(name="inference", workload=Workload.INFERENCE, kubernetes_priority=defaults.PRIORITY_INFERENCE,
                     slurm_priority=defaults.QOS_INFERENCE,
                     preempts=["production", "staging", "dev", "train_preemptible"],
-                    preemptible=False, description="Online inference: preempts batch work at a peak, never preempted."),
+                    preemptible=False, for_teams=False,
+                    description="Online inference: preempts batch work at a peak, never preempted."),
     SchedulingClass(name="production", workload=Workload.TRAINING, kubernetes_priority=defaults.PRIORITY_PRODUCTION,
                     preempts=["staging", "dev"], description="Production batch and short jobs on Kubernetes."),
     SchedulingClass(name="staging", workload=Workload.TRAINING, kubernetes_priority=defaults.PRIORITY_STAGING,

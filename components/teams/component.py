@@ -14,6 +14,7 @@ from components.teams.plan import (
     TeamPlan,
     namespace_manifest,
     nfs_storage_class,
+    reserved_priority_quota_manifest,
     resource_quota_manifest,
     team_facts,
 )
@@ -30,6 +31,10 @@ class Team(pulumi.ComponentResource):
         in_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         kubernetes.core.v1.ResourceQuota(f"{name}-gpu-quota", **fields(resource_quota_manifest(plan)),
                                          opts=in_namespace)
+        if plan.reserved_classes:
+            kubernetes.core.v1.ResourceQuota(
+                f"{name}-reserved-priority", **fields(reserved_priority_quota_manifest(plan)),
+                opts=in_namespace)
         caps = kubernetes.apiextensions.CustomResource(
             f"{name}-cluster-queue", **custom(plan.cluster_queue),
             opts=pulumi.ResourceOptions(parent=self))

@@ -19,7 +19,7 @@ from components.scheduling.kueue import (
     team_cluster_queue_name,
     team_flavors,
 )
-from components.scheduling.preemption import team_qos
+from components.scheduling.preemption import priority_classes, team_qos
 from components.spec.problems import Problem
 from components.spec.rules import dangling
 from components.spec.site import Site, Team
@@ -66,6 +66,8 @@ class TeamPlan:
     """The team's Kueue ClusterQueue, which holds it to gpu_quota per flavor and lends its guarantee."""
     local_queue: dict[str, Any]
     """The team namespace's LocalQueue `default`, submitting to cluster_queue."""
+    reserved_classes: list[str]
+    """PriorityClasses the team may not use."""
 
     @property
     def name(self) -> str:
@@ -87,6 +89,8 @@ def team_plans(site: Site) -> list[TeamPlan]:
     shares = {s.team: s for s in team_shares(site)}
     names = [f.name for f in team_flavors(site)]
     qos = team_qos(site)
+    reserved = [pc.name for pc in priority_classes(site) if pc.name in {c.name for c in site.scheduling.classes
+                                                                         if not c.for_teams}]
     plans = []
     for team in site.teams_onboarded():
         quota = {name: team.gpu_quota_on(name) for name in names}
@@ -95,6 +99,7 @@ def team_plans(site: Site) -> list[TeamPlan]:
             team=team, gpu_quota=quota, gpu_guaranteed=guaranteed, share=shares[team.name],
             slurm=SlurmAccount(team.name, team.fairshare, qos, site.scheduling.team_default_class),
             cluster_queue=team_cluster_queue(site, team.name, quota, guaranteed), local_queue=local_queue(team.name),
+            reserved_classes=reserved,
         ))
     return plans
 
@@ -112,6 +117,23 @@ def resource_quota_manifest(plan: TeamPlan) -> dict[str, Any]:
         "kind": "ResourceQuota",
         "metadata": {"name": GPU_QUOTA, "namespace": plan.name, "labels": {TEAM_LABEL: plan.name}},
         "spec": {"hard": {"requests.nvidia.com/gpu": str(sum(plan.gpu_quota.values()))}},
+    }
+
+
+RESERVED_PRIORITY_QUOTA = "reserved-priority-classes"
+
+
+def reserved_priority_quota_manifest(plan: TeamPlan) -> dict[str, Any]:
+    """No pod of a class teams may not use (scheduling.classes[].for_teams false, the inference class by default) in
+    the team's namespace: a quota of zero pods scoped to those PriorityClasses (Kubernetes "Resource Quota per
+    PriorityClass"), enforced by the API server at admission."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": RESERVED_PRIORITY_QUOTA, "namespace": plan.name, "labels": {TEAM_LABEL: plan.name}},
+        "spec": {"hard": {"pods": "0"},
+                 "scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In",
+                                                         "values": plan.reserved_classes}]}},
     }
 
 

@@ -72,10 +72,6 @@ P = "scheduling.classes"
         pytest.param({"idle": {"workload": "training"}},
                      [f"{P}[8]: idle has neither kubernetes_priority nor slurm_priority"],
                      id="rejects a class on no scheduler"),
-        pytest.param({"inference": {"for_teams": False}},
-                     [f"{P}[1].for_teams: inference is a Kubernetes class; Kubernetes cannot keep a PriorityClass "
-                      "from team namespaces, so operators-only classes are Slurm only"],
-                     id="rejects an operators-only Kubernetes class"),
     ],
 )
 def test_should_deny_an_inconsistent_table(prod: dict[str, Any], rows: dict[str, Any], expected: list[str]) -> None:
@@ -95,7 +91,7 @@ def test_should_deny_a_training_class_ranked_above_inference_on_kubernetes(prod:
 def test_should_deny_a_team_default_closed_to_teams(prod: dict[str, Any]) -> None:
     assert problems(with_changes(prod, scheduling={"team_default_class": "critical"})) == [
         'scheduling.team_default_class: no Slurm class open to teams is named "critical" (open to teams: '
-        "inference, train_high, train_normal, train_preemptible)"]
+        "train_high, train_normal, train_preemptible)"]
 
 
 # --- property: whatever table passes the check is one strict total order that both schedulers agree on ----------

@@ -164,12 +164,13 @@ def test_should_make_accounts_only_for_onboarded_teams(prod: dict[str, Any], sta
     assert accounts(parse(with_changes(prod, stage=stage))) == teams
 
 
-def test_should_grant_teams_every_qos_but_critical(prod: dict[str, Any]) -> None:
+def test_should_grant_teams_the_training_qos_only(prod: dict[str, Any]) -> None:
     grants = [c for c in render_accounting_commands(parse(prod)) if c[2:4] == ["modify", "account"]]
     team = dict(arg.split("=", 1) for arg in grants[0][grants[0].index("set") + 1:])
     root = dict(arg.split("=", 1) for arg in grants[-1][grants[-1].index("set") + 1:])
-    assert team == {"qos": "inference,train_high,train_normal,train_preemptible", "defaultqos": "train_normal"}
-    assert "name=root" in grants[-1] and root["qos"].startswith("critical,")
+    # inference and critical are the operators' (root's): a team's training cannot take their priority.
+    assert team == {"qos": "train_high,train_normal,train_preemptible", "defaultqos": "train_normal"}
+    assert "name=root" in grants[-1] and root["qos"].startswith("critical,inference,")
 
 
 def test_should_set_each_teams_fairshare_from_the_spec(prod: dict[str, Any]) -> None:

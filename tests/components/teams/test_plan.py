@@ -2,10 +2,12 @@
 
 from typing import Any
 
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
 from components.teams.plan import (
     nfs_storage_class,
+    reserved_priority_quota_manifest,
     resource_quota_manifest,
     team_facts,
     team_plans,
@@ -69,5 +71,14 @@ def test_should_record_the_existing_dashboard_route_and_account(prod: dict[str, 
     assert facts["grafana"] == {"folder": "gpu-teams", "dashboard": "team-usage", "variable": "team=nlp-foundation"}
     assert facts["alert_route"] == {"receiver": "slack-team-nlp-foundation", "channel": "#team-nlp-foundation"}
     assert facts["slurm_account"] == {"name": "nlp-foundation", "fairshare": 1, "default_qos": "train_normal",
-                                      "qos": ["inference", "train_high", "train_normal", "train_preemptible"]}
+                                      "qos": ["train_high", "train_normal", "train_preemptible"]}
 
+
+
+def test_should_keep_team_namespaces_out_of_the_classes_teams_may_not_use(prod: dict[str, Any]) -> None:
+    plan = team_plans(parse(prod))[0]
+    quota = reserved_priority_quota_manifest(plan)
+    assert quota["spec"] == {"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["inference"]}]}}
+    assert quota["metadata"]["namespace"] == plan.name
+    kubernetes_validate.validate(quota, "1.30", strict=True)
