@@ -25,6 +25,7 @@ import pytest
 from hosts import CHECKPOINT_MOVER
 from hosts import checkpoint_mover as tiering
 from hosts.checkpoint_mover import ErrorKind, TieringSettings
+from tests.harness.figures import FIGURES
 
 ATTACKER = 65534
 """nobody/nogroup on Debian: a team member with no privilege."""
@@ -194,8 +195,8 @@ def test_should_never_delete_another_teams_data_through_a_swapped_directory(aren
             struck += attacker.stop()
         succeeded += len(list(victim.iterdir())) < 4
         assert {**contents(cold), **contents(hot)}.items() >= originals.items(), f"round {round_}: data lost"
-    print(f"delete through swapped directories: the member struck mid-delete in {struck} of {ROUNDS} rounds, "
-          f"{succeeded} deleted team b's files")
+    FIGURES.append(f"delete through swapped directories: the member struck mid-delete in {struck} of {ROUNDS} "
+                   f"rounds, {succeeded} deleted team b's files")
     assert succeeded == 0 and struck > 0
 
 
@@ -231,8 +232,8 @@ def test_should_never_copy_a_file_the_member_cannot_read_into_the_archive(arena:
         finally:
             struck += attacker.stop()
         succeeded += any(SECRET in data for data in contents(cold).values())
-    print(f"copy through a swapped file: the member struck mid-copy in {struck} of {ROUNDS} rounds, {succeeded} put "
-          "the root-only file in the archive")
+    FIGURES.append(f"copy through a swapped file: the member struck mid-copy in {struck} of {ROUNDS} rounds, "
+                   f"{succeeded} put the root-only file in the archive")
     assert succeeded == 0 and struck > 0
 
 
@@ -325,8 +326,8 @@ def test_should_end_and_copy_nothing_endless_when_a_shard_is_swapped(arena: Path
         finally:
             struck += attacker.stop()
         oversized += any(len(data) > SHARD for data in contents(cold).values())
-    print(f"endless shard: the member struck mid-copy in {struck} of {runs} mover runs; {hung} hung, {oversized} "
-          "copied more than the shard")
+    FIGURES.append(f"endless shard: the member struck mid-copy in {struck} of {runs} mover runs; {hung} hung, "
+                   f"{oversized} copied more than the shard")
     assert (hung, oversized) == (0, 0) and struck > 0
 
 
@@ -355,5 +356,6 @@ def test_should_never_delete_a_shard_a_slow_rank_writes_late(arena: Path) -> Non
             struck += attacker.stop()
         if written.exists():
             lost += {**contents(cold), **contents(hot)}.get("late-0.pt") != b"late" * 64
-    print(f"late shards: written as the copy was renamed into place in {struck} of {ROUNDS} rounds, {lost} lost")
+    FIGURES.append(f"late shards: written as the copy was renamed into place in {struck} of {ROUNDS} rounds, "
+                   f"{lost} lost")
     assert lost == 0 and struck > 0
