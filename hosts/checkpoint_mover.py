@@ -189,6 +189,13 @@ class TieringReport:
     def error_count(self) -> int:
         return sum(self.errors.values())
 
+    def failed(self, where: Path, error: BaseException, outcome: str) -> bool:
+        """Count an error and say what became of `where`; whether it means the cold tier is full."""
+        kind = classify(error)
+        self.errors[kind] += 1
+        progress(f"{where}: error ({kind}), {outcome}: {error}")
+        return kind is ErrorKind.COLD_FULL
+
 
 def progress(message: str) -> None:
     print(f"checkpoint-tiering: {message}", file=sys.stderr, flush=True)
@@ -225,6 +232,16 @@ def open_same(name: str, dir_fd: int, entry: Entry, flags: int) -> int:
         os.close(fd)
         raise SourceChangedError(f"{entry.relative or name}: replaced on hot since the scan")
     return fd
+
+
+def open_dir_unless_swapped(name: str, dir_fd: int) -> int | None:
+    """The directory `name` opened without following it, or None when it is no longer a directory there."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno not in SWAPPED_ERRNOS:
+            raise
+        return None
 
 
 def visible_names(dir_fd: int) -> list[str]:
@@ -593,11 +610,8 @@ def _remove_known(dir_fd: int, relative: str, known: dict[str, tuple[int, int, i
             if path not in known:
                 left.append(path)
                 continue
-            try:
-                sub = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
-            except OSError as error:
-                if error.errno not in SWAPPED_ERRNOS:
-                    raise
+            sub = open_dir_unless_swapped(name, dir_fd)
+            if sub is None:
                 left.append(path)
                 continue
             with fd_of(sub):
@@ -625,12 +639,10 @@ def remove_all(parent_fd: int, name: str) -> None:
     if not stat.S_ISDIR(info.st_mode):
         os.unlink(name, dir_fd=parent_fd)
         return
-    try:
-        fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
-    except OSError as error:
-        if error.errno not in SWAPPED_ERRNOS:
-            raise
-        os.unlink(name, dir_fd=parent_fd)  # swapped for a symlink since the stat: the link goes
+    fd = open_dir_unless_swapped(name, parent_fd)
+    if fd is None:
+        with suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=parent_fd)  # swapped for a symlink since the stat: the link goes
         return
     with fd_of(fd):
         for entry in os.listdir(fd):
@@ -789,10 +801,7 @@ def run_tiering(settings: TieringSettings, now: float | None = None) -> TieringR
                     cold_full = move_run(settings, hot_run_fd, cold_run_fd, relative, now, pool, budget, report,
                                          cold_full)
             except OSError as error:
-                kind = classify(error)
-                report.errors[kind] += 1
-                cold_full = cold_full or kind is ErrorKind.COLD_FULL
-                progress(f"{relative}: error ({kind}), run skipped: {error}")
+                cold_full = report.failed(relative, error, "run skipped") or cold_full
     return report
 
 
@@ -817,10 +826,7 @@ def move_run(settings: TieringSettings, hot_run_fd: int, cold_run_fd: int | None
         try:
             move_checkpoint(hot_run_fd, cold_run_fd, checkpoint, pool, settings, budget, report)
         except MOVE_ERRORS as error:
-            kind = classify(error)
-            report.errors[kind] += 1
-            cold_full = cold_full or kind is ErrorKind.COLD_FULL
-            progress(f"{checkpoint.relative}: error ({kind}), left on hot: {error}")
+            cold_full = report.failed(checkpoint.relative, error, "left on hot") or cold_full
     return cold_full
 
 
