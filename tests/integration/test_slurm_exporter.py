@@ -206,7 +206,13 @@ class TestOnRealSlurm:
                             "--format=%A").stdout.split()
         assert len(running) == 1
         account = f'slurm_job_account{{slurmjobid="{running[0]}",account="speech"}}'
-        wait_for("the running job's account", lambda: account in scrape(exporter_url), timeout_s=10)
+
+        def both_seen() -> bool:
+            # The starts reach the histogram once sacct has them, a poll or two after squeue shows the job.
+            text = scrape(exporter_url)
+            return account in text and "slurm_job_queue_wait_seconds_count{" in text
+
+        wait_for("the running job's account and the starts' waits", both_seen, timeout_s=20)
         # What gpuctl plan takes for the exporter's metrics is exactly what it serves.
         served = {m.split("{")[0].split()[0] for m in scrape(exporter_url).splitlines() if not m.startswith("#")}
         assert served == set(METRICS)
