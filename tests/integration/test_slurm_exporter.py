@@ -1,13 +1,15 @@
 """The Slurm exporter: parsing, counting each job start once, the exposition format (promtool), and real Slurm."""
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -147,13 +149,17 @@ def _answers(url: str) -> bool:
         return False
 
 
-def make_a_job_wait(slurm: Cluster, node: str, qos: str, seconds: float) -> None:
-    """Two whole-node jobs on one node: the first starts at once, the second waits `seconds` for it to go."""
+def make_a_job_wait(slurm: Cluster, node: str, qos: str, seconds: float,
+                    first_seen: Callable[[], bool] | None = None) -> None:
+    """Two whole-node jobs on one node: the first starts at once, the second waits `seconds` for it to go (and, if
+    given, until `first_seen` says the first start is where the test looks for it)."""
     gpus = ("-A", "speech", f"--qos={qos}", "-w", node, "-p", "a800-train", "--gres=gpu:a800:8", "--wrap=sleep 300")
     blocker = slurm.sbatch(*gpus)
     slurm.wait_state(blocker, "RUNNING")
     waiter = slurm.sbatch(*gpus)
     time.sleep(seconds)
+    if first_seen is not None:
+        wait_for("the first start to be seen", first_seen, timeout_s=30, interval_s=0.5)
     slurm.run("scancel", blocker)
     slurm.wait_state(waiter, "RUNNING")
 
@@ -184,8 +190,16 @@ class TestOnRealSlurm:
         prometheus = PrometheusServer(tmp_path, [scrape])
         try:
             prometheus.wait_ready()
-            time.sleep(2)  # a first scrape before any job starts, so rate() sees the increase
-            make_a_job_wait(slurm, "gpu-a800-05", "train_high", 3)
+            # rate() sees an increase only between two scrapes of one series: the second start must come after
+            # Prometheus has scraped the first (under load sacct can report both starts in one poll otherwise).
+            first = 'slurm_job_queue_wait_seconds_count{partition="a800-train",qos="train_high"} 1'
+
+            def first_scraped() -> bool:
+                query = urllib.parse.urlencode({"query": first.replace(" 1", " == 1")})
+                with urllib.request.urlopen(f"{prometheus.url}/api/v1/query?{query}", timeout=5) as response:
+                    return bool(json.load(response)["data"]["result"])
+
+            make_a_job_wait(slurm, "gpu-a800-05", "train_high", 3, first_seen=first_scraped)
             gates = PrometheusGates(prometheus.url, site.rollout.gates, window_minutes=0.5)
             queue: list[GateResult] = []
 
