@@ -505,9 +505,7 @@ def copy_checkpoint(hot_run_fd: int, cold_run_fd: int, name: str, entries: Seque
     try:
         if stat.S_ISDIR(root.info.st_mode):
             os.mkdir(partial_name, 0o700, dir_fd=cold_run_fd)
-            with opened(name, hot_run_fd) as src, opened(partial_name, cold_run_fd) as dst:
-                if os.fstat(src).st_ino != root.info.st_ino:
-                    raise SourceChangedError(f"{name}: replaced on hot since the scan")
+            with fd_of(open_same(name, hot_run_fd, root, DIR_FLAGS)) as src, opened(partial_name, cold_run_fd) as dst:
                 if os.fstat(dst).st_uid != os.geteuid():
                     raise SourceChangedError(f"{partial_name}: replaced on cold while it was made")
                 copied = copy_tree(src, dst, entries, pool)
