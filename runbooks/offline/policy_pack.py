@@ -79,6 +79,8 @@ class PolicyResult:
 def check_policies(graph: ResourceGraph, config: dict[str, Any] | None = None,
                    policy_dir: Path = POLICY_DIR) -> list[PolicyResult]:
     """Every policy in the pack, judged on the graph, with `config` in the `--policy-pack-config` JSON form."""
+    if config is not None and not isinstance(config, dict):
+        raise PolicyConfigError(f"policy config must be a JSON object of policy names, got {type(config).__name__}")
     with _serve(policy_dir, graph) as stub:
         info = stub.GetAnalyzerInfo(empty_pb2.Empty())
         levels = _levels(info, config or {})

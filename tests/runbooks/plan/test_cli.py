@@ -218,9 +218,11 @@ def test_should_write_configs_their_consumers_accept(tmp_path: Path, tool: str, 
                      "metrics-hot-retention (mandatory)", id="exits 3 when a tightened mandatory policy fails"),
         pytest.param({"metrics-hot-retention": {"enforcementLevel": "advisory", "min_days": 45}}, 0,
                      "metrics-hot-retention (advisory)", id="only reports an advisory violation"),
+        pytest.param([1, 2], 2, "policy config must be a JSON object of policy names, got list",
+                     id="exits 2 on a config that is no JSON object"),
     ],
 )
-def test_should_judge_the_plan_with_the_stacks_policy_config(tmp_path: Path, config: dict[str, Any], exit_code: int,
+def test_should_judge_the_plan_with_the_stacks_policy_config(tmp_path: Path, config: Any, exit_code: int,
                                                              message: str) -> None:
     config_file = tmp_path / "policy-config.json"
     config_file.write_text(json.dumps(config))
