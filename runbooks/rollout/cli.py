@@ -177,13 +177,27 @@ def request(
     out.print(f"{rollout.id}: awaiting approval in {rollout.channel} (plan {rollout.plan_digest})", highlight=False)
 
 
+def _listen_address(value: str) -> str:
+    """host:port, the port a number from 1 to 65535 (an IPv6 host in brackets)."""
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise typer.BadParameter(f"{value!r} is not host:port with a port from 1 to 65535")
+    return value
+
+
+def _said(value: str) -> str:
+    """A name or a reason the audit log keeps: not empty, one line."""
+    if not value.strip() or "\n" in value or "\r" in value:
+        raise typer.BadParameter("must be one non-empty line: the audit log records it")
+    return value
+
+
 @app.command()
 def wait(
     ctx: typer.Context,
     timeout_s: Annotated[float, typer.Option("--timeout", help="seconds to wait for the decision.")] = 3600,
-    listen: Annotated[str, typer.Option(help="host:port for the HTTP receiver (behind the TLS ingress).")] = (
-        "127.0.0.1:3000"
-    ),
+    listen: Annotated[str, typer.Option(help="host:port for the HTTP receiver (behind the TLS ingress).",
+                                        callback=_listen_address)] = "127.0.0.1:3000",
 ) -> None:
     """Receive Approve/Reject clicks (Socket Mode or HTTP, per slack.receiver) until the request is decided."""
     runbook, site = _runbook(ctx)
@@ -202,7 +216,11 @@ def wait(
             err.print("[red]error:[/] SLACK_SIGNING_SECRET is not set (the HTTP receiver verifies every request)")
             raise typer.Exit(ExitCode.INVALID)
         host, _, port = listen.rpartition(":")
-        receiver = HttpReceiver(secret, inbox, runbook.store, runbook.audit, host, int(port))
+        try:
+            receiver = HttpReceiver(secret, inbox, runbook.store, runbook.audit, host.strip("[]"), int(port))
+        except OSError as error:
+            err.print(f"[red]error:[/] cannot listen on {escape(listen)}: {escape(str(error))}")
+            raise typer.Exit(ExitCode.FAILED) from None
         err.print(f"listening on {receiver.url}")
     rollout = _outcome(lambda: runbook.wait(receiver, timeout_s))
     out.print(f"{rollout.id}: {rollout.state.value}", highlight=False)
@@ -226,8 +244,9 @@ def apply(ctx: typer.Context) -> None:
 def rollback(
     ctx: typer.Context,
     to: Annotated[str, typer.Option("--to", help="The earlier stage to go back to.")],
-    operator: Annotated[str, typer.Option(help="Who is breaking the glass (recorded in the audit log).")],
-    reason: Annotated[str, typer.Option(help="Why (recorded in the audit log).")],
+    operator: Annotated[str, typer.Option(help="Who is breaking the glass (recorded in the audit log).",
+                                          callback=_said)],
+    reason: Annotated[str, typer.Option(help="Why (recorded in the audit log).", callback=_said)],
 ) -> None:
     """Break-glass: deploy an earlier stage now, without Slack; audited."""
     runbook, _ = _runbook(ctx, slack_required=False)

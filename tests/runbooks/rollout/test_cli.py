@@ -1,5 +1,6 @@
 """`gpuctl rollout` through Typer: request, status while approvals come in, break-glass rollback without Slack."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,23 @@ def test_should_refuse_clearly_without_the_pulumi_cli(tmp_path: Path, monkeypatc
     assert result.exit_code == 2
     assert "the Pulumi CLI (`pulumi`) is not on PATH" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    pytest.param(["rollback", "--to", "canary", "--operator", "", "--reason", "drill"],
+                 "must be one non-empty line", id="an empty operator"),
+    pytest.param(["rollback", "--to", "canary", "--operator", "alice", "--reason", "  "],
+                 "must be one non-empty line", id="a blank reason"),
+    pytest.param(["rollback", "--to", "canary", "--operator", "alice\nbob", "--reason", "drill"],
+                 "must be one non-empty line", id="an operator over two lines"),
+    pytest.param(["wait", "--listen", "garbage"], "'garbage' is not host:port", id="a listen address with no port"),
+    pytest.param(["wait", "--listen", "127.0.0.1:99999"], "is not host:port with a port from 1 to 65535",
+                 id="a port out of range"),
+])
+def test_should_refuse_bad_arguments_with_exit_2_and_no_traceback(gpuctl: Harness, args: list[str],
+                                                                   message: str) -> None:
+    code, text = run(gpuctl, *args)
+    assert code == 2, text
+    assert message in re.sub(r"[│\s]+", " ", text) and "Traceback" not in text  # Rich wraps it in a box
+    assert not (gpuctl.state_dir / "audit.jsonl").exists() or "rollback" not in (
+        gpuctl.state_dir / "audit.jsonl").read_text()
