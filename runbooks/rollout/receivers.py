@@ -105,22 +105,30 @@ class HttpReceiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                length = int(self.headers.get("Content-Length") or 0)
-                if self.path != INTERACTIONS_PATH or length > MAX_BODY_BYTES:
-                    self.send_error(404 if self.path != INTERACTIONS_PATH else 413)
+                if self.path != INTERACTIONS_PATH:
+                    self.send_error(404)
                     return
-                body = self.rfile.read(length)
-                payload = _payload(body)
+                declared = self.headers.get("Content-Length") or ""
+                # Digits only: int() would take "-1" (read to the end of the stream) or raise on "abc".
+                if not declared.isascii() or not declared.isdigit():
+                    self.send_error(400, "Content-Length must be a number of bytes")
+                    return
+                if int(declared) > MAX_BODY_BYTES:
+                    self.send_error(413)
+                    return
+                body = self.rfile.read(int(declared))
                 refusal = receiver.refusal(body, self.headers.get("X-Slack-Request-Timestamp", ""),
                                            self.headers.get("X-Slack-Signature", ""))
                 if refusal is not None:
+                    # Nothing the sender wrote reaches the audit log unverified: its size and a digest only.
                     receiver.audit.append(
-                        who=f"unverified:{payload.get('user', {}).get('id', '?')}", what="slack.request",
-                        decision="refused", detail={"reason": refusal, "remote": self.client_address[0]},
+                        who="unverified", what="slack.request", decision="refused",
+                        detail={"reason": refusal, "remote": self.client_address[0], "bytes": len(body),
+                                "sha256": hashlib.sha256(body).hexdigest()},
                     )
                     self.send_error(401, refusal)
                     return
-                receiver.inbox.receive(payload, "http")
+                receiver.inbox.receive(_payload(body), "http")
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

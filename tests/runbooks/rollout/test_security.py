@@ -2,6 +2,7 @@
 form-encoded), or the inbox directly where the transport is not the point."""
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -164,3 +165,38 @@ class _NoReceiver:
 
     def stop(self) -> None:
         return None
+
+
+def raw_post(receiver: HttpReceiver, body: bytes, content_length: str) -> int:
+    """A request as an attacker writes it: the Content-Length header is theirs."""
+    host, port = receiver.url.split("/")[2].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(b"POST /slack/interactions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                           + content_length.encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        connection.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := connection.recv(65536):
+            reply += chunk
+    return int(reply.split()[1])
+
+
+@pytest.mark.parametrize(("content_length", "status"), [
+    pytest.param("abc", 400, id="a Content-Length that is no number"),
+    pytest.param("-1", 400, id="a negative Content-Length, which would read to the end"),
+    pytest.param(str(10 * 2**20), 413, id="a body over the cap"),
+])
+def test_should_refuse_a_body_it_cannot_bound(awaiting: Harness, receiver: HttpReceiver, content_length: str,
+                                              status: int) -> None:
+    assert raw_post(receiver, b"payload=x" * 100, content_length) == status
+    assert awaiting.approvals.counted("half-1") == []
+
+
+@pytest.mark.parametrize("user", [pytest.param("x", id="a user that is a string"),
+                                  pytest.param({"id": "U" + "A" * 60_000}, id="60 kB of attacker text")])
+def test_should_audit_a_forged_request_without_its_text(awaiting: Harness, receiver: HttpReceiver,
+                                                        user: object) -> None:
+    payload = {**block_actions(awaiting.slack, APPROVERS[0], "approve"), "user": user}
+    assert post(receiver, payload, secret="not-the-secret") == 401
+    (record,) = [r for r in awaiting.audit.records() if r.decision == "refused"]
+    assert (record.who, record.detail["reason"]) == ("unverified", "forged signature")
+    assert len((awaiting.state_dir / "audit.jsonl").read_text().splitlines()[-1]) < 1024
