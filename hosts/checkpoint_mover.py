@@ -167,15 +167,7 @@ class Entry:
     @property
     def identity(self) -> tuple[int, int, int, int]:
         """What must not change between the scan, the copy and the delete."""
-        return self.info.st_dev, self.info.st_ino, self.info.st_size, self.info.st_mtime_ns
-
-
-@dataclass(frozen=True)
-class FileFacts:
-    size: int
-    """bytes."""
-    mtime_ns: int
-    sha256: str
+        return _identity(self.info)
 
 
 @dataclass
@@ -397,7 +389,7 @@ def check_metadata(info: os.stat_result, entry: Entry, where: str) -> None:
         raise ChecksumMismatchError(f"{where}: cold copy differs from hot in owner, group or mode")
 
 
-def copy_file(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str, entry: Entry) -> FileFacts:
+def copy_file(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str, entry: Entry) -> None:
     """Copy one regular file through descriptors: exactly the length the scan saw, hashed as read, then written
     with the owner, group and mode of the hot file, durable, and re-read from storage to verify."""
     digest, view, size, where = hashlib.sha256(), chunk_buffer(), 0, entry.relative or src_name
@@ -421,39 +413,37 @@ def copy_file(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str, en
             os.fchmod(dest_fd, kept_mode(entry.info))
             os.utime(dest_fd, ns=(entry.info.st_atime_ns, entry.info.st_mtime_ns))
             os.fsync(dest_fd)
-            facts = FileFacts(size, entry.info.st_mtime_ns, digest.hexdigest())
-            if hash_fd(dest_fd) != (facts.size, facts.sha256):
+            if hash_fd(dest_fd) != (size, digest.hexdigest()):
                 raise ChecksumMismatchError(f"{where}: cold copy differs from hot in size or SHA-256")
             check_metadata(os.fstat(dest_fd), entry, where)
-            return facts
         finally:
             os.close(dest_fd)
     finally:
         os.close(source_fd)
 
 
-def copy_symlink(src_dir_fd: int, dst_dir_fd: int, entry: Entry) -> FileFacts:
+def copy_symlink(src_dir_fd: int, dst_dir_fd: int, entry: Entry) -> None:
     """A symlink is carried as a symlink: its text, never what it points at."""
     target = os.readlink(entry.name, dir_fd=src_dir_fd)
     if os.stat(entry.name, dir_fd=src_dir_fd, follow_symlinks=False).st_ino != entry.info.st_ino:
         raise SourceChangedError(f"{entry.relative}: replaced on hot since the scan")
     os.symlink(target, entry.name, dir_fd=dst_dir_fd)
     os.chown(entry.name, entry.info.st_uid, entry.info.st_gid, dir_fd=dst_dir_fd, follow_symlinks=False)
-    return FileFacts(entry.info.st_size, entry.info.st_mtime_ns, hashlib.sha256(target.encode()).hexdigest())
 
 
-def run_all(pool: ThreadPoolExecutor, tasks: dict[str, Callable[[], FileFacts]]) -> dict[str, FileFacts]:
+def run_all(pool: ThreadPoolExecutor, tasks: list[Callable[[], None]]) -> None:
     """Run every task; the first error is raised only after all tasks ended."""
-    futures = {key: pool.submit(task) for key, task in tasks.items()}
-    for future in futures.values():
+    futures = [pool.submit(task) for task in tasks]
+    for future in futures:
         future.exception()
-    return {key: future.result() for key, future in futures.items()}
+    for future in futures:
+        future.result()
 
 
-def copy_tree(src_fd: int, dst_fd: int, entries: Sequence[Entry], pool: ThreadPoolExecutor) -> dict[str, FileFacts]:
+def copy_tree(src_fd: int, dst_fd: int, entries: Sequence[Entry], pool: ThreadPoolExecutor) -> None:
     """Copy what `entries` lists under the directory src_fd into dst_fd, every directory opened without following
     and checked against the scan; directories get the hot owner and mode once filled."""
-    tasks: dict[str, Callable[[], FileFacts]] = {}
+    tasks: list[Callable[[], None]] = []
     opened_dirs: list[tuple[int, int, Entry]] = []
     fds = {"": (src_fd, dst_fd)}
     try:
@@ -468,14 +458,13 @@ def copy_tree(src_fd: int, dst_fd: int, entries: Sequence[Entry], pool: ThreadPo
                 fds[entry.relative] = (src, dst)
                 opened_dirs.append((src, dst, entry))
             elif stat.S_ISREG(mode):
-                tasks[entry.relative] = partial(copy_file, src_parent, entry.name, dst_parent, entry.name, entry)
+                tasks.append(partial(copy_file, src_parent, entry.name, dst_parent, entry.name, entry))
             else:
-                tasks[entry.relative] = partial(copy_symlink, src_parent, dst_parent, entry)
-        copied = run_all(pool, tasks)
+                tasks.append(partial(copy_symlink, src_parent, dst_parent, entry))
+        run_all(pool, tasks)
         for _, dst, entry in opened_dirs:
             set_directory_metadata(dst, entry)
             os.fsync(dst)
-        return copied
     finally:
         for src, dst, _ in opened_dirs:
             os.close(src)
@@ -497,8 +486,8 @@ def ensure_unchanged(run_fd: int, name: str, entries: Sequence[Entry]) -> None:
 
 
 def copy_checkpoint(hot_run_fd: int, cold_run_fd: int, name: str, entries: Sequence[Entry],
-                    pool: ThreadPoolExecutor) -> dict[str, FileFacts] | None:
-    """Copy via a verified partial, private to root until it is complete, renamed into place; None if another
+                    pool: ThreadPoolExecutor) -> bool:
+    """Copy via a verified partial, private to root until it is complete, renamed into place; False if another
     mover got there first."""
     partial_name = f"{name}{PARTIAL_INFIX}{os.getpid()}-{secrets.token_hex(4)}"
     root = entries[0]
@@ -508,12 +497,12 @@ def copy_checkpoint(hot_run_fd: int, cold_run_fd: int, name: str, entries: Seque
             with fd_of(open_same(name, hot_run_fd, root, DIR_FLAGS)) as src, opened(partial_name, cold_run_fd) as dst:
                 if os.fstat(dst).st_uid != os.geteuid():
                     raise SourceChangedError(f"{partial_name}: replaced on cold while it was made")
-                copied = copy_tree(src, dst, entries, pool)
+                copy_tree(src, dst, entries, pool)
                 ensure_unchanged(hot_run_fd, name, entries)
                 set_directory_metadata(dst, root)
                 os.fsync(dst)
         else:
-            copied = {"": copy_file(hot_run_fd, name, cold_run_fd, partial_name, root)}
+            copy_file(hot_run_fd, name, cold_run_fd, partial_name, root)
             ensure_unchanged(hot_run_fd, name, entries)
         try:
             os.rename(partial_name, name, src_dir_fd=cold_run_fd, dst_dir_fd=cold_run_fd)
@@ -521,22 +510,20 @@ def copy_checkpoint(hot_run_fd: int, cold_run_fd: int, name: str, entries: Seque
             if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR):
                 raise
             remove_all(cold_run_fd, partial_name)
-            return None
+            return False
         os.fsync(cold_run_fd)
     except BaseException:
         with suppress(OSError):
             remove_all(cold_run_fd, partial_name)
         raise
-    return copied
+    return True
 
 
-def verify_on_cold(hot_run_fd: int, cold_run_fd: int, name: str, entries: Sequence[Entry]) -> dict[str, FileFacts]:
-    """A cold copy a crashed mover finished: every hot thing has an identical cold one (content, owner, mode);
-    the hot files' facts, for the delete."""
+def verify_on_cold(hot_run_fd: int, cold_run_fd: int, name: str, entries: Sequence[Entry]) -> None:
+    """A cold copy a crashed mover finished: every hot thing has an identical cold one (content, owner, mode)."""
     cold = {e.relative: e for e in scan(cold_run_fd, name)}
     if set(cold) != {e.relative for e in entries}:
         raise ChecksumMismatchError(f"{name}: the cold copy holds other files than hot")
-    facts: dict[str, FileFacts] = {}
     with ExitStack() as stack:
         dirs = {"": (stack.enter_context(fd_of(open_same(name, hot_run_fd, entries[0], DIR_FLAGS))),
                      stack.enter_context(fd_of(open_same(name, cold_run_fd, cold[""], DIR_FLAGS))))
@@ -561,8 +548,6 @@ def verify_on_cold(hot_run_fd: int, cold_run_fd: int, name: str, entries: Sequen
                 if hot_hash != cold_hash:
                     raise ChecksumMismatchError(f"{entry.relative or name}: cold copy differs from hot in size or "
                                                 "SHA-256")
-                facts[entry.relative] = FileFacts(entry.info.st_size, entry.info.st_mtime_ns, hot_hash[1])
-    return facts
 
 
 @contextmanager
@@ -732,7 +717,7 @@ def move_checkpoint(hot_run_fd: int, cold_run_fd: int, checkpoint: Checkpoint, p
     entries = scan(hot_run_fd, name)
     refuse_unsupported(entries)
     size = checkpoint_bytes(entries)
-    copied = None
+    copied = False
     if not exists_at(cold_run_fd, name):
         if settings.max_checkpoint_bytes is not None and size > settings.max_checkpoint_bytes:
             raise TooLargeError(f"{size} bytes, over the {settings.max_checkpoint_bytes} a checkpoint may have")
@@ -742,7 +727,7 @@ def move_checkpoint(hot_run_fd: int, cold_run_fd: int, checkpoint: Checkpoint, p
         copied = copy_checkpoint(hot_run_fd, cold_run_fd, name, entries, pool)
         if budget.bytes_left is not None:
             budget.bytes_left -= size
-    if copied is None:
+    if not copied:
         progress(f"{checkpoint.relative}: already on cold, verifying before deleting from hot")
         verify_on_cold(hot_run_fd, cold_run_fd, name, entries)
     else:

@@ -365,11 +365,10 @@ def test_should_never_finish_a_cold_copy_of_a_checkpoint_that_changed_while_copi
     real_copy = tiering.copy_file
 
     def copy_then_rewrite(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str,
-                          entry: tiering.Entry) -> tiering.FileFacts:
-        facts = real_copy(src_dir_fd, src_name, dst_dir_fd, dst_name, entry)
+                          entry: tiering.Entry) -> None:
+        real_copy(src_dir_fd, src_name, dst_dir_fd, dst_name, entry)
         if names[0] in fd_path(src_dir_fd) and src_name == SHARDS[0]:
             (hot / names[0] / SHARDS[0]).write_bytes(b"rewritten by a late trainer")
-        return facts
 
     monkeypatch.setattr(tiering, "copy_file", copy_then_rewrite)
     report = tiering.run_tiering(settings(hot, cold))
@@ -430,7 +429,7 @@ def test_should_stop_copying_when_the_cold_tier_is_full_and_leave_hot_untouched(
     attempted: set[Path] = set()
 
     def full(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str,
-             entry: tiering.Entry) -> tiering.FileFacts:
+             entry: tiering.Entry) -> None:
         attempted.add(Path(fd_path(dst_dir_fd)))
         raise OSError(errno.ENOSPC, "No space left on device", dst_name)
 
