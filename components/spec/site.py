@@ -10,31 +10,11 @@ and `components.validate` (with the planners).
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from components.spec import defaults
 from components.spec.catalog import GPU_CATALOG, GpuClass
-
-# DNS-1123 label: these names become Kubernetes object names, Slurm node names and hostnames.
-Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
-Percent = Annotated[float, Field(ge=0, lt=100)]
-# RFC 1123 host names (or dotted IPv4): they land in slurm.conf, mount units, SSH and StorageClass parameters, so
-# nothing but letters, digits, hyphens and dots.
-_HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
-Hostname = Annotated[str, Field(pattern=rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*$", max_length=253)]
-# A Kubernetes label value (GPU model names become labels and Kueue flavor names).
-LabelValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", max_length=63)]
-
-
-def _no_dot_parts(path: str) -> str:
-    if any(part in (".", "..") for part in path.split("/")):
-        raise ValueError("must not have . or .. parts")
-    return path
-
-
-class Spec(BaseModel):
-    # Infinity and NaN pass every bound (and then break the pack's JSON or silence an alert): numbers are finite.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+from components.spec.types import AbsolutePath, Hostname, LabelValue, ModelPath, Name, Percent, Spec
 
 
 class GpuModel(Spec):
@@ -136,11 +116,6 @@ class NodeGroup(Spec):
     nodes: Annotated[list[Node], Field(min_length=1)]
 
 
-# Paths land in slurm.conf, shell commands, unit files and hostPath volumes: plain characters only, no . or .. parts.
-AbsolutePath = Annotated[str, Field(pattern=r"^(/[A-Za-z0-9._+@-]+)+$", max_length=1024),
-                         AfterValidator(_no_dot_parts)]
-
-
 class NvmeTier(Spec):
     cache_gib: Annotated[int, Field(gt=0)]
     """GiB of local NVMe per GPU node for model weights and LoRA adapters."""
@@ -149,8 +124,7 @@ class NvmeTier(Spec):
     discovery directory)."""
     cache_path: AbsolutePath = defaults.NVME_CACHE_PATH
     """Directory on NVMe holding the weights/LoRA cache that inference pods mount read-only."""
-    prefetch: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$",
-                                        max_length=255), AfterValidator(_no_dot_parts)]] = []
+    prefetch: list[ModelPath] = []
     """Model directories, relative to nfs_hot.models_export, copied to every GPU node before first use."""
 
 

@@ -1,0 +1,38 @@
+"""The value types of the site spec: the base model and the patterns every name, host, path and label obeys.
+
+Spec values land in config files, command lines, units, labels and object names, so each type admits only what all
+of its consumers accept.
+"""
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+# DNS-1123 label: these names become Kubernetes object names, Slurm node names and hostnames.
+Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+Percent = Annotated[float, Field(ge=0, lt=100)]
+# RFC 1123 host names (or dotted IPv4): they land in slurm.conf, mount units, SSH and StorageClass parameters, so
+# nothing but letters, digits, hyphens and dots.
+_HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
+Hostname = Annotated[str, Field(pattern=rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*$", max_length=253)]
+# A Kubernetes label value (GPU model names become labels and Kueue flavor names).
+LabelValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", max_length=63)]
+
+
+def _no_dot_parts(path: str) -> str:
+    if any(part in (".", "..") for part in path.split("/")):
+        raise ValueError("must not have . or .. parts")
+    return path
+
+
+class Spec(BaseModel):
+    # Infinity and NaN pass every bound (and then break the pack's JSON or silence an alert): numbers are finite.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+
+
+# Paths land in slurm.conf, shell commands, unit files and hostPath volumes: plain characters only, no . or .. parts.
+AbsolutePath = Annotated[str, Field(pattern=r"^(/[A-Za-z0-9._+@-]+)+$", max_length=1024),
+                         AfterValidator(_no_dot_parts)]
+# A model directory relative to the model registry and the NVMe cache: path parts without . or .. parts.
+ModelPath = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$",
+                                 max_length=255), AfterValidator(_no_dot_parts)]
