@@ -325,6 +325,11 @@ class Slack(Spec):
     """Where critical alerts go."""
     approver_group: Annotated[str, Field(pattern=r"^S[A-Z0-9]+$")]
     """Slack user group id (S...) whose members may approve a stage."""
+    workspace_id: Annotated[str, Field(pattern=r"^T[A-Z0-9]+$")]
+    """Slack workspace id (T...): clicks from any other workspace are refused, and the requester's token must be
+    from it."""
+    app_id: Annotated[str, Field(pattern=r"^A[A-Z0-9]+$")]
+    """The rollout Slack app's id (A...): clicks sent to any other app are refused."""
     approvals_required: Annotated[int, Field(gt=0)] = defaults.APPROVALS_REQUIRED
     approval_ttl_hours: Annotated[int, Field(gt=0)] = defaults.APPROVAL_TTL_HOURS
     receiver: SlackReceiver = SlackReceiver.SOCKET_MODE

@@ -2,9 +2,10 @@
 
 Exit codes (runbooks.exit_codes.ExitCode): 0 done; 1 the program failed; 2 the command does not apply (wrong stage,
 nothing open, bad spec); 3 held (soak, gates or approvals: run it again later); 4 the rollout ended without advancing
-(rejected, failed, rolled back). Slack credentials come from the environment and are never printed:
-SLACK_BOT_TOKEN (chat:write, usergroups:read), SLACK_APP_TOKEN (Socket Mode, connections:write),
-SLACK_SIGNING_SECRET (HTTP receiver); SLACK_API_URL overrides the Web API base URL (a proxy).
+(rejected, failed, rolled back). Secrets come from the environment and are never printed:
+SLACK_BOT_TOKEN (chat:write, usergroups:read, channels:history), SLACK_USER_TOKEN (the requester's own user token:
+Slack says who requests), SLACK_APP_TOKEN (Socket Mode, connections:write), SLACK_SIGNING_SECRET (HTTP receiver),
+GPUCTL_AUDIT_KEY (the audit log's key; else <state-dir>/audit.key); SLACK_API_URL overrides the Web API base URL.
 """
 
 import os
@@ -22,10 +23,11 @@ from components.spec.site import Site, SlackReceiver
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.options import ProjectDirOption, StackOption, site_or_exit
-from runbooks.rollout.approvals import SlackApprovals, web_client
-from runbooks.rollout.audit import AuditChainBrokenError, AuditLog
+from runbooks.rollout.approvals import IdentityError, SlackApprovals, token_owner, web_client
+from runbooks.rollout.audit import AuditChainBrokenError, AuditKeyError, AuditLog, audit_key
 from runbooks.rollout.deploy import StackDeployer
 from runbooks.rollout.gates import PrometheusGates
+from runbooks.rollout.lock import StackLock
 from runbooks.rollout.machine import (
     RolloutHaltedError,
     RolloutRefusedError,
@@ -34,7 +36,7 @@ from runbooks.rollout.machine import (
     StepHeldError,
 )
 from runbooks.rollout.receivers import ClickInbox, HttpReceiver, SocketModeReceiver
-from runbooks.rollout.store import RolloutState, Store
+from runbooks.rollout.store import RolloutState, StateCorruptError, StateUnavailableError, Store
 
 T = TypeVar("T")
 
@@ -73,11 +75,27 @@ def _site(context: Context) -> Site:
     return site_or_exit(context.project_dir, context.stack)
 
 
+def _store(state_dir: Path) -> Store:
+    try:
+        return Store(state_dir / "rollout.sqlite")
+    except StateUnavailableError as error:
+        err.print(f"[red]error:[/] {escape(str(error))} (--state-dir must be a directory gpuctl can write)")
+        raise typer.Exit(ExitCode.INVALID) from None
+    except StateCorruptError as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(ExitCode.FAILED) from None
+
+
 def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, Site]:
     context: Context = ctx.obj
     site = _site(context)
-    store = Store(context.state_dir / "rollout.sqlite")
-    audit = AuditLog(context.state_dir / "audit.jsonl")
+    store = _store(context.state_dir)
+    ctx.call_on_close(store.close)
+    try:
+        audit = AuditLog(context.state_dir / "audit.jsonl", audit_key(context.state_dir), store)
+    except AuditKeyError as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(ExitCode.INVALID) from None
     try:
         deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack, pulumi_command())
     except FileNotFoundError:
@@ -93,11 +111,11 @@ def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, 
     if token is None and slack_required:
         err.print("[red]error:[/] SLACK_BOT_TOKEN is not set (approvals need Slack; `rollback` does not)")
         raise typer.Exit(ExitCode.INVALID)
-    runbook = Runbook(site, store, audit, deployer, gates, None, context.state_dir / "plans", now, _progress)
+    lock = StackLock(context.state_dir / f"{context.stack}.lock")
+    runbook = Runbook(site, store, audit, deployer, gates, None, context.state_dir / "plans", now, lock, _progress)
     if token is not None:
         client = web_client(token, os.environ.get("SLACK_API_URL"))
         runbook.approvals = SlackApprovals(client, site.slack, store, audit, now, runbook.teams_of)
-    ctx.call_on_close(store.close)
     return runbook, site
 
 
@@ -157,22 +175,38 @@ def status(ctx: typer.Context) -> None:
         if rollout.hold:
             out.print(f"  [yellow]held[/]      {escape(rollout.hold)}", highlight=False)
     try:
-        count = runbook.audit.verify()
-        out.print(f"audit: {count} records, hash chain intact")
+        report = runbook.verify_audit(state.rollout)
     except AuditChainBrokenError as error:
         err.print(f"[red]audit log tampered:[/] {escape(str(error))}")
         raise typer.Exit(ExitCode.FAILED) from None
+    anchors = f"; matches {' and '.join(report.anchors)}" if report.anchors else ""
+    out.print(f"audit: {report.records} records, keyed chain intact{anchors}", highlight=False)
+    if report.torn_bytes:
+        err.print(f"[yellow]audit:[/] the last line is torn ({report.torn_bytes} bytes: a write cut short, it never "
+                  "counted); the next record sets it aside in audit.jsonl.torn", highlight=False)
 
 
 @app.command()
 def request(
     ctx: typer.Context,
     stage: Annotated[str, typer.Argument(help="The stage to advance to (the one after the deployed stage).")],
-    requester: Annotated[str, typer.Option(envvar="GPUCTL_SLACK_USER",
-                                           help="Your Slack user id (U...); you cannot approve your own request.")],
 ) -> None:
-    """Check soak and gates, preview and save the plan, post the approval request to Slack (resumable)."""
-    runbook, _ = _runbook(ctx)
+    """Check soak and gates, preview and save the plan, post the approval request to Slack (resumable).
+
+    The requester is whoever owns SLACK_USER_TOKEN (your own Slack user token), as Slack says: you cannot
+    approve your own request."""
+    runbook, site = _runbook(ctx)
+    user_token = os.environ.get("SLACK_USER_TOKEN")
+    if not user_token:
+        err.print("[red]error:[/] SLACK_USER_TOKEN is not set: `request` runs with your own Slack user token, so "
+                  "that Slack, not a flag, says who requests")
+        raise typer.Exit(ExitCode.INVALID)
+    try:
+        requester = token_owner(web_client(user_token, os.environ.get("SLACK_API_URL")), site.slack.workspace_id,
+                                "SLACK_USER_TOKEN")
+    except IdentityError as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(ExitCode.INVALID) from None
     rollout = _outcome(lambda: runbook.request(stage, requester))
     out.print(f"{rollout.id}: awaiting approval in {rollout.channel} (plan {rollout.plan_digest})", highlight=False)
 

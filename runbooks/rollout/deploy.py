@@ -2,11 +2,14 @@
 apply exactly that plan with the policy pack.
 
 The plan file's SHA-256 is the digest approvers see; `up --plan` refuses any change the plan did not
-contain, so what was approved is what runs. Every update carries a message naming the rollout, which is
-how a resumed runbook finds an update that finished while it was down instead of running it again.
+contain, so what was approved is what runs. `apply` takes the plan's bytes (the ones the runbook hashed
+and compared with the approved digest), not a path, and hands `up` a private copy of exactly those bytes.
+Every update carries a message naming the rollout, which is how a resumed runbook finds an update that
+finished while it was down instead of running it again.
 """
 
 import hashlib
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +23,10 @@ STAGE_KEY = "stage"
 
 class UpdateInProgressError(Exception):
     """The stack history shows this update still running (a CLI outlived the runbook that started it)."""
+
+
+STACK_LOCKED = (auto.ConcurrentUpdateError, UpdateInProgressError)
+"""Another update holds the stack: no deploy of ours ran, so nothing of ours failed or needs rolling back."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +45,8 @@ class Deployment:
     """The update's result, version, times and resource changes."""
 
 
-def plan_digest(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+def plan_digest(plan: bytes) -> str:
+    return "sha256:" + hashlib.sha256(plan).hexdigest()
 
 
 class StackDeployer:
@@ -61,11 +68,15 @@ class StackDeployer:
         plan_path.parent.mkdir(parents=True, exist_ok=True)
         result = self.stack.preview(plan=str(plan_path), policy_packs=[self.policy_pack])
         changes = {str(op): int(count) for op, count in result.change_summary.items()}
-        return SavedPlan(plan_path, plan_digest(plan_path), changes)
+        return SavedPlan(plan_path, plan_digest(plan_path.read_bytes()), changes)
 
-    def apply(self, plan_path: Path, message: str) -> Deployment:
-        """`pulumi up --plan <plan> --policy-pack <pack>`: only what the saved plan allows."""
-        self.stack.up(plan=str(plan_path), policy_packs=[self.policy_pack], message=message, show_secrets=False)
+    def apply(self, plan: bytes, message: str) -> Deployment:
+        """`pulumi up --plan <plan> --policy-pack <pack>`: only what these plan bytes allow."""
+        # A directory only this process's user can enter: no one swaps the file between here and `up`.
+        with tempfile.TemporaryDirectory(prefix="gpuctl-plan-") as private:
+            path = Path(private) / "approved.plan.json"
+            path.write_bytes(plan)
+            self.stack.up(plan=str(path), policy_packs=[self.policy_pack], message=message, show_secrets=False)
         return self.finished(message)
 
     def converge(self, stage: str, message: str) -> Deployment:

@@ -2,37 +2,45 @@
 
 request <stage>: check_soak, check_gates, preview, post_request            -> awaiting_approval
 wait:            Slack clicks until approvals_required approve or one rejects -> approved | rejected
-apply:           check_approvals, check_plan, check_gates, deploy, verify   -> done | rolled_back
+apply:           check_plan, check_approvals, check_gates, deploy, verify   -> done | rolled_back
 rollback:        break-glass, no Slack: converge the stack on an earlier stage -> rolled_back
 
 Each step is recorded started before it runs and finished (with its effect on the rollout, in the same
-transaction) after; a resumed command skips finished steps. The one step that must never run twice,
-deploy, looks for its own update in the stack history (by the update's message) before running `up`.
-A temporary condition (soak not over, a gate failing or inconclusive, too few approvals) holds the step:
-the command exits and the step runs again next time. A permanent one ends the rollout.
+transaction) after; a resumed command skips finished steps, except the checks that guard a deploy: until
+the deploy has finished, every `apply` runs them again, from the plan's bytes and the audit log as they are
+now. The one step that must never run twice, deploy, looks for its own update in the stack history (by the
+update's message) before running `up`, and deploys the very bytes it compared with the approved digest.
+A temporary condition (soak not over, a gate failing or inconclusive, too few approvals, the stack locked by
+another update) holds the step: the command exits and the step runs again next time. A permanent one ends
+the rollout. `request`, `apply` and `rollback` hold the stack's lock while they run: one at a time.
+Every outcome is in the audit log before the state records it.
 """
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
 from pulumi.automation import CommandError
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
 
 from components.spec.site import Site
 from runbooks.rollout.approvals import SlackApprovals
-from runbooks.rollout.audit import AuditLog
-from runbooks.rollout.deploy import Deployment, StackDeployer, plan_digest
+from runbooks.rollout.audit import AuditChainBrokenError, AuditLog, ChainHead, ChainReport
+from runbooks.rollout.deploy import STACK_LOCKED, Deployment, StackDeployer, plan_digest
 from runbooks.rollout.gates import GateSnapshot, PrometheusGates, Verdict
+from runbooks.rollout.lock import StackLock, StackLockedError
 from runbooks.rollout.receivers import ClickInbox
 from runbooks.rollout.store import Rollout, RolloutState, Step, Store
 
 REQUEST_STEPS = ("check_soak", "check_gates", "preview", "post_request")
-APPLY_STEPS = ("check_approvals", "check_plan", "check_gates_before_apply", "deploy", "verify")
+APPLY_STEPS = ("check_plan", "check_approvals", "check_gates_before_apply", "deploy", "verify")
+APPLY_GUARDS = APPLY_STEPS[:3]
+"""Run again by every `apply` until the deploy has finished: what they found last time proves nothing now."""
 ROLLBACK_STEP = "rollback"
 BREAK_GLASS_PREFIX = "rollback-"
 
@@ -108,22 +116,30 @@ class Status:
 
 class Runbook:
     def __init__(self, site: Site, store: Store, audit: AuditLog, deployer: StackDeployer, gates: PrometheusGates,
-                 approvals: SlackApprovals | None, plans_dir: Path, clock: Callable[[], datetime],
+                 approvals: SlackApprovals | None, plans_dir: Path, clock: Callable[[], datetime], lock: StackLock,
                  events: Callable[[StepEvent], None] = lambda _: None) -> None:
         self.site, self.store, self.audit, self.deployer = site, store, audit, deployer
         self.gates, self.approvals, self.plans_dir, self.clock, self.events = gates, approvals, plans_dir, clock, events
+        self.lock = lock
         self.order = [s.name for s in site.stages]
 
     # --- commands ------------------------------------------------------------------------------
 
     def request(self, stage: str, requester: str) -> Rollout:
-        """Start (or resume) the request to advance to `stage`; returns it awaiting approval."""
-        rollout = self.store.open_rollout()
-        if rollout is None or rollout.to_stage != stage or rollout.state != RolloutState.REQUESTING:
-            rollout = self._new_rollout(stage, requester, superseding=rollout)
-        steps = {"check_soak": self._check_soak, "check_gates": self._check_gates, "preview": self._preview,
-                 "post_request": self._post_request}
-        return self._run(rollout, [(name, steps[name]) for name in REQUEST_STEPS])
+        """Start (or resume) the request to advance to `stage`; returns it awaiting approval.
+
+        `requester` is the Slack user Slack says runs this (the owner of their token), never a name typed in."""
+        if not requester.strip():
+            raise RolloutRefusedError("a request needs the requester's Slack identity: none was given")
+        with self._exclusive("request"):
+            rollout = self.store.open_rollout()
+            if rollout is None or rollout.to_stage != stage or rollout.state != RolloutState.REQUESTING:
+                rollout = self._new_rollout(stage, requester, superseding=rollout)
+            steps = {"check_soak": self._check_soak, "check_gates": self._check_gates, "preview": self._preview,
+                     "post_request": self._post_request}
+            rollout = self._run(rollout, [(name, steps[name]) for name in REQUEST_STEPS])
+        self._tell_slack(rollout.id)
+        return rollout
 
     def wait(self, receiver: Receiver, timeout_s: float, poll_s: float = 0.2) -> Rollout:
         """Receive clicks until the open request is approved or rejected, or timeout_s passes."""
@@ -150,39 +166,64 @@ class Runbook:
 
     def apply(self) -> Rollout:
         """Apply the approved plan (or resume an apply); done, rolled back, or held."""
-        rollout = self._open({RolloutState.APPROVED, RolloutState.APPLYING}, "apply")
-        steps = {"check_approvals": self._check_approvals, "check_plan": self._check_plan,
-                 "check_gates_before_apply": self._check_gates_before_apply, "deploy": self._deploy,
-                 "verify": self._verify}
-        return self._run(rollout, [(name, steps[name]) for name in APPLY_STEPS])
+        with self._exclusive("apply"):
+            rollout = self._open({RolloutState.APPROVED, RolloutState.APPLYING}, "apply")
+            steps = {"check_approvals": self._check_approvals, "check_plan": self._check_plan,
+                     "check_gates_before_apply": self._check_gates_before_apply, "deploy": self._deploy,
+                     "verify": self._verify}
+            deployed = self.store.step(rollout.id, "deploy")
+            rerun = () if deployed is not None and deployed.finished_at is not None else APPLY_GUARDS
+            try:
+                rollout = self._run(rollout, [(name, steps[name]) for name in APPLY_STEPS], rerun=rerun)
+            except RolloutHaltedError:
+                self._tell_slack(rollout.id)
+                raise
+        self._tell_slack(rollout.id)
+        return rollout
 
     def rollback(self, stage: str, operator: str, reason: str) -> Rollout:
-        """Break-glass: converge the stack on an earlier stage now, without Slack; audited."""
+        """Break-glass: converge the stack on an earlier stage now, without Slack; audited. A request it
+        supersedes is marked so in Slack when Slack is configured (and the audit says whether it was)."""
         if stage not in self.order:
             raise RolloutRefusedError(f'no stage named "{stage}" (stages: {", ".join(self.order)})')
-        open_rollout = self.store.open_rollout()
-        if open_rollout is not None and open_rollout.id.startswith(BREAK_GLASS_PREFIX):
-            rollout = open_rollout
-        else:
-            deployed = self.deployer.deployed_stage() or stage
-            if self.order.index(stage) > self.order.index(deployed):
-                raise RolloutRefusedError(f"{stage} is not before the deployed stage {deployed}: rollback goes back")
-            n = sum(r.id.startswith(BREAK_GLASS_PREFIX) for r in self.store.rollouts()) + 1
-            rollout = Rollout(f"{BREAK_GLASS_PREFIX}{n}", deployed, stage, operator, self.clock(),
-                              RolloutState.APPLYING)
-            superseded = [open_rollout.id] if open_rollout else []
-            self.store.add_rollout(rollout, supersede=superseded)
-            self.audit.append(who=operator, what="break_glass.rollback", decision="started", rollout=rollout.id,
-                              stage=stage, detail={"reason": reason, "from": deployed, "superseded": superseded},
-                              at=self.clock())
-        return self._run(rollout, [(ROLLBACK_STEP, self._converge_back)])
+        with self._exclusive("rollback"):
+            open_rollout = self.store.open_rollout()
+            if open_rollout is not None and open_rollout.id.startswith(BREAK_GLASS_PREFIX):
+                rollout = open_rollout
+            else:
+                deployed = self.deployer.deployed_stage() or stage
+                if self.order.index(stage) > self.order.index(deployed):
+                    raise RolloutRefusedError(f"{stage} is not before the deployed stage {deployed}: "
+                                              "rollback goes back")
+                n = sum(r.id.startswith(BREAK_GLASS_PREFIX) for r in self.store.rollouts()) + 1
+                rollout = Rollout(f"{BREAK_GLASS_PREFIX}{n}", deployed, stage, operator, self.clock(),
+                                  RolloutState.APPLYING)
+                superseded = [open_rollout.id] if open_rollout else []
+                self.audit.append(who=operator, what="break_glass.rollback", decision="started", rollout=rollout.id,
+                                  stage=stage, detail={"reason": reason, "from": deployed, "superseded": superseded},
+                                  at=self.clock())
+                self.store.add_rollout(rollout, supersede=superseded)
+                self._tell_superseded(open_rollout)
+            return self._run(rollout, [(ROLLBACK_STEP, self._converge_back)])
+
+    def verify_audit(self, rollout: Rollout | None) -> ChainReport:
+        """The audit chain checked against its head in the state and, where Slack can be read, the heads posted to
+        `rollout`'s thread; AuditChainBrokenError if it does not hold."""
+        anchors: list[tuple[str, ChainHead]] = []
+        if self.approvals is not None and rollout is not None:
+            try:
+                heads = self.approvals.posted_heads(rollout)
+            except (SlackClientError, OSError):
+                heads = []  # Slack unreachable: the state's head still anchors the chain
+            anchors = [(f"the Slack thread of {rollout.id}", head) for head in heads]
+        return self.audit.verify(anchors)
 
     def status(self) -> Status:
         deployed = self.deployer.deployed_stage()
         since = self.deployer.stage_since(deployed) if deployed else None
         current = next((s for s in self.site.stages if s.name == deployed), None)
         at = self.order.index(deployed) if deployed in self.order else -1
-        rollout = self.store.open_rollout() or next(iter(reversed(self.store.rollouts())), None)
+        rollout = self.latest()
         approvers = [a.user for a in self.approvals.counted(rollout.id)] if rollout and self.approvals else []
         return Status(
             deployed_stage=deployed, live_since=since, soak_days=current.min_soak_days if current else 0,
@@ -190,6 +231,10 @@ class Runbook:
             steps=self.store.steps(rollout.id) if rollout else [], approvers=approvers,
             approvals_required=self.site.slack.approvals_required,
         )
+
+    def latest(self) -> Rollout | None:
+        """The open rollout, else the newest one."""
+        return self.store.open_rollout() or next(iter(reversed(self.store.rollouts())), None)
 
     def teams_of(self, stage: str) -> tuple[list[str], list[str]]:
         """(teams `stage` onboards, all teams onboarded once it is live)."""
@@ -199,10 +244,21 @@ class Runbook:
 
     # --- the runner ----------------------------------------------------------------------------
 
-    def _run(self, rollout: Rollout, steps: list[tuple[str, Callable[[Rollout], StepResult]]]) -> Rollout:
+    @contextmanager
+    def _exclusive(self, command: str) -> Iterator[None]:
+        try:
+            with self.lock.held(command):
+                yield
+        except StackLockedError as locked:
+            self.audit.append(who="gpuctl", what=f"rollout.{command}", decision="held",
+                              detail={"reason": str(locked)}, at=self.clock())
+            raise StepHeldError("stack_lock", f"{locked}: one command changes the stack at a time") from None
+
+    def _run(self, rollout: Rollout, steps: list[tuple[str, Callable[[Rollout], StepResult]]],
+             rerun: tuple[str, ...] = ()) -> Rollout:
         for name, run in steps:
             recorded = self.store.step(rollout.id, name)
-            if recorded is not None and recorded.finished_at is not None:
+            if recorded is not None and recorded.finished_at is not None and name not in rerun:
                 if recorded.detail.get("rollback"):
                     return self._run(rollout, [(ROLLBACK_STEP, self._roll_back)])
                 continue
@@ -211,16 +267,16 @@ class Runbook:
             try:
                 result = run(rollout)
             except _HoldError as hold:
-                self.store.update_rollout(rollout.id, hold=f"{name}: {hold}", **hold.changes)
                 self.audit.append(who="gpuctl", what=f"step.{name}", decision="held", rollout=rollout.id,
                                   stage=rollout.to_stage, plan_digest=rollout.plan_digest,
                                   gates=hold.changes.get("gates"), detail={"reason": str(hold)}, at=self.clock())
+                self.store.update_rollout(rollout.id, hold=f"{name}: {hold}", **hold.changes)
                 raise StepHeldError(name, str(hold)) from None
             except _HaltError as halt:
-                self.store.update_rollout(rollout.id, state=halt.state, hold=f"{name}: {halt}")
                 self.audit.append(who="gpuctl", what=f"step.{name}", decision=halt.state.value, rollout=rollout.id,
                                   stage=rollout.to_stage, plan_digest=rollout.plan_digest,
                                   detail={"reason": str(halt)}, at=self.clock())
+                self.store.update_rollout(rollout.id, state=halt.state, hold=f"{name}: {halt}")
                 raise RolloutHaltedError(name, str(halt), halt.state) from None
             self.events(StepEvent(rollout.id, name, "end"))
             detail = {**result.detail, **({"rollback": result.rollback} if result.rollback else {})}
@@ -245,9 +301,10 @@ class Runbook:
         n = sum(r.to_stage == stage for r in self.store.rollouts()) + 1
         rollout = Rollout(f"{stage}-{n}", deployed, stage, requester, self.clock(), RolloutState.REQUESTING)
         superseded = [superseding.id] if superseding is not None else []
-        self.store.add_rollout(rollout, supersede=superseded)
         self.audit.append(who=requester, what="rollout.request", decision="started", rollout=rollout.id, stage=stage,
                           detail={"from": deployed, "superseded": superseded}, at=self.clock())
+        self.store.add_rollout(rollout, supersede=superseded)
+        self._tell_superseded(superseding)
         return rollout
 
     def _check_soak(self, rollout: Rollout) -> StepResult:
@@ -291,20 +348,30 @@ class Runbook:
 
     # --- apply steps ---------------------------------------------------------------------------
 
+    def _plan(self, rollout: Rollout) -> bytes:
+        """The plan's bytes as they are now, if they are the ones approved (else the rollout stops)."""
+        path = Path(rollout.plan_path or "")
+        plan = path.read_bytes() if path.is_file() else None
+        actual = plan_digest(plan) if plan is not None else "missing"
+        if plan is None or actual != rollout.plan_digest:
+            raise _HaltError(f"plan digest mismatch: approved {rollout.plan_digest}, the plan file now is {actual}")
+        return plan
+
+    def _check_plan(self, rollout: Rollout) -> StepResult:
+        return StepResult({"plan_digest": plan_digest(self._plan(rollout))})
+
     def _check_approvals(self, rollout: Rollout) -> StepResult:
-        valid, dropped = self._slack().approvers_before_apply(rollout)
+        approvals = self._slack()
+        try:
+            self.verify_audit(rollout)
+        except AuditChainBrokenError as broken:
+            raise _HaltError(f"the audit log does not verify ({broken}): it cannot vouch for any approval") from None
+        valid, dropped = approvals.approvers_before_apply(rollout, plan_digest(self._plan(rollout)))
         need = self.site.slack.approvals_required
         if len(valid) < need:
             raise _HoldError(f"{len(valid)} of {need} approvals still count"
                         + (f" ({'; '.join(dropped)})" if dropped else "") + ": request the stage again")
         return StepResult({"approvers": [a.user for a in valid], "dropped": dropped})
-
-    def _check_plan(self, rollout: Rollout) -> StepResult:
-        path = Path(rollout.plan_path or "")
-        actual = plan_digest(path) if path.is_file() else "missing"
-        if actual != rollout.plan_digest:
-            raise _HaltError(f"plan digest mismatch: approved {rollout.plan_digest}, the plan file now is {actual}")
-        return StepResult({"plan_digest": actual})
 
     def _check_gates_before_apply(self, rollout: Rollout) -> StepResult:
         return StepResult({"gates": self._gate().as_record()})
@@ -313,7 +380,8 @@ class Runbook:
         message = f"gpuctl rollout {rollout.id}: {rollout.from_stage} -> {rollout.to_stage}"
         self.store.update_rollout(rollout.id, state=RolloutState.APPLYING)
         try:
-            deployment = self._deploy_once(message, lambda: self.deployer.apply(Path(str(rollout.plan_path)), message))
+            plan = self._plan(rollout)
+            deployment = self._deploy_once(message, lambda: self.deployer.apply(plan, message))
         except _UpdateFailedError as failed:
             self.audit.append(who="gpuctl", what="pulumi.up", decision="failed", rollout=rollout.id,
                               stage=rollout.to_stage, plan_digest=rollout.plan_digest,
@@ -327,16 +395,21 @@ class Runbook:
     def _deploy_once(self, message: str, run: Callable[[], Deployment]) -> Deployment:
         """The update named `message`: the one in the stack history if a crashed run got that far, else a new one."""
         existing = self.deployer.update(message)
-        if existing is None:
-            try:
+        try:
+            if existing is None:
                 return run()
-            except CommandError as error:
-                raise _UpdateFailedError(_last_line(error)) from None
-        if existing.result == "in-progress":
-            raise _HoldError(f'update "{message}" is still running (started {existing.start_time:%Y-%m-%d %H:%M})')
-        if existing.result != "succeeded":
-            raise _UpdateFailedError(f'update "{message}" ended {existing.result}')
-        return self.deployer.finished(message)
+            if existing.result == "in-progress":
+                raise _HoldError(f'update "{message}" is still running (started {existing.start_time:%Y-%m-%d %H:%M})')
+            if existing.result != "succeeded":
+                raise _UpdateFailedError(f'update "{message}" ended {existing.result}')
+            return self.deployer.finished(message)
+        except STACK_LOCKED as locked:
+            # Someone else's update holds the stack: ours did not run, so nothing failed and nothing rolls back.
+            reason = _last_line(locked) if isinstance(locked, CommandError) else str(locked)
+            raise _HoldError(f"the stack is locked by another update ({reason}): run this again once it is done") \
+                from None
+        except CommandError as error:
+            raise _UpdateFailedError(_last_line(error)) from None
 
     def _verify(self, rollout: Rollout) -> StepResult:
         deployed = (rollout.outputs or {}).get("stage")
@@ -362,7 +435,6 @@ class Runbook:
         self.audit.append(who="gpuctl", what="rollout.rollback", decision="rolled_back", rollout=rollout.id,
                           stage=rollout.from_stage, plan_digest=rollout.plan_digest,
                           detail={"outputs": deployment.outputs, "summary": deployment.summary}, at=self.clock())
-        self._tell_slack(rollout.id)
         return StepResult({"message": message}, {"state": RolloutState.ROLLED_BACK, "outputs": deployment.outputs})
 
     def _converge_back(self, rollout: Rollout) -> StepResult:
@@ -384,9 +456,33 @@ class Runbook:
             raise RolloutRefusedError("Slack is not configured (SLACK_BOT_TOKEN): approvals need it; rollback does not")
         return self.approvals
 
-    def _tell_slack(self, rollout_id: str) -> None:
-        if self.approvals is not None:
-            self.approvals.refresh_message(self._get(rollout_id))
+    def _tell_slack(self, rollout_id: str) -> str | None:
+        """Bring the request's message up to date and post the audit chain's head to its thread; why not, if not.
+        Slack being down never stops a deploy or a rollback."""
+        rollout, head = self._get(rollout_id), self.audit.head()
+        if self.approvals is None:
+            return "Slack is not configured (SLACK_BOT_TOKEN)"
+        if rollout.message_ts is None:
+            return "the request has no Slack message"
+        try:
+            self.approvals.refresh_message(rollout)
+            if head is not None:
+                self.approvals.post_head(self._get(rollout_id), head)
+        except SlackApiError as error:
+            return f"Slack answered {error.response.get('error')}"
+        except (SlackClientError, OSError) as error:
+            return f"Slack could not be reached ({error.__class__.__name__})"
+        return None
+
+    def _tell_superseded(self, old: Rollout | None) -> None:
+        """A request replaced before it was applied says so in Slack (its buttons go); the audit records whether."""
+        if old is None or old.message_ts is None:
+            return
+        untold = self._tell_slack(old.id)
+        self.audit.append(who="gpuctl", what="slack.superseded", decision="told" if untold is None else "not_told",
+                          rollout=old.id, stage=old.to_stage, plan_digest=old.plan_digest,
+                          detail={"by": self._get(old.id).superseded_by, **({"reason": untold} if untold else {})},
+                          at=self.clock())
 
     def _open(self, states: set[RolloutState], verb: str) -> Rollout:
         rollout = self.store.open_rollout()

@@ -1,8 +1,10 @@
-"""Rollout state in SQLite: rollouts, their steps, Slack clicks, and signatures already seen.
+"""Rollout state in SQLite: rollouts, their steps, Slack clicks, signatures already seen, the audit chain's head.
 
 Every write is one transaction, so a kill leaves either the old or the new state, never half of each.
 A click is stored the moment it is received (before Slack gets its ack), which is what keeps an
-approval from being lost to a crash between the ack and the decision.
+approval from being lost to a crash between the ack and the decision. A decided click names the audit
+record of its decision (`audit_mac`): the state is where a decision is looked up, the keyed audit log is
+what makes it count.
 """
 
 import json
@@ -15,6 +17,8 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from runbooks.rollout.audit import ChainHead
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rollouts (
@@ -31,7 +35,8 @@ CREATE TABLE IF NOT EXISTS rollouts (
     message_ts TEXT,
     outputs TEXT,
     summary TEXT,
-    hold TEXT
+    hold TEXT,
+    superseded_by TEXT
 );
 CREATE TABLE IF NOT EXISTS steps (
     rollout_id TEXT NOT NULL,
@@ -48,16 +53,26 @@ CREATE TABLE IF NOT EXISTS clicks (
     action TEXT NOT NULL,
     value TEXT NOT NULL,
     action_ts TEXT NOT NULL,
+    team_id TEXT NOT NULL,
+    app_id TEXT NOT NULL,
+    channel_id TEXT NOT NULL,
     source TEXT NOT NULL,
     received_at TEXT NOT NULL,
     status TEXT NOT NULL,
     reason TEXT,
     decided_at TEXT,
+    audit_mac TEXT,
     UNIQUE (user_id, action_ts)
 );
 CREATE TABLE IF NOT EXISTS seen_requests (
     key TEXT PRIMARY KEY,
     seen_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit_head (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    seq INTEGER NOT NULL,
+    mac TEXT NOT NULL,
+    tag TEXT NOT NULL
 );
 """
 
@@ -105,6 +120,8 @@ class Rollout:
     summary: dict[str, Any] | None = None
     hold: str | None = None
     """Why the last step is waiting (soak, gates, approvals); cleared when it passes."""
+    superseded_by: str | None = None
+    """The rollout (a newer request or a break-glass rollback) that replaced this one."""
 
 
 @dataclass
@@ -115,11 +132,19 @@ class Click:
     action: str
     value: dict[str, Any]
     action_ts: str
+    team_id: str
+    """The Slack workspace the click came from (payload team.id)."""
+    app_id: str
+    """The Slack app it was sent to (payload api_app_id)."""
+    channel_id: str
+    """The channel of the message clicked (payload channel.id)."""
     source: str
     received_at: datetime
     status: ClickStatus
     reason: str | None = None
     decided_at: datetime | None = None
+    audit_mac: str | None = None
+    """The audit record of the decision; a counted click without one does not count."""
 
 
 @dataclass
@@ -135,17 +160,32 @@ _COLUMNS = ("state", "plan_path", "plan_digest", "gates", "channel", "message_ts
 """Columns a step may change; column names are never taken from anywhere else."""
 
 
+class StateUnavailableError(Exception):
+    """The state file cannot be created or opened where it was asked for (the state dir); names the path."""
+
+
+class StateCorruptError(Exception):
+    """The state file is there but is not a usable rollout state; names the path."""
+
+
 class Store:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         # One connection shared by the receiver threads, serialized by a lock; autocommit, with explicit
         # transactions where a write touches more than one row.
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
-        with self._lock:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        except (OSError, sqlite3.Error) as error:
+            raise StateUnavailableError(f"cannot create the rollout state {path}: {error}") from None
+        self._db.row_factory = sqlite3.Row
+        try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as error:
+            self._db.close()
+            raise StateCorruptError(f"{path} is not a usable rollout state ({error}): restore it from a backup, or "
+                                    "move it aside to start afresh (open requests are then lost)") from None
 
     def close(self) -> None:
         self._db.close()
@@ -168,10 +208,11 @@ class Store:
     # --- rollouts ------------------------------------------------------------------------------
 
     def add_rollout(self, rollout: Rollout, supersede: list[str]) -> None:
-        """Insert `rollout` and mark the rollouts in `supersede` superseded, in one transaction."""
+        """Insert `rollout` and mark the rollouts in `supersede` superseded by it, in one transaction."""
         with self._transaction() as db:
             for old in supersede:
-                db.execute("UPDATE rollouts SET state = ? WHERE id = ?", (RolloutState.SUPERSEDED, old))
+                db.execute("UPDATE rollouts SET state = ?, superseded_by = ? WHERE id = ?",
+                           (RolloutState.SUPERSEDED, rollout.id, old))
             db.execute(
                 "INSERT INTO rollouts (id, from_stage, to_stage, requester, requested_at, state) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -223,22 +264,23 @@ class Store:
     # --- clicks --------------------------------------------------------------------------------
 
     def add_click(self, *, rollout_id: str, user_id: str, action: str, value: dict[str, Any], action_ts: str,
-                  source: str, at: datetime) -> bool:
+                  team_id: str, app_id: str, channel_id: str, source: str, at: datetime) -> bool:
         """False when this click (user, action_ts) was stored before: Slack redelivers unacknowledged ones."""
         with self._transaction() as db:
             cursor = db.execute(
-                "INSERT OR IGNORE INTO clicks (rollout_id, user_id, action, value, action_ts, source, received_at, "
-                "status) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (rollout_id, user_id, action, json.dumps(value), action_ts, source, at.isoformat(),
-                 ClickStatus.PENDING),
+                "INSERT OR IGNORE INTO clicks (rollout_id, user_id, action, value, action_ts, team_id, app_id, "
+                "channel_id, source, received_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (rollout_id, user_id, action, json.dumps(value), action_ts, team_id, app_id, channel_id, source,
+                 at.isoformat(), ClickStatus.PENDING),
             )
             return cursor.rowcount == 1
 
-    def decide_click(self, click: "Click", status: ClickStatus, reason: str | None, at: datetime,
+    def decide_click(self, click: "Click", status: ClickStatus, reason: str | None, at: datetime, audit_mac: str,
                      **rollout_changes: Any) -> None:
+        """Record the decision the audit record `audit_mac` holds (appended first)."""
         with self._transaction() as db:
-            db.execute("UPDATE clicks SET status = ?, reason = ?, decided_at = ? WHERE id = ?",
-                       (status, reason, at.isoformat(), click.id))
+            db.execute("UPDATE clicks SET status = ?, reason = ?, decided_at = ?, audit_mac = ? WHERE id = ?",
+                       (status, reason, at.isoformat(), audit_mac, click.id))
             _set_rollout(db, click.rollout_id, rollout_changes)
 
     def clicks(self, rollout_id: str | None = None, status: ClickStatus | None = None) -> list[Click]:
@@ -248,6 +290,17 @@ class Store:
         if status is not None:
             sql, params = sql + " AND status = ?", [*params, status]
         return [_click(r) for r in self._read(sql + " ORDER BY id", tuple(params))]
+
+    # --- the audit chain's head (audit.HeadKeeper) ----------------------------------------------------
+
+    def keep_audit_head(self, head: ChainHead, tag: str) -> None:
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO audit_head (one, seq, mac, tag) VALUES (1, ?, ?, ?)",
+                       (head.seq, head.mac, tag))
+
+    def audit_head(self) -> tuple[ChainHead, str] | None:
+        rows = self._read("SELECT seq, mac, tag FROM audit_head")
+        return (ChainHead(rows[0]["seq"], rows[0]["mac"]), rows[0]["tag"]) if rows else None
 
     # --- replay protection ---------------------------------------------------------------------
 
@@ -276,9 +329,11 @@ def _step(row: sqlite3.Row) -> Step:
 def _click(r: sqlite3.Row) -> Click:
     return Click(
         id=r["id"], rollout_id=r["rollout_id"], user_id=r["user_id"], action=r["action"],
-        value=json.loads(r["value"]), action_ts=r["action_ts"], source=r["source"],
+        value=json.loads(r["value"]), action_ts=r["action_ts"], team_id=r["team_id"], app_id=r["app_id"],
+        channel_id=r["channel_id"], source=r["source"],
         received_at=datetime.fromisoformat(r["received_at"]), status=ClickStatus(r["status"]),
         reason=r["reason"], decided_at=datetime.fromisoformat(r["decided_at"]) if r["decided_at"] else None,
+        audit_mac=r["audit_mac"],
     )
 
 
@@ -290,4 +345,5 @@ def _rollout(row: sqlite3.Row) -> Rollout:
         gates=json.loads(row["gates"]) if row["gates"] else None, channel=row["channel"],
         message_ts=row["message_ts"], outputs=json.loads(row["outputs"]) if row["outputs"] else None,
         summary=json.loads(row["summary"]) if row["summary"] else None, hold=row["hold"],
+        superseded_by=row["superseded_by"],
     )

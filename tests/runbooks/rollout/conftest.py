@@ -17,21 +17,26 @@ from runbooks.rollout.approvals import SlackApprovals, web_client
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.deploy import StackDeployer
 from runbooks.rollout.gates import PrometheusGates
+from runbooks.rollout.lock import StackLock
 from runbooks.rollout.machine import Runbook
 from runbooks.rollout.receivers import ClickInbox
 from runbooks.rollout.store import Store
 from tests.builders import REPO, parse, prod_values, with_changes
 from tests.harness.prometheus_world import HEALTHY, UNHEALTHY, PrometheusWorld
 from tests.runbooks.rollout.fake_pulumi import FakePulumiCommand
-from tests.runbooks.rollout.fake_slack import FakeSlack
+from tests.runbooks.rollout.fake_slack import CHANNEL_ID, FakeSlack
 from tests.runbooks.rollout.fake_socket_mode import FakeSocketMode
 
 BOT_TOKEN = "xoxb-test-bot-token-never-printed"
+USER_TOKEN = "xoxp-test-requester-token-never-printed"
+"""The requester's own Slack user token: auth.test says it is REQUESTER's."""
 APP_TOKEN = "xapp-test-app-token-never-printed"
 SIGNING_SECRET = "test-signing-secret-never-printed"
-SECRETS = (BOT_TOKEN, APP_TOKEN, SIGNING_SECRET)
+AUDIT_KEY = "test-audit-key-never-printed-0123456789abcdef"
+SECRETS = (BOT_TOKEN, USER_TOKEN, APP_TOKEN, SIGNING_SECRET, AUDIT_KEY)
 REQUESTER = "U0REQUESTER"
 APPROVERS = ("U0ALICE", "U0BOB", "U0CAROL")
+BOT_USER, BOT_ID = "U0GPUCTLBOT", "B0GPUCTL"
 GATE_WINDOW_MINUTES = 0.25
 """15 s: the fake exporter's counters give rate() data within seconds of the first scrape."""
 WORLDS_TIMEOUT_S = 45.0
@@ -55,6 +60,10 @@ def rollout_site(prometheus_url: str = "http://127.0.0.1:9", **changes: Any) -> 
     values["rollout"] = {"prometheus_url": prometheus_url, "gate_window_minutes": GATE_WINDOW_MINUTES,
                          **values.get("rollout", {})}
     return parse(values)
+
+
+WORKSPACE_ID, APP_ID = rollout_site().slack.workspace_id, rollout_site().slack.app_id
+"""The prod site's Slack workspace and app: where genuine clicks come from."""
 
 
 @dataclass
@@ -100,7 +109,10 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def slack() -> Iterator[FakeSlack]:
-    fake = FakeSlack(members={REQUESTER, *APPROVERS}).start()
+    fake = FakeSlack(members={REQUESTER, *APPROVERS}, identities={
+        BOT_TOKEN: {"user_id": BOT_USER, "bot_id": BOT_ID, "team_id": WORKSPACE_ID},
+        USER_TOKEN: {"user_id": REQUESTER, "team_id": WORKSPACE_ID},
+    }).start()
     yield fake
     fake.stop()
 
@@ -125,12 +137,12 @@ def project(tmp_path: Path) -> Path:
 @dataclass
 class Harness:
     site: Site
-    audit: AuditLog
     pulumi: FakePulumiCommand
     slack: FakeSlack
     clock: FakeClock
     state_dir: Path
     store: Store = field(init=False)
+    audit: AuditLog = field(init=False)
     runbook: Runbook = field(init=False)
 
     def __post_init__(self) -> None:
@@ -141,11 +153,12 @@ class Harness:
         if hasattr(self, "store"):
             self.store.close()
         self.store = Store(self.state_dir / "rollout.sqlite")
+        self.audit = AuditLog(self.state_dir / "audit.jsonl", AUDIT_KEY.encode(), self.store)
         deployer = StackDeployer(self._stack(), self.site.rollout.policy_pack)
         gates = PrometheusGates(self.site.rollout.prometheus_url, self.site.rollout.gates,
                                 self.site.rollout.gate_window_minutes, self.clock)
         runbook = Runbook(self.site, self.store, self.audit, deployer, gates, None, self.state_dir / "plans",
-                          self.clock)
+                          self.clock, StackLock(self.state_dir / "prod.lock"))
         runbook.approvals = SlackApprovals(web_client(BOT_TOKEN, self.slack.base_url), self.site.slack, self.store,
                                            self.audit, self.clock, runbook.teams_of)
         self.runbook = runbook
@@ -188,8 +201,9 @@ _action_ts = [0]
 def block_actions(slack: FakeSlack, user: str, action: str, value: dict[str, Any] | None = None) -> dict[str, Any]:
     _action_ts[0] += 1
     return {
-        "type": "block_actions", "user": {"id": user}, "team": {"id": "T0INSTITUTE"}, "api_app_id": "A0ROLLOUT",
-        "container": {"type": "message", "channel_id": "C0ROLLOUT"},
+        "type": "block_actions", "user": {"id": user, "team_id": WORKSPACE_ID}, "team": {"id": WORKSPACE_ID},
+        "api_app_id": APP_ID, "channel": {"id": CHANNEL_ID, "name": "gpu-rollout"},
+        "container": {"type": "message", "channel_id": CHANNEL_ID, "is_ephemeral": False},
         "actions": [{"action_id": action, "block_id": "rollout-decision",
                      "value": json.dumps(value if value is not None else button_value(slack)),
                      "action_ts": f"1700000100.{_action_ts[0]:06d}"}],
@@ -200,6 +214,6 @@ def block_actions(slack: FakeSlack, user: str, action: str, value: dict[str, Any
 def harness(tmp_path: Path, project: Path, slack: FakeSlack, clock: FakeClock, worlds: Worlds) -> Iterator[Harness]:
     site = rollout_site(worlds.healthy.url)
     pulumi = FakePulumiCommand(clock, deployed_stage="canary", deployed_at=START)
-    made = Harness(site, AuditLog(tmp_path / "state" / "audit.jsonl"), pulumi, slack, clock, tmp_path / "state")
+    made = Harness(site, pulumi, slack, clock, tmp_path / "state")
     yield made
     made.store.close()

@@ -41,6 +41,12 @@ class FakePulumiCommand(auto.PulumiCommand):
         """When set, the next `up` fails with this error (recorded as a failed update)."""
         self.crash_after_up = False
         """When set, the next `up` completes and then the process 'dies' before returning."""
+        self.locked_by: str | None = None
+        """When set, every `up` fails as the CLI does when another update holds the stack (no history entry)."""
+        self.during_up: Callable[[], None] = lambda: None
+        """Runs inside each `up`, while the update is under way."""
+        self.applied_plans: list[bytes] = []
+        """The plan file's bytes as each `up --plan` read them."""
         self._lock = threading.Lock()
         self._record_update("initial deploy", "succeeded", deployed_at, {"create": 400})
 
@@ -87,10 +93,15 @@ class FakePulumiCommand(auto.PulumiCommand):
 
     def _up(self, args: list[str]) -> CommandResult:
         message = _flag(args, "--message") or ""
+        if self.locked_by is not None:
+            raise create_command_error(CommandResult("", "error: [409] Conflict: Another update is currently in "
+                                                     f"progress. ({self.locked_by})", 255))
+        self.during_up()
         plan = _flag(args, "--plan")
         if plan is not None:
-            with open(plan, encoding="utf-8") as handle:
-                planned = json.load(handle)["config"]
+            with open(plan, "rb") as handle:
+                self.applied_plans.append(handle.read())
+            planned = json.loads(self.applied_plans[-1])["config"]
             if planned != self.config:
                 return self._fail(message, "error: the update plan's config does not match the stack's config")
         if self.fail_up is not None:

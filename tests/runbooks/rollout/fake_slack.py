@@ -1,6 +1,10 @@
 """A fake Slack Web API on 127.0.0.1: records each call, answers like Slack, and can be scripted to
 answer a method with an error (`invalid_auth`, `message_not_found`) or a 429 with Retry-After.
 
+auth.test answers with the identity of the token in the Authorization header, as Slack does (user_id and
+team_id; bot_id for a bot token); an unknown token gets `invalid_auth`. A message posted with thread_ts is a
+reply in that thread (conversations.replies lists it, with the poster's bot_id), not a message of its own.
+
 slack-sdk's own tests use the same approach: a local HTTP server and WebClient(base_url=...).
 """
 
@@ -32,11 +36,15 @@ class Script:
 @dataclass
 class FakeSlack:
     members: set[str] = field(default_factory=set)
+    identities: dict[str, dict[str, str]] = field(default_factory=dict)
+    """token -> what auth.test says of its owner (the tokens themselves never reach `calls`)."""
     socket_url: str | None = None
     calls: list[Call] = field(default_factory=list)
     scripts: dict[str, list[Script]] = field(default_factory=dict)
     messages: dict[str, dict[str, Any]] = field(default_factory=dict)
     """ts -> the message as last posted or updated."""
+    replies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """thread ts -> the replies posted in it."""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -70,19 +78,34 @@ class FakeSlack:
         with self._lock:
             del self.messages[ts]
 
-    def _answer(self, method: str, params: dict[str, Any], authorized: bool) -> tuple[int, dict[str, str], Any]:
+    def _answer(self, method: str, params: dict[str, Any], token: str | None) -> tuple[int, dict[str, str], Any]:
+        identity = self.identities.get(token or "")
         with self._lock:
-            self.calls.append(Call(method, params, authorized))
+            self.calls.append(Call(method, params, token is not None))
             queued = self.scripts.get(method)
             scripted = queued.pop(0) if queued else None
             if scripted is not None:
                 headers = {"Retry-After": str(scripted.retry_after_s)} if scripted.retry_after_s is not None else {}
                 return scripted.status, headers, {"ok": False, "error": scripted.error or "ratelimited"}
+            if method == "auth.test":
+                if identity is None:
+                    return 200, {}, {"ok": False, "error": "invalid_auth"}
+                return 200, {}, {"ok": True, "url": "https://institute.slack.com/", "team": "Institute",
+                                 "user": "someone", **identity}
             if method == "chat.postMessage":
                 self._ts += 1
                 ts = f"1700000000.{self._ts:06d}"
+                if params.get("thread_ts"):
+                    reply = {**params, "ts": ts, "bot_id": (identity or {}).get("bot_id")}
+                    self.replies.setdefault(params["thread_ts"], []).append(reply)
+                    return 200, {}, {"ok": True, "channel": CHANNEL_ID, "ts": ts, "message": reply}
                 self.messages[ts] = params
                 return 200, {}, {"ok": True, "channel": CHANNEL_ID, "ts": ts, "message": params}
+            if method == "conversations.replies":
+                if params.get("ts") not in self.messages:
+                    return 200, {}, {"ok": False, "error": "thread_not_found"}
+                thread = [{**self.messages[params["ts"]], "ts": params["ts"]}, *self.replies.get(params["ts"], [])]
+                return 200, {}, {"ok": True, "messages": thread, "has_more": False}
             if method == "chat.update":
                 if params.get("ts") not in self.messages:
                     return 200, {}, {"ok": False, "error": "message_not_found"}
@@ -108,7 +131,9 @@ class FakeSlack:
                     if isinstance(params.get(key), str):
                         params[key] = json.loads(params[key])
                 method = self.path.removeprefix("/api/")
-                status, headers, answer = fake._answer(method, params, "Authorization" in self.headers)
+                authorization = self.headers.get("Authorization")
+                token = authorization.removeprefix("Bearer ") if authorization else None
+                status, headers, answer = fake._answer(method, params, token)
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 for name, value in headers.items():

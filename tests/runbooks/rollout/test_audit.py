@@ -1,15 +1,29 @@
-"""The audit log's hash chain detects edits, removals and reordering."""
+"""The audit log's keyed chain: edits, removals, reordering, a chain rewritten without the key and a cut tail are
+detected; a torn last line is set aside, never a reason to stop appending; the key is kept as a secret."""
 
+import hashlib
 import json
+import stat
 from pathlib import Path
 
 import pytest
 
-from runbooks.rollout.audit import AuditChainBrokenError, AuditLog
+from runbooks.rollout.audit import (
+    KEY_ENV,
+    KEY_FILE,
+    AuditChainBrokenError,
+    AuditKeyError,
+    AuditLog,
+    ChainHead,
+    audit_key,
+)
+from runbooks.rollout.store import Store
+
+KEY = b"unit-test-audit-key-never-printed-0123456789"
 
 
-def three_records(tmp_path: Path) -> AuditLog:
-    log = AuditLog(tmp_path / "audit.jsonl")
+def three_records(tmp_path: Path, keeper: Store | None = None) -> AuditLog:
+    log = AuditLog(tmp_path / "audit.jsonl", KEY, keeper)
     for who in ("U0ALICE", "U0BOB", "U0CAROL"):
         log.append(who=who, what="slack.approve", decision="approved", rollout="half-1", stage="half",
                    plan_digest="sha256:abc")
@@ -17,7 +31,8 @@ def three_records(tmp_path: Path) -> AuditLog:
 
 
 def test_should_verify_an_untouched_chain(tmp_path: Path) -> None:
-    assert three_records(tmp_path).verify() == 3
+    report = three_records(tmp_path).verify()
+    assert (report.records, report.torn_bytes) == (3, 0)
 
 
 @pytest.mark.parametrize("tamper, line", [
@@ -34,12 +49,97 @@ def test_should_detect_a_tampered_audit_log(tmp_path: Path, tamper: object, line
     assert broken.value.line == line
 
 
-def test_should_detect_an_edit_that_recomputes_nothing_but_the_hash(tmp_path: Path) -> None:
+def rewrite(log: AuditLog, seal: object) -> None:
+    """The attacker's rewrite: record 2 says rejected, and every record is re-chained and re-sealed by `seal`."""
+    records = [json.loads(line) for line in log.path.read_text().splitlines()]
+    records[1]["decision"] = "rejected"
+    prev = "0" * 64
+    for record in records:
+        record.pop("mac")
+        record["prev"] = prev
+        record["mac"] = prev = seal(json.dumps(record, sort_keys=True, separators=(",", ":")).encode())  # type: ignore[operator]
+    log.path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+@pytest.mark.parametrize("seal", [
+    pytest.param(lambda body: hashlib.sha256(body).hexdigest(), id="plain SHA-256 hashes recomputed"),
+    pytest.param(lambda body: __import__("hmac").new(b"a guessed key", body, "sha256").hexdigest(),
+                 id="an HMAC under another key"),
+])
+def test_should_refuse_a_chain_rewritten_without_the_key(tmp_path: Path, seal: object) -> None:
     log = three_records(tmp_path)
-    lines = log.path.read_text().splitlines()
-    record = json.loads(lines[0])
-    record["decision"] = "rejected"
-    lines[0] = json.dumps(record)
-    log.path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(AuditChainBrokenError, match="edited"):
+    rewrite(log, seal)
+    with pytest.raises(AuditChainBrokenError, match="line 1: content does not match its mac"):
         log.verify()
+
+
+def test_should_detect_deleted_last_lines_by_the_head_kept_in_the_state(tmp_path: Path) -> None:
+    store = Store(tmp_path / "rollout.sqlite")
+    log = three_records(tmp_path, store)
+    log.path.write_text("".join(log.path.read_text().splitlines(keepends=True)[:1]))
+    with pytest.raises(AuditChainBrokenError, match="ends at record 1 but the head kept in the rollout state "
+                                                    "names record 3: records were removed from the end"):
+        log.verify()
+    store.close()
+
+
+def test_should_detect_a_head_in_the_state_rewritten_to_match_a_cut_log(tmp_path: Path) -> None:
+    store = Store(tmp_path / "rollout.sqlite")
+    log = three_records(tmp_path, store)
+    first = json.loads(log.path.read_text().splitlines()[0])
+    log.path.write_text(log.path.read_text().splitlines(keepends=True)[0])
+    store.keep_audit_head(ChainHead(1, first["mac"]), tag="0" * 64)  # the attacker has no key for the tag
+    with pytest.raises(AuditChainBrokenError, match="does not carry the key's tag"):
+        log.verify()
+    store.close()
+
+
+def test_should_detect_deleted_last_lines_by_a_head_posted_to_slack(tmp_path: Path) -> None:
+    log = three_records(tmp_path)
+    posted = log.verify().head
+    assert posted is not None
+    log.path.write_text("".join(log.path.read_text().splitlines(keepends=True)[:2]))
+    with pytest.raises(AuditChainBrokenError, match="names record 3: records were removed from the end"):
+        log.verify([("the Slack thread of half-1", ChainHead.parse(posted.text()) or posted)])
+
+
+def test_should_set_a_torn_last_line_aside_and_keep_appending(tmp_path: Path) -> None:
+    store = Store(tmp_path / "rollout.sqlite")
+    log = three_records(tmp_path, store)
+    torn = b'{"seq": 4, "who": "U0AL'
+    with log.path.open("ab") as handle:
+        handle.write(torn)  # a crash or a full disk mid-write
+    assert log.verify().torn_bytes == len(torn)
+    record = log.append(who="alice", what="break_glass.rollback", decision="started", rollout="rollback-1")
+    report = log.verify()
+    assert (report.records, report.torn_bytes, record.seq) == (5, 0, 5)
+    set_aside = [r for r in log.records() if r.what == "audit.torn_line"]
+    assert [(r.seq, r.decision, r.detail["bytes"], r.detail["sha256"]) for r in set_aside] == [
+        (4, "set_aside", len(torn), hashlib.sha256(torn).hexdigest())]
+    assert (tmp_path / "audit.jsonl.torn").read_bytes() == torn + b"\n"
+    store.close()
+
+
+def test_should_make_a_key_file_only_its_owner_can_read(tmp_path: Path) -> None:
+    key = audit_key(tmp_path, environ={})
+    assert stat.S_IMODE((tmp_path / KEY_FILE).stat().st_mode) == 0o600
+    assert audit_key(tmp_path, environ={}) == key and len(key) == 64
+
+
+def test_should_refuse_a_key_file_others_can_read(tmp_path: Path) -> None:
+    audit_key(tmp_path, environ={})
+    (tmp_path / KEY_FILE).chmod(0o644)
+    with pytest.raises(AuditKeyError, match=f"{tmp_path / KEY_FILE} is readable by others \\(mode 644\\)"):
+        audit_key(tmp_path, environ={})
+
+
+def test_should_take_the_key_from_the_environment_and_refuse_a_short_one(tmp_path: Path) -> None:
+    assert audit_key(tmp_path, environ={KEY_ENV: KEY.decode()}) == KEY
+    assert not (tmp_path / KEY_FILE).exists()
+    with pytest.raises(AuditKeyError, match=f"{KEY_ENV} must be at least 32 characters \\(it has 5\\)"):
+        audit_key(tmp_path, environ={KEY_ENV: "short"})
+
+
+def test_should_never_show_the_key(tmp_path: Path) -> None:
+    log = three_records(tmp_path)
+    assert KEY.decode() not in repr(log) + log.path.read_text()

@@ -9,7 +9,15 @@ from typer.testing import CliRunner
 
 from runbooks.rollout import cli
 from runbooks.rollout.cli import app
-from tests.runbooks.rollout.conftest import APPROVERS, BOT_TOKEN, GATE_WINDOW_MINUTES, REQUESTER, SECRETS, Harness
+from tests.runbooks.rollout.conftest import (
+    APPROVERS,
+    AUDIT_KEY,
+    BOT_TOKEN,
+    GATE_WINDOW_MINUTES,
+    SECRETS,
+    USER_TOKEN,
+    Harness,
+)
 
 
 @pytest.fixture
@@ -22,6 +30,8 @@ def gpuctl(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Harness:
     monkeypatch.setattr(cli, "pulumi_command", lambda: harness.pulumi)
     monkeypatch.setattr(cli, "now", harness.clock)
     monkeypatch.setenv("SLACK_BOT_TOKEN", BOT_TOKEN)
+    monkeypatch.setenv("SLACK_USER_TOKEN", USER_TOKEN)
+    monkeypatch.setenv("GPUCTL_AUDIT_KEY", AUDIT_KEY)
     monkeypatch.setenv("SLACK_API_URL", harness.slack.base_url)
     return harness
 
@@ -35,7 +45,7 @@ def run(harness: Harness, *args: str) -> tuple[int, str]:
 
 
 def test_should_request_a_stage_and_show_it_awaiting_approvals(gpuctl: Harness) -> None:
-    code, text = run(gpuctl, "request", "half", "--requester", REQUESTER)
+    code, text = run(gpuctl, "request", "half")
     assert code == 0, text
     assert "half-1: awaiting approval" in text
     gpuctl.build()
@@ -46,18 +56,19 @@ def test_should_request_a_stage_and_show_it_awaiting_approvals(gpuctl: Harness) 
     assert "next stage: half (onboards vision, multimodal, rl, code-llm; 6 of 12 teams)" in text
     assert "rollout half-1 canary -> half: awaiting_approval" in text
     assert f"approvals 1 of 2: {APPROVERS[0]}" in text
-    assert "hash chain intact" in text
+    assert "audit: 3 records, keyed chain intact; matches the head kept in the rollout state and the " \
+           "Slack thread of half-1" in text
 
 
 def test_should_refuse_a_stage_out_of_order_with_exit_2(gpuctl: Harness) -> None:
-    code, text = run(gpuctl, "request", "full", "--requester", REQUESTER)
+    code, text = run(gpuctl, "request", "full")
     assert code == 2
     assert "the next stage is half, not full" in text
 
 
 def test_should_hold_a_request_before_the_soak_is_over_with_exit_3(gpuctl: Harness) -> None:
     gpuctl.clock.now = gpuctl.clock.now.replace(day=10)
-    code, text = run(gpuctl, "request", "half", "--requester", REQUESTER)
+    code, text = run(gpuctl, "request", "half")
     assert code == 3
     assert "canary has soaked 8.0 of 14 days" in text
 
