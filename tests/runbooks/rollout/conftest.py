@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from components.spec.site import Site
+from runbooks.rollout import cli
 from runbooks.rollout.approvals import SlackApprovals, web_client
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.deploy import StackDeployer
@@ -217,3 +220,29 @@ def harness(tmp_path: Path, project: Path, slack: FakeSlack, clock: FakeClock, w
     made = Harness(site, pulumi, slack, clock, tmp_path / "state")
     yield made
     made.store.close()
+
+
+@pytest.fixture
+def gpuctl(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    """The harness, with `gpuctl rollout` (run through `run`) pointed at the same fakes, clock and key."""
+    stack_file = harness.project_dir / "Pulumi.prod.yaml"
+    stack = yaml.safe_load(stack_file.read_text())
+    stack["config"]["gpu-cluster:rollout"] = {"prometheus_url": harness.site.rollout.prometheus_url,
+                                              "gate_window_minutes": GATE_WINDOW_MINUTES}
+    stack_file.write_text(yaml.safe_dump(stack))
+    monkeypatch.setattr(cli, "pulumi_command", lambda: harness.pulumi)
+    monkeypatch.setattr(cli, "now", harness.clock)
+    monkeypatch.setenv("SLACK_BOT_TOKEN", BOT_TOKEN)
+    monkeypatch.setenv("SLACK_USER_TOKEN", USER_TOKEN)
+    monkeypatch.setenv("GPUCTL_AUDIT_KEY", AUDIT_KEY)
+    monkeypatch.setenv("SLACK_API_URL", harness.slack.base_url)
+    return harness
+
+
+def run(harness: Harness, *args: str, state_dir: Path | None = None) -> tuple[int, str]:
+    """`gpuctl rollout --project-dir <project> --state-dir <state> ARGS`: exit code and all it printed (no secret)."""
+    result = CliRunner().invoke(cli.app, ["--project-dir", str(harness.project_dir), "--state-dir",
+                                          str(state_dir or harness.state_dir), *args])
+    text = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert not any(secret in text for secret in SECRETS)
+    return result.exit_code, text

@@ -4,44 +4,10 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
-from runbooks.rollout import cli
 from runbooks.rollout.cli import app
-from tests.runbooks.rollout.conftest import (
-    APPROVERS,
-    AUDIT_KEY,
-    BOT_TOKEN,
-    GATE_WINDOW_MINUTES,
-    SECRETS,
-    USER_TOKEN,
-    Harness,
-)
-
-
-@pytest.fixture
-def gpuctl(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Harness:
-    stack_file = harness.project_dir / "Pulumi.prod.yaml"
-    stack = yaml.safe_load(stack_file.read_text())
-    stack["config"]["gpu-cluster:rollout"] = {"prometheus_url": harness.site.rollout.prometheus_url,
-                                              "gate_window_minutes": GATE_WINDOW_MINUTES}
-    stack_file.write_text(yaml.safe_dump(stack))
-    monkeypatch.setattr(cli, "pulumi_command", lambda: harness.pulumi)
-    monkeypatch.setattr(cli, "now", harness.clock)
-    monkeypatch.setenv("SLACK_BOT_TOKEN", BOT_TOKEN)
-    monkeypatch.setenv("SLACK_USER_TOKEN", USER_TOKEN)
-    monkeypatch.setenv("GPUCTL_AUDIT_KEY", AUDIT_KEY)
-    monkeypatch.setenv("SLACK_API_URL", harness.slack.base_url)
-    return harness
-
-
-def run(harness: Harness, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project-dir", str(harness.project_dir), "--state-dir",
-                                      str(harness.state_dir), *args])
-    text = result.output + (result.stderr if result.stderr_bytes is not None else "")
-    assert not any(secret in text for secret in SECRETS)
-    return result.exit_code, text
+from tests.runbooks.rollout.conftest import APPROVERS, Harness, run
 
 
 def test_should_request_a_stage_and_show_it_awaiting_approvals(gpuctl: Harness) -> None:

@@ -200,3 +200,22 @@ def test_should_audit_a_forged_request_without_its_text(awaiting: Harness, recei
     (record,) = [r for r in awaiting.audit.records() if r.decision == "refused"]
     assert (record.who, record.detail["reason"]) == ("unverified", "forged signature")
     assert len((awaiting.state_dir / "audit.jsonl").read_text().splitlines()[-1]) < 1024
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    pytest.param({"user": {}}, "the click names no user", id="a click with no user"),
+    pytest.param({"user": "x"}, "the click names no user", id="a user that is no object"),
+    pytest.param({"user": {"id": ""}}, "the click names no user", id="an empty user id"),
+    pytest.param({"team": {"id": "T0ELSEWHERE"}}, "not from the configured Slack workspace (slack.workspace_id)",
+                 id="a click from another workspace"),
+    pytest.param({"api_app_id": "A0OTHERAPP"}, "not sent to the configured Slack app (slack.app_id)",
+                 id="a click sent to another app"),
+    pytest.param({"channel": {"id": "C0ELSEWHERE"}, "container": {"type": "message", "channel_id": "C0ELSEWHERE"}},
+                 "not from the channel the request was posted in", id="a click from another channel"),
+])
+def test_should_refuse_a_signed_click_from_no_one_or_elsewhere(awaiting: Harness, receiver: HttpReceiver,
+                                                               change: dict[str, object], reason: str) -> None:
+    assert post(receiver, {**block_actions(awaiting.slack, APPROVERS[0], "approve"), **change}) == 200
+    assert awaiting.approvals.counted("half-1") == []
+    assert refusals(awaiting) == [reason]
+    assert [c.status for c in awaiting.store.clicks("half-1")] == [ClickStatus.REFUSED]
