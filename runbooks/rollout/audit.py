@@ -92,7 +92,6 @@ class AuditRecord:
 @dataclass(frozen=True)
 class ChainReport:
     records: int
-    head: ChainHead | None
     torn_bytes: int
     """Bytes of an unterminated last line (0: none); the next append sets them aside."""
     anchors: tuple[str, ...]
@@ -248,7 +247,7 @@ class AuditLog:
                                                        f"{head.seq}: records were removed from the end")
             if not hmac.compare_digest(macs.get(head.seq, ""), head.mac):
                 raise AuditChainBrokenError(head.seq, f"record {head.seq} is not the one {where} names")
-        return ChainReport(count, ChainHead(count, prev) if count else None, torn, tuple(w for w, _ in checked))
+        return ChainReport(count, torn, tuple(w for w, _ in checked))
 
     def _kept_head(self, count: int) -> list[tuple[str, ChainHead]]:
         kept = self.heads.audit_head() if self.heads is not None else None

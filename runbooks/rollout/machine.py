@@ -457,8 +457,8 @@ class Runbook:
         return self.approvals
 
     def _tell_slack(self, rollout_id: str) -> str | None:
-        """Bring the request's message up to date and post the audit chain's head to its thread; why not, if not.
-        Slack being down never stops a deploy or a rollback."""
+        """Bring the request's message up to date and post the audit chain's head to its thread. None once told,
+        else why Slack could not be told: Slack being down never stops a deploy or a rollback."""
         rollout, head = self._get(rollout_id), self.audit.head()
         if self.approvals is None:
             return "Slack is not configured (SLACK_BOT_TOKEN)"
