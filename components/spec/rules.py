@@ -3,11 +3,24 @@ finds. The rules that need a planner's figures (rack power and cooling, team quo
 preemption table) live beside their planners and are composed with these in components.validate."""
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from components.spec.problems import Problem
 from components.spec.site import Site
 
-Rule = Callable[[Site], list[Problem]]
+Check = Callable[[Site], list[Problem]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    check: Check
+    reads: frozenset[str]
+    """Top-level keys of the spec the check reads: when one of them failed to parse, the check is skipped, so a type
+    error in one section leaves every rule over the other sections running (components.spec.sections)."""
+
+
+def rule(check: Check, *reads: str) -> Rule:
+    return Rule(check, frozenset(reads))
 
 
 def _unique(items: Iterable[tuple[str, str]], rule: str = "unique-names") -> list[Problem]:
@@ -27,44 +40,59 @@ def dangling(path: str, kind: str, name: str, known: Iterable[str]) -> Problem:
     return Problem(path, f'no {kind} named "{name}" (known: {names})', "references")
 
 
-def check_unique_names(site: Site) -> list[Problem]:
-    nodes = [
-        (f"node_groups[{i}].nodes[{j}]", node.name)
-        for i, group in enumerate(site.node_groups)
-        for j, node in enumerate(group.nodes)
-    ]
+def check_unique_rooms(site: Site) -> list[Problem]:
+    return _unique((f"rooms[{i}]", r.name) for i, r in enumerate(site.rooms))
+
+
+def check_unique_racks(site: Site) -> list[Problem]:
     pdus = [
         p
         for i, rack in enumerate(site.racks)
         for p in _unique((f"racks[{i}].pdus[{j}]", pdu.name) for j, pdu in enumerate(rack.pdus))
     ]
-    return (
-        _unique((f"rooms[{i}]", r.name) for i, r in enumerate(site.rooms))
-        + _unique((f"racks[{i}]", r.name) for i, r in enumerate(site.racks))
-        + _unique((f"node_groups[{i}]", g.name) for i, g in enumerate(site.node_groups))
-        + _unique(nodes)
-        + pdus
-        + _unique((f"stages[{i}]", s.name) for i, s in enumerate(site.stages))
-    )
+    return _unique((f"racks[{i}]", r.name) for i, r in enumerate(site.racks)) + pdus
 
 
-def check_references(site: Site) -> list[Problem]:
+def check_unique_nodes(site: Site) -> list[Problem]:
+    nodes = [
+        (f"node_groups[{i}].nodes[{j}]", node.name)
+        for i, group in enumerate(site.node_groups)
+        for j, node in enumerate(group.nodes)
+    ]
+    return _unique((f"node_groups[{i}]", g.name) for i, g in enumerate(site.node_groups)) + _unique(nodes)
+
+
+def check_unique_stages(site: Site) -> list[Problem]:
+    return _unique((f"stages[{i}]", s.name) for i, s in enumerate(site.stages))
+
+
+def check_rack_rooms(site: Site) -> list[Problem]:
     rooms = [r.name for r in site.rooms]
-    racks = [r.name for r in site.racks]
-    stages = [s.name for s in site.stages]
-    problems = [
+    return [
         dangling(f"racks[{i}].room", "room", rack.room, rooms)
         for i, rack in enumerate(site.racks) if rack.room not in rooms
     ]
-    for i, group in enumerate(site.node_groups):
-        if group.gpu_model not in site.gpu_catalog:
-            problems.append(dangling(f"node_groups[{i}].gpu_model", "gpu_catalog entry", group.gpu_model,
-                                      sorted(site.gpu_catalog)))
-        problems += [
-            dangling(f"node_groups[{i}].nodes[{j}].rack", "rack", node.rack, racks)
-            for j, node in enumerate(group.nodes) if node.rack not in racks
-        ]
-    problems += [
+
+
+def check_node_racks(site: Site) -> list[Problem]:
+    racks = [r.name for r in site.racks]
+    return [
+        dangling(f"node_groups[{i}].nodes[{j}].rack", "rack", node.rack, racks)
+        for i, group in enumerate(site.node_groups)
+        for j, node in enumerate(group.nodes) if node.rack not in racks
+    ]
+
+
+def check_gpu_models(site: Site) -> list[Problem]:
+    return [
+        dangling(f"node_groups[{i}].gpu_model", "gpu_catalog entry", group.gpu_model, sorted(site.gpu_catalog))
+        for i, group in enumerate(site.node_groups) if group.gpu_model not in site.gpu_catalog
+    ]
+
+
+def check_stage_references(site: Site) -> list[Problem]:
+    stages = [s.name for s in site.stages]
+    problems = [
         dangling(f"teams[{i}].stage", "stage", team.stage, stages)
         for i, team in enumerate(site.teams) if team.stage not in stages
     ]
@@ -135,11 +163,17 @@ def check_driver_version(site: Site) -> list[Problem]:
 
 
 SPEC_RULES: tuple[Rule, ...] = (
-    check_unique_names,
-    check_references,
-    check_stage_sizes,
-    check_team_onboarding,
-    check_retention,
-    check_driver_version,
+    rule(check_unique_rooms, "rooms"),
+    rule(check_unique_racks, "racks"),
+    rule(check_unique_nodes, "node_groups"),
+    rule(check_unique_stages, "stages"),
+    rule(check_rack_rooms, "racks", "rooms"),
+    rule(check_node_racks, "node_groups", "racks"),
+    rule(check_gpu_models, "node_groups", "gpu_catalog"),
+    rule(check_stage_references, "teams", "stages", "stage"),
+    rule(check_stage_sizes, "stages", "teams"),
+    rule(check_team_onboarding, "teams"),
+    rule(check_retention, "monitoring"),
+    rule(check_driver_version, "gpu_operator", "node_check"),
 )
 """Rules that read the spec alone; components.validate adds those that need a planner (racks, quotas, preemption)."""

@@ -10,17 +10,30 @@ and `components.validate` (with the planners).
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from components.spec import defaults
 from components.spec.catalog import GPU_CATALOG, GpuClass
-from components.spec.types import AbsolutePath, Hostname, LabelValue, ModelPath, Name, Percent, Spec
+from components.spec.types import AbsolutePath, Float, Hostname, Int, LabelValue, ModelPath, Name, Percent, Spec
+
+# Written as a Kubernetes quantity with :g (`<n>Ti`), which turns to `1e+06` from a million and `1e-05` under 1e-4,
+# neither a quantity; 100 PiB is past any site.
+Capacity = Annotated[Float, Field(ge=0.001, le=100_000)]
+# Alert thresholds in PromQL and the node check's --max-temp-c; GPUs shut down by ~105 C (nvidia-smi -q).
+Temperature = Annotated[Float, Field(gt=0, le=125)]
+# A Kueue quota (nominalQuota, borrowingLimit); team-quotas holds it to its flavor's GPUs.
+GpuCount = Annotated[Int, Field(ge=0, le=100_000)]
+# A TCP port in slurm.conf, slurmdbd.conf and the exporter's unit.
+Port = Annotated[Int, Field(gt=0, lt=65536)]
+# A job's priority is the weights times factors (0..1) added up, a 32-bit number: two weights under 2^31 never overflow.
+PriorityWeight = Annotated[Int, Field(ge=0, lt=1 << 31)]
 
 
 class GpuModel(Spec):
-    tdp_w: Annotated[float, Field(gt=0)]
+    # The rack plan and the node check's nvidia-smi power limit; no GPU board draws 2 kW (B200: 1000 W).
+    tdp_w: Annotated[Float, Field(gt=0, le=2000)]
     """W; the board power limit the GPU may draw at full load."""
-    memory_gb: Annotated[int, Field(gt=0)]
+    memory_gb: Annotated[Int, Field(gt=0, le=1024)]
     """GB of device memory."""
     gpu_class: GpuClass
     """How the GPU must be housed (dense GPUs need >= 40 kW liquid or in-row cooled racks)."""
@@ -41,7 +54,8 @@ class CoolingType(StrEnum):
 class Cooling(Spec):
     type: CoolingType
     """How heat leaves the rack."""
-    capacity_kw: Annotated[float, Field(gt=0)]
+    # Compared with the rack plan's heat load; the densest immersion racks remove ~200 kW.
+    capacity_kw: Annotated[Float, Field(gt=0, le=500)]
     """kW of heat the rack's cooling removes (from the cooling design, not the nameplate of the room)."""
 
 
@@ -54,11 +68,13 @@ class Pdu(Spec):
     name: Name
     feed: Feed
     """Which of the two independent power paths feeds this PDU."""
-    voltage_v: Annotated[float, Field(gt=0)]
+    # The feed capacity the rack plan computes; low-voltage supplies end at 1000 V AC (IEC 60038).
+    voltage_v: Annotated[Float, Field(gt=0, le=1000)]
     """V; line-to-line for three-phase, line-to-neutral for single-phase."""
-    current_a: Annotated[int, Field(gt=0)]
+    # The largest IEC 60309 industrial socket is 125 A (the rack plan checks the site's 32 and 63 A ratings).
+    current_a: Annotated[Int, Field(gt=0, le=125)]
     """A; the socket and breaker rating (32 or 63)."""
-    phases: Annotated[int, Field(ge=1, le=3)]
+    phases: Annotated[Int, Field(ge=1, le=3)]
     """1 or 3."""
 
 
@@ -71,7 +87,8 @@ class Rack(Spec):
     name: Name
     room: Name
     """The room the rack stands in (rooms[].name)."""
-    power_budget_kw: Annotated[float, Field(gt=0)]
+    # Compared with the rack plan's draw, like cooling.capacity_kw.
+    power_budget_kw: Annotated[Float, Field(gt=0, le=500)]
     """kW the facility provisions for this rack."""
     headroom_pct: Percent = defaults.POWER_HEADROOM_PCT
     """% of the power budget kept free; planned IT load must stay within the rest."""
@@ -103,21 +120,24 @@ class NodeGroup(Spec):
     name: Name
     gpu_model: LabelValue
     """A key of gpu_catalog."""
-    gpus_per_node: Annotated[int, Field(gt=0, le=16)]
-    platform_w: Annotated[float, Field(gt=0)] | None = None
+    gpus_per_node: Annotated[Int, Field(gt=0, le=16)]
+    platform_w: Annotated[Float, Field(gt=0, le=10_000)] | None = None
     """W a node draws apart from its GPUs; default by GPU class (components.spec.defaults.PLATFORM_W)."""
-    psu_efficiency: Annotated[float, Field(gt=0, le=1)] = defaults.PSU_EFFICIENCY
+    psu_efficiency: Annotated[Float, Field(gt=0, le=1)] = defaults.PSU_EFFICIENCY
     """Fraction of wall power the node's PSUs deliver as DC."""
-    cpus: Annotated[int, Field(gt=0)]
+    # Slurm's CPUs= (at most 65533, slurm.conf(5)) and the Kueue flavor's cpu quota.
+    cpus: Annotated[Int, Field(gt=0, le=65533)]
     """CPU cores per node (Slurm CPUs=)."""
-    memory_gib: Annotated[int, Field(gt=0)]
+    # Slurm's RealMemory= in MiB and the Kueue flavor's memory quota; 64 TiB is past any single node.
+    memory_gib: Annotated[Int, Field(gt=0, le=65536)]
     """GiB of host memory per node (Slurm RealMemory=)."""
     pool: Pool
     nodes: Annotated[list[Node], Field(min_length=1)]
 
 
 class NvmeTier(Spec):
-    cache_gib: Annotated[int, Field(gt=0)]
+    # The prefetch compares it in KiB in shell arithmetic (64-bit); 1 PiB of NVMe is past any node.
+    cache_gib: Annotated[Int, Field(gt=0, le=1 << 20)]
     """GiB of local NVMe per GPU node for model weights and LoRA adapters."""
     disks_path: AbsolutePath = defaults.NVME_DISKS_PATH
     """Where each node mounts its NVMe filesystems, one directory per disk (the local volume provisioner's
@@ -131,9 +151,10 @@ class NvmeTier(Spec):
 class NfsHotTier(Spec):
     servers: Annotated[list[Hostname], Field(min_length=1)]
     """NFS servers for the hot tier; teams are spread over them, never one for everything."""
-    capacity_tib: Annotated[float, Field(gt=0)]
+    capacity_tib: Capacity
     """TiB of hot-tier capacity in all."""
-    keep_checkpoints: Annotated[int, Field(gt=0)] = defaults.HOT_CHECKPOINT_KEEP
+    # The mover's --keep; a thousand checkpoints per run is past any hot tier.
+    keep_checkpoints: Annotated[Int, Field(gt=0, le=1000)] = defaults.HOT_CHECKPOINT_KEEP
     """Newest checkpoints per run directory kept on the hot tier."""
     export_root: AbsolutePath = defaults.NFS_EXPORT_ROOT
     """Each team's share is <export_root>/<team> on the server it is assigned to."""
@@ -147,19 +168,21 @@ class NfsHotTier(Spec):
 
 
 class CephColdTier(Spec):
-    capacity_tib: Annotated[float, Field(gt=0)]
+    capacity_tib: Capacity
     """TiB of cold-tier (Ceph) capacity."""
-    archive_after_days: Annotated[int, Field(gt=0)] = defaults.COLD_ARCHIVE_AFTER_DAYS
+    # The mover's --archive-after-days, a timedelta from now; as long as the cold tier may keep anything.
+    archive_after_days: Annotated[Int, Field(gt=0, le=36500)] = defaults.COLD_ARCHIVE_AFTER_DAYS
     """days after which a checkpoint moves from hot to cold."""
     mover_schedule: Annotated[str, Field(pattern=r"^\S+ \S+ \S+ \S+ \S+$")] = defaults.MOVER_SCHEDULE
     """Cron schedule of the checkpoint mover (five fields)."""
     mount_path: AbsolutePath = defaults.CEPH_MOUNT_PATH
     """Where hosts mount the CephFS cold filesystem's root; a team's archive is <mount_path>/<team>."""
-    max_checkpoint_gib: Annotated[int, Field(gt=0)] = defaults.MOVER_MAX_CHECKPOINT_GIB
+    # The mover's --max-checkpoint-gib and --max-run-gib; 1 PiB at most.
+    max_checkpoint_gib: Annotated[Int, Field(gt=0, le=1 << 20)] = defaults.MOVER_MAX_CHECKPOINT_GIB
     """GiB (apparent size) above which the mover refuses a checkpoint and leaves it on hot."""
-    max_run_gib: Annotated[int, Field(gt=0)] = defaults.MOVER_MAX_RUN_GIB
+    max_run_gib: Annotated[Int, Field(gt=0, le=1 << 20)] = defaults.MOVER_MAX_RUN_GIB
     """GiB one mover run may copy; the rest waits for the next run."""
-    mover_deadline_minutes: Annotated[int, Field(gt=0, le=1440)] = defaults.MOVER_DEADLINE_MINUTES
+    mover_deadline_minutes: Annotated[Int, Field(gt=0, le=1440)] = defaults.MOVER_DEADLINE_MINUTES
     """minutes after which a mover run starts no further checkpoint; it is stopped 10 minutes later."""
 
 
@@ -170,15 +193,16 @@ class Storage(Spec):
 
 
 class Monitoring(Spec):
-    hot_retention_days: Annotated[int, Field(gt=0, le=3650)] = defaults.HOT_RETENTION_DAYS
+    hot_retention_days: Annotated[Int, Field(gt=0, le=3650)] = defaults.HOT_RETENTION_DAYS
     """days Prometheus keeps metrics locally."""
-    cold_retention_days: Annotated[int, Field(gt=0, le=36500)] = defaults.COLD_RETENTION_DAYS
+    cold_retention_days: Annotated[Int, Field(gt=0, le=36500)] = defaults.COLD_RETENTION_DAYS
     """days the cold tier keeps metrics."""
     gpu_util_low_pct: Percent = defaults.GPU_UTIL_LOW_PCT
     """% average utilization under which a GPU is a tuning opportunity."""
-    gpu_util_low_window_h: Annotated[int, Field(gt=0)] = defaults.GPU_UTIL_LOW_WINDOW_H
+    # The alert's PromQL range `[<h>h]`, evaluated every minute over the hot tier: a month at most.
+    gpu_util_low_window_h: Annotated[Int, Field(gt=0, le=720)] = defaults.GPU_UTIL_LOW_WINDOW_H
     """hours the utilization average spans."""
-    gpu_temp_incident_c: Annotated[float, Field(gt=0)] = defaults.GPU_TEMP_INCIDENT_C
+    gpu_temp_incident_c: Temperature = defaults.GPU_TEMP_INCIDENT_C
     """C; GPU temperature that raises an incident."""
     storage_class: Annotated[str, Field(min_length=1)] = defaults.METRICS_STORAGE_CLASS
     """StorageClass of the hot and cold tiers' volumes, sized from retention and ingest (components.monitoring.
@@ -203,9 +227,10 @@ class SchedulingClass(Spec):
 
     name: ClassName
     workload: Workload
-    kubernetes_priority: Annotated[int, Field(gt=0, lt=1_000_000_000)] | None = None
+    kubernetes_priority: Annotated[Int, Field(gt=0, lt=1_000_000_000)] | None = None
     """PriorityClass value; None: not a Kubernetes class (user classes stay below 1e9, where system ones start)."""
-    slurm_priority: Annotated[int, Field(ge=0)] | None = None
+    # sacctmgr's QoS Priority is 32-bit; Slurm keeps 0xfffffffe and 0xffffffff for "unset" and "infinite".
+    slurm_priority: Annotated[Int, Field(ge=0, le=0xfffffffd)] | None = None
     """Slurm QoS priority, weighted by PriorityWeightQOS; None: not a Slurm QoS."""
     preempts: list[ClassName] = []
     """Classes whose running work this class may preempt (Slurm `Preempt=`); on Kubernetes every lower class
@@ -249,16 +274,18 @@ class Scheduling(Spec):
     (components.scheduling.preemption checks that both orders agree and that training never preempts inference)."""
     team_default_class: ClassName = "train_normal"
     """Slurm QoS a team's job gets without --qos (a Slurm class open to teams)."""
-    pods_ready_timeout_minutes: Annotated[int, Field(gt=0)] = defaults.PODS_READY_TIMEOUT_MINUTES
+    # Kueue's waitForPodsReady.timeout (`<m>m`); a gang not ready within a day is stuck.
+    pods_ready_timeout_minutes: Annotated[Int, Field(gt=0, le=1440)] = defaults.PODS_READY_TIMEOUT_MINUTES
     """minutes an admitted Kueue workload may take to get all its pods ready before it is evicted and requeued
     (all-or-nothing admission)."""
 
 
 class Stage(Spec):
     name: Name
-    min_soak_days: Annotated[int, Field(ge=0)]
+    # The rollout adds it to the stage's start as a timedelta (a datetime ends in year 9999); a year at most.
+    min_soak_days: Annotated[Int, Field(ge=0, le=365)]
     """days this stage must run before the next may be requested."""
-    max_teams: Annotated[int, Field(gt=0)] | None = None
+    max_teams: Annotated[Int, Field(gt=0, le=1000)] | None = None
     """Teams onboarded by this stage and the ones before it, at most (None: no limit)."""
 
 
@@ -276,14 +303,15 @@ class Team(Spec):
     """The rollout stage that onboards the team (stages[].name)."""
     slack_channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")]
     """Where the team's tuning alerts go."""
-    gpu_quota: dict[str, Annotated[int, Field(ge=0)]] = {}
+    gpu_quota: dict[str, GpuCount] = {}
     """Most GPUs per kubernetes-pool Kueue flavor (`<gpu>-kubernetes`, e.g. `a800-kubernetes`, `rtx4090-kubernetes`)
     the team's jobs may hold; a flavor left out gets components.spec.defaults.TEAM_GPU_QUOTA."""
-    gpu_guaranteed: dict[str, Annotated[int, Field(ge=0)]] = {}
+    gpu_guaranteed: dict[str, GpuCount] = {}
     """GPUs per kubernetes-pool flavor set aside for the team (its queue's nominal quota, taken out of the pool's):
     part of gpu_quota, not on top of it. The team reclaims them from other teams' borrowed jobs of lower priority,
     up to the highest preemptible class (never inference). None unless given."""
-    fairshare: Annotated[int, Field(gt=0)] = defaults.TEAM_FAIRSHARE
+    # sacctmgr's Fairshare= shares (32-bit); a million to one is past any split of the cluster.
+    fairshare: Annotated[Int, Field(gt=0, le=1_000_000)] = defaults.TEAM_FAIRSHARE
     """Slurm fairshare shares of the team's account, relative to the other teams'."""
 
     def gpu_quota_on(self, flavor: str) -> int:
@@ -292,9 +320,10 @@ class Team(Spec):
 
 
 class Gates(Spec):
-    max_firing_critical: Annotated[int, Field(ge=0)] = defaults.GATE_MAX_FIRING_CRITICAL
+    # Compared with the count of firing alerts the gates read from Prometheus.
+    max_firing_critical: Annotated[Int, Field(ge=0, le=1000)] = defaults.GATE_MAX_FIRING_CRITICAL
     min_gpu_util_pct: Percent = defaults.GATE_MIN_GPU_UTIL_PCT
-    max_train_queue_minutes: Annotated[float, Field(gt=0)] = defaults.GATE_MAX_TRAIN_QUEUE_MINUTES
+    max_train_queue_minutes: Annotated[Float, Field(gt=0, le=10080)] = defaults.GATE_MAX_TRAIN_QUEUE_MINUTES
     max_inference_error_pct: Percent = defaults.GATE_MAX_INFERENCE_ERROR_PCT
 
 
@@ -305,7 +334,7 @@ class Rollout(Spec):
         "http://prometheus-operated.monitoring.svc:9090"
     )
     """Prometheus whose HTTP API the gates query (the Prometheus Operator's service; example host: set it)."""
-    gate_window_minutes: Annotated[float, Field(gt=0, le=10080)] = defaults.GATE_WINDOW_MINUTES
+    gate_window_minutes: Annotated[Float, Field(gt=0, le=10080)] = defaults.GATE_WINDOW_MINUTES
     """minutes of history the utilization, queue-time and error-rate gates average over."""
     policy_pack: Annotated[str, Field(min_length=1)] = "policy"
     """Directory of the policy pack, relative to the project, that every rollout preview and update runs."""
@@ -330,19 +359,22 @@ class Slack(Spec):
     from it."""
     app_id: Annotated[str, Field(pattern=r"^A[A-Z0-9]+$")]
     """The rollout Slack app's id (A...): clicks sent to any other app are refused."""
-    approvals_required: Annotated[int, Field(gt=0)] = defaults.APPROVALS_REQUIRED
-    approval_ttl_hours: Annotated[int, Field(gt=0)] = defaults.APPROVAL_TTL_HOURS
+    # Distinct approvers from approver_group; more than 20 would block every stage.
+    approvals_required: Annotated[Int, Field(gt=0, le=20)] = defaults.APPROVALS_REQUIRED
+    # The rollout compares a request's age with it as a timedelta; an approval older than 30 days judged another
+    # cluster (and a huge one overflowed the datetime arithmetic).
+    approval_ttl_hours: Annotated[Int, Field(gt=0, le=720)] = defaults.APPROVAL_TTL_HOURS
     receiver: SlackReceiver = SlackReceiver.SOCKET_MODE
 
 
 class NodeCheck(Spec):
     min_driver_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)+$")] = defaults.MIN_DRIVER_VERSION
     """Oldest NVIDIA driver a node may run (dotted version)."""
-    burn_in_s: Annotated[int, Field(gt=0, le=3600)] = defaults.BURN_IN_S
+    burn_in_s: Annotated[Int, Field(gt=0, le=3600)] = defaults.BURN_IN_S
     """seconds of load during which the hottest GPU must stay under monitoring.gpu_temp_incident_c."""
     burn_command: Annotated[str, Field(min_length=1)] = defaults.BURN_COMMAND
     """Command that loads every GPU on the node for the burn-in."""
-    driver_wait_s: Annotated[int, Field(gt=0, le=7200)] = defaults.DRIVER_WAIT_S
+    driver_wait_s: Annotated[Int, Field(gt=0, le=7200)] = defaults.DRIVER_WAIT_S
     """seconds the check waits for the GPU Operator's driver on the node before failing it."""
 
 
@@ -353,17 +385,21 @@ class LlmMeter(StrEnum):
     """vLLM's engine counters (prompt, generation and prefix-cache hit tokens), team from the pod namespace."""
 
 
+# Multiplies token rates in the cost recording rules; the dearest API output token costs well under $1000 per million.
+Price = Annotated[Float, Field(ge=0, le=1000)]
+
+
 class LlmPrice(Spec):
     model: Annotated[str, Field(min_length=1)]
     """The model as the meter labels it (LiteLLM `model`, vLLM `model_name`)."""
     meter: LlmMeter = LlmMeter.LITELLM
     """Whose counters price this model; each model is metered once, so gateway traffic to a vLLM backend
     is not counted twice."""
-    prompt_usd_per_mtok: Annotated[float, Field(ge=0)]
+    prompt_usd_per_mtok: Price
     """USD per million prompt (input) tokens not served from a cache."""
-    completion_usd_per_mtok: Annotated[float, Field(ge=0)]
+    completion_usd_per_mtok: Price
     """USD per million completion (output) tokens."""
-    cached_usd_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    cached_usd_per_mtok: Price | None = None
     """USD per million prompt tokens served from the prefix cache (vLLM meter only)."""
     source: Annotated[str, Field(min_length=1)]
     """Where the price comes from (price list and date, or the internal chargeback rate)."""
@@ -394,12 +430,13 @@ class Alerting(Spec):
     alerting pipeline is noticed (its token is read from a file; example host: set it)."""
     secrets_dir: Annotated[str, Field(pattern=r"^/\S+[^/]$")] = "/etc/alertmanager/secrets"
     """Directory mounted into Alertmanager holding `slack-api-url` and `oncall-token` (never inline)."""
-    hbm_temp_incident_c: Annotated[float, Field(gt=0)] = defaults.HBM_TEMP_INCIDENT_C
+    hbm_temp_incident_c: Temperature = defaults.HBM_TEMP_INCIDENT_C
     """C; HBM temperature that raises an incident (A100/A800 SXM4 report Memory Max Operating Temp
     95 C in `nvidia-smi -q -d TEMPERATURE`)."""
     thermal_throttle_pct: Percent = defaults.THERMAL_THROTTLE_PCT
     """% of the last 10 minutes a GPU may spend clocked down for heat before a warning."""
-    xid_hardware: Annotated[tuple[Annotated[int, Field(gt=0)], ...], Field(min_length=1)] = (
+    # Alternatives of the alert's PromQL regex; NVIDIA's XID catalog ends below 200.
+    xid_hardware: Annotated[tuple[Annotated[Int, Field(gt=0, le=999)], ...], Field(min_length=1)] = (
         48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
     """XIDs that mean the GPU, its memory, NVLink or GSP failed (NVIDIA XID catalog,
     docs.nvidia.com/deploy/xid-errors); any other XID is the application's (13, 31, 43, 45, ...)."""
@@ -424,11 +461,11 @@ class SlurmSettings(Spec):
 
     controller_host: Hostname = "slurm-controller"
     """Hostname of the slurmctld and slurmdbd machine, resolvable from every node."""
-    slurmctld_port: Annotated[int, Field(gt=0, lt=65536)] = 6817
+    slurmctld_port: Port = 6817
     """TCP port of slurmctld (the slurm.conf(5) default)."""
-    slurmd_port: Annotated[int, Field(gt=0, lt=65536)] = 6818
+    slurmd_port: Port = 6818
     """TCP port of slurmd on every node (the slurm.conf(5) default)."""
-    slurmdbd_port: Annotated[int, Field(gt=0, lt=65536)] = 6819
+    slurmdbd_port: Port = 6819
     """TCP port of slurmdbd (the slurmdbd.conf(5) default)."""
     state_save_dir: AbsolutePath = "/var/spool/slurmctld"
     """Where slurmctld keeps its state; must survive reboots (Debian's slurmctld package default)."""
@@ -436,18 +473,19 @@ class SlurmSettings(Spec):
     """Where each slurmd keeps batch scripts and its state (Debian's slurmd package default)."""
     log_dir: AbsolutePath = "/var/log/slurm"
     """Where the daemons write their logs (Debian's slurm-wlm default)."""
-    exporter_port: Annotated[int, Field(gt=0, lt=65536)] = defaults.SLURM_EXPORTER_PORT
+    exporter_port: Port = defaults.SLURM_EXPORTER_PORT
     """TCP port of the Slurm exporter (hosts/slurm_exporter.py) on the controller; Prometheus scrapes it."""
-    os_memory_reserve_pct: Annotated[float, Field(ge=0, lt=50)] = defaults.SLURM_OS_MEMORY_RESERVE_PCT
+    os_memory_reserve_pct: Annotated[Float, Field(ge=0, lt=50)] = defaults.SLURM_OS_MEMORY_RESERVE_PCT
     """% of a node's installed memory kept out of RealMemory: the kernel's page map alone is ~1.6 %
     (64 B per 4 KiB page), plus firmware holes, the OS, slurmd, the GPU driver's pinned buffers and the
     NFS page cache. A RealMemory above what slurmd detects would drain the node."""
-    def_mem_per_gpu_gib: Annotated[int, Field(gt=0)] = defaults.SLURM_DEF_MEM_PER_GPU_GIB
+    # Slurm's DefMemPerGPU= in MiB; no node holds more than node_groups[].memory_gib's 64 TiB.
+    def_mem_per_gpu_gib: Annotated[Int, Field(gt=0, le=65536)] = defaults.SLURM_DEF_MEM_PER_GPU_GIB
     """GiB of host memory a job gets per allocated GPU unless it asks (--mem); without it a 1-GPU job
     would be given the whole node's memory and block the other 7 GPUs."""
-    priority_weight_qos: Annotated[int, Field(ge=0)] = defaults.SLURM_PRIORITY_WEIGHT_QOS
+    priority_weight_qos: PriorityWeight = defaults.SLURM_PRIORITY_WEIGHT_QOS
     """Weight of the QoS factor in multifactor priority; larger than fairshare so QoS orders the queue first."""
-    priority_weight_fairshare: Annotated[int, Field(ge=0)] = defaults.SLURM_PRIORITY_WEIGHT_FAIRSHARE
+    priority_weight_fairshare: PriorityWeight = defaults.SLURM_PRIORITY_WEIGHT_FAIRSHARE
     """Weight of the fairshare factor; orders jobs of one QoS by how little each account has used lately."""
 
 
@@ -455,6 +493,10 @@ class GpuOperator(Spec):
     driver_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)+$")] = defaults.GPU_DRIVER_VERSION
     """NVIDIA driver the operator installs on every GPU node, the one driver Kubernetes and Slurm share."""
     namespace: Name = "gpu-operator"
+
+
+def _with_builtin_catalog(overrides: Any) -> Any:
+    return {**GPU_CATALOG, **overrides} if isinstance(overrides, dict) else overrides
 
 
 class Site(Spec):
@@ -465,7 +507,8 @@ class Site(Spec):
     """User the node checks and Slurm deploy log in as (its key is the secret ssh_private_key)."""
     bmc_user: Annotated[str, Field(min_length=1)]
     """BMC user (its password is the secret bmc_password)."""
-    gpu_catalog: dict[LabelValue, GpuModel] = Field(default_factory=lambda: _catalog({}), validate_default=True)
+    gpu_catalog: Annotated[dict[LabelValue, GpuModel], BeforeValidator(_with_builtin_catalog)] = Field(
+        default_factory=dict, validate_default=True)
     """GPU models by name; entries given here add to or replace the built-in catalog."""
     rooms: Annotated[list[Room], Field(min_length=1)]
     racks: Annotated[list[Rack], Field(min_length=1)]
@@ -486,11 +529,6 @@ class Site(Spec):
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+$")] = defaults.KUBERNETES_VERSION
     """Minor version of the cluster's Kubernetes (`1.30`): charts are rendered and their objects validated for it."""
 
-    @field_validator("gpu_catalog", mode="before")
-    @classmethod
-    def _merge_catalog(cls, value: Any) -> Any:
-        return _catalog(value) if isinstance(value, dict) else value
-
     def gpu(self, group: NodeGroup) -> GpuModel:
         return self.gpu_catalog[group.gpu_model]
 
@@ -504,7 +542,3 @@ class Site(Spec):
         order = [s.name for s in self.stages]
         now = order.index(self.stage)
         return [t for t in self.teams if order.index(t.stage) <= now]
-
-
-def _catalog(overrides: dict[str, Any]) -> dict[str, Any]:
-    return {**GPU_CATALOG, **overrides}

@@ -4,13 +4,23 @@ Spec values land in config files, command lines, units, labels and object names,
 of its consumers accept.
 """
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+
+def _not_a_boolean(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    return value
+
+
+# JSON's true and YAML 1.1's yes and on would pass as 1: every number of the spec is one of these, never a bool.
+Int = Annotated[int, BeforeValidator(_not_a_boolean)]
+Float = Annotated[float, BeforeValidator(_not_a_boolean)]
 # DNS-1123 label: these names become Kubernetes object names, Slurm node names and hostnames.
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
-Percent = Annotated[float, Field(ge=0, lt=100)]
+Percent = Annotated[Float, Field(ge=0, lt=100)]
 # RFC 1123 host names (or dotted IPv4): they land in slurm.conf, mount units, SSH and StorageClass parameters, so
 # nothing but letters, digits, hyphens and dots.
 _HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"

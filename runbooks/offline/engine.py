@@ -10,6 +10,7 @@ parent, dependencies, property dependencies, options, inputs and outputs, secret
 
 import asyncio
 import json
+import re
 import runpy
 import sys
 import threading
@@ -172,9 +173,25 @@ MAX_STACK_FILE_BYTES = 1 << 20
 """A site's stack file is tens of kB; anything over 1 MiB is not one."""
 
 
+_BOOL = "tag:yaml.org,2002:bool"
+
+
 class _StrictLoader(yaml.SafeLoader):
     """YAML as a stack file may be: no aliases (a few hundred bytes of them expand to gigabytes), no duplicate keys
-    (the last one would win without a word)."""
+    (the last one would win without a word), booleans as the Pulumi CLI reads them (YAML 1.2: `true` and `false`;
+    YAML 1.1's `yes`, `no`, `on`, `off` stay strings instead of becoming 1 and 0 in a number field), and no number
+    of more digits than Python converts (a ValueError, not a YAML error)."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, pattern) for tag, pattern in resolvers if tag != _BOOL]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError as error:
+            raise yaml.MarkedYAMLError(None, None, str(error).split(":")[0], node.start_mark) from None
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):  # type: ignore[no-untyped-call]
@@ -190,6 +207,11 @@ class _StrictLoader(yaml.SafeLoader):
                 raise yaml.MarkedYAMLError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_implicit_resolver(  # type: ignore[no-untyped-call]
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

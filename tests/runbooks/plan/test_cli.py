@@ -14,6 +14,7 @@ from runbooks.cli import app
 from runbooks.offline.engine import run_program
 from runbooks.plan.plan import OUT_MANIFEST, artifacts
 from tests.builders import REPO, copy_project, parse, prod_values
+from tests.components.spec.test_sections import FIVE_REPORTED
 
 GPUCTL = REPO / ".venv" / "bin" / "gpuctl"
 
@@ -120,6 +121,15 @@ NON_FINITE = [
     pytest.param(_set("monitoring.hot_retention_days", 106752),
                  "monitoring.hot_retention_days: Input should be less than or equal to 3650",
                  id="a retention Prometheus cannot hold"),
+    pytest.param(_set("slack.approval_ttl_hours", 10**12),
+                 "slack.approval_ttl_hours: Input should be less than or equal to 720",
+                 id="an approval TTL past what a timedelta holds, which crashed the rollout"),
+    pytest.param(_set("stages", [{"name": "canary", "min_soak_days": 10**7}, {"name": "full", "min_soak_days": 0}]),
+                 "stages[0].min_soak_days: Input should be less than or equal to 365",
+                 id="a soak past year 9999, which crashed the rollout"),
+    pytest.param(_set("slack.approvals_required", True),
+                 "slack.approvals_required: Value error, a boolean is not a number (got true)",
+                 id="a boolean as a number, which read as 1"),
 ]
 
 # What a spec value could smuggle into a file, a command or a name (issue 21, cases 8-10): refused at the schema.
@@ -165,6 +175,18 @@ def test_should_exit_2_naming_the_field(tmp_path: Path, change: Any, message: st
     assert not out.exists()
 
 
+def test_should_report_every_problem_of_a_file_in_one_run(tmp_path: Path) -> None:
+    # Two type errors and three broken cross-field rules: the type errors used to hide the other three.
+    changes = [_set("racks.0.power_budget_kw", "lots"), _set("slack.approvals_required", "two"),
+               _set("teams.6.stage", "beta"), _set("monitoring", {"hot_retention_days": 30, "cold_retention_days": 10}),
+               _set("gpu_operator", {"driver_version": "470.1"})]
+    project = copy_project(tmp_path, lambda config: [change(config) for change in changes])
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(project)])
+    assert result.exit_code == 2, result.output
+    assert "invalid site spec in Pulumi.prod.yaml (5 problems):" in result.output
+    assert [line.removeprefix("  - ") for line in result.output.splitlines()[1:]] == FIVE_REPORTED
+
+
 @pytest.mark.parametrize(("text", "message"), [
     pytest.param("config:\n  gpu-cluster:stage: canary\n  gpu-cluster:stage: full\n",
                  "duplicate key 'gpu-cluster:stage'", id="a duplicate key, which would silently onboard every team"),
@@ -172,6 +194,8 @@ def test_should_exit_2_naming_the_field(tmp_path: Path, change: Any, message: st
                  "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nconfig: {}\n", "aliases are not allowed in a stack file",
                  id="an alias bomb"),
     pytest.param("config: [a, b]\n", "`config` must be a mapping of keys to values", id="a config that is a list"),
+    pytest.param(f"config:\n  gpu-cluster:stage: {'9' * 5000}\n", "Exceeds the limit (4300 digits) for integer string "
+                 "conversion", id="a number of more digits than Python converts"),
 ])
 def test_should_exit_2_on_a_stack_file_no_site_should_have(tmp_path: Path, text: str, message: str) -> None:
     project = copy_project(tmp_path)
@@ -179,6 +203,18 @@ def test_should_exit_2_on_a_stack_file_no_site_should_have(tmp_path: Path, text:
     result = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(tmp_path / "plan")])
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_should_read_yaml_1_1_booleans_as_the_pulumi_cli_does_not_as_numbers(tmp_path: Path) -> None:
+    # YAML 1.1 reads `yes` as true, and int(True) is 1: one approval instead of the two the site asked for.
+    project = copy_project(tmp_path)
+    stack = project / "Pulumi.prod.yaml"
+    assert stack.read_text().count("approvals_required: 2") == 1
+    stack.write_text(stack.read_text().replace("approvals_required: 2", "approvals_required: yes"))
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(tmp_path / "plan")])
+    assert result.exit_code == 2, result.output
+    assert ('slack.approvals_required: Input should be a valid integer, unable to parse string as an integer '
+            '(got "yes")') in result.output
 
 
 def test_should_exit_2_on_a_missing_stack(tmp_path: Path) -> None:
