@@ -13,10 +13,10 @@ Source metrics, and where their names come from:
   for the labels allowlisted in its chart values (components/monitoring/component.py), names sanitized to [a-zA-Z0-9_].
 - hosts/slurm_exporter.py on the Slurm controller: slurm_nodes_down, slurm_nodes_drain, slurm_nodes_fail
   (vpenso/prometheus-slurm-exporter's names) and slurm_job_account{slurmjobid, account} (job -> Slurm account).
-- LiteLLM proxy (litellm/types/integrations/prometheus.py): litellm_input_tokens_metric and
-  litellm_output_tokens_metric, counters exposed with `_total`, labels model, team, team_alias.
-- vLLM (docs/usage/metrics.md): vllm:prompt_tokens_total, vllm:generation_tokens_total and, in the v1
-  engine, vllm:prefix_cache_hits_total (tokens), label model_name; `namespace` comes from the scrape.
+- LiteLLM proxy 1.80.5, the one gateway of LLM traffic (litellm/types/integrations/prometheus.py, checked against the
+  running proxy: ../shared/notes/litellm-offline.md): litellm_input_tokens_metric_total and
+  litellm_output_tokens_metric_total, labels team (LiteLLM's team id), team_alias, model (the backend's name) and
+  requested_model (the gateway's model name); requests that no key authenticated carry team_alias="None".
 """
 
 import re
@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from components.spec.derived import once_per_site
-from components.spec.site import LlmMeter, Pool, Site
+from components.spec.site import Pool, Site
 from components.spec.wellknown import FLEX_LENT_LABEL
 
 KSM_FLEX_LENT = "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", FLEX_LENT_LABEL)
@@ -263,50 +263,40 @@ def storage_alerts(site: Site) -> list[dict[str, Any]]:
     ]
 
 
-def _vllm_tokens(metric: str) -> str:
-    rate = f"rate({metric}[1h])"
-    return (
-        f'sum by (team, model) (label_replace(label_replace({rate}, "team", "$1", "namespace", "(.*)"),'
-        f' "model", "$1", "model_name", "(.*)"))'
-    )
+TOKEN_COUNTERS = {"prompt": "litellm_input_tokens_metric_total", "completion": "litellm_output_tokens_metric_total"}
+"""The gateway's token counters by token type (LiteLLM does not split cached prompt tokens)."""
+UNATTRIBUTED = "None"
+"""What LiteLLM writes in a label it has no value for, e.g. the team of a request no key authenticated."""
 
 
-def _litellm_tokens(metric: str) -> str:
-    # team_alias: LiteLLM's `team` is an id; teams are created with the spec's team name as alias.
-    return f'sum by (team, model) (label_replace(rate({metric}[1h]), "team", "$1", "team_alias", "(.*)"))'
+def _gateway_tokens(metric: str) -> str:
+    # Teams are created at the gateway with the spec's team name as alias (runbooks/gateway); the price table is keyed
+    # by the gateway's model name, which LiteLLM labels requested_model.
+    rate = f'rate({metric}{{team_alias!="{UNATTRIBUTED}"}}[1h])'
+    return (f'sum by (team, model) (label_replace(label_replace({rate}, "team", "$1", "team_alias", "(.*)"),'
+            f' "model", "$1", "requested_model", "(.*)"))')
 
 
 def llm_cost_rules(site: Site) -> list[dict[str, Any]]:
-    """Token rates per meter, the price table as constant series, and their product.
+    """Token rates per team, model and token type from the gateway, the price table as constant series, and their
+    product.
 
-    Prices are series (one `vector(price)` per entry and token type) rather than numbers baked into
-    one rule per model, so the cost is a single join that promtool can evaluate and a price change
-    touches one line.
+    Prices are series (one `vector(price)` per model and token type) rather than numbers baked into one rule per
+    model, so the cost is a single join that promtool can evaluate and a price change touches one line.
     """
-    prompt, cached = _vllm_tokens("vllm:prompt_tokens_total"), _vllm_tokens("vllm:prefix_cache_hits_total")
-    tokens = [
-        (LlmMeter.LITELLM, "prompt", _litellm_tokens("litellm_input_tokens_metric_total")),
-        (LlmMeter.LITELLM, "completion", _litellm_tokens("litellm_output_tokens_metric_total")),
-        # vLLM counts cached tokens inside prompt tokens; engines without prefix caching have no hits series.
-        (LlmMeter.VLLM, "prompt", f"{prompt}\n- ({cached} or {prompt} * 0)"),
-        (LlmMeter.VLLM, "completion", _vllm_tokens("vllm:generation_tokens_total")),
-        (LlmMeter.VLLM, "cached", cached),
-    ]
     rules: list[dict[str, Any]] = [
-        {"record": Record.TOKENS, "expr": expr, "labels": {"meter": meter.value, "token_type": token_type}}
-        for meter, token_type, expr in tokens
+        {"record": Record.TOKENS, "expr": _gateway_tokens(metric), "labels": {"token_type": token_type}}
+        for token_type, metric in TOKEN_COUNTERS.items()
     ]
-    for price in site.alerting.llm_prices:
-        per_type = {"prompt": price.prompt_usd_per_mtok, "completion": price.completion_usd_per_mtok,
-                    "cached": price.cached_usd_per_mtok}
+    for price in site.inference.prices():
+        per_type = {"prompt": price.prompt_usd_per_mtok, "completion": price.completion_usd_per_mtok}
         rules += [
-            {"record": Record.PRICE, "expr": f"vector({usd!r})",
-             "labels": {"meter": price.meter.value, "model": price.model, "token_type": token_type}}
-            for token_type, usd in per_type.items() if usd is not None
+            {"record": Record.PRICE, "expr": f"vector({usd!r})", "labels": {"model": price.model, "token_type": kind}}
+            for kind, usd in per_type.items()
         ]
     rules += [
         {"record": Record.COST,
-         "expr": f"{Record.TOKENS} * on (meter, model, token_type) group_left {Record.PRICE} * 3600 / 1e6"},
+         "expr": f"{Record.TOKENS} * on (model, token_type) group_left {Record.PRICE} * 3600 / 1e6"},
         {"record": Record.TEAM_COST, "expr": f"sum by (team) ({Record.COST})"},
     ]
     return rules

@@ -33,7 +33,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
-from components.monitoring.alerts import GPU, GPU_MATCH, KSM_FLEX_LENT, Record, llm_cost_rules
+from components.monitoring.alerts import GPU, GPU_MATCH, KSM_FLEX_LENT, UNATTRIBUTED, Record, llm_cost_rules
 from components.spec.derived import once_per_site
 from components.spec.site import Pool, Site
 
@@ -55,6 +55,7 @@ FLEET_UID = "gpu-fleet"
 POOLS_UID = "pools"
 TEAM_USAGE_UID = "team-usage"
 LLM_COST_UID = "llm-cost"
+INFERENCE_UID = "inference"
 """A policy checks that the LLM cost dashboard exists under exactly this uid."""
 
 DATASOURCE_VARIABLE = "datasource"
@@ -307,14 +308,15 @@ def _pools_board(site: Site) -> dashboard_builders.Dashboard:
 
 
 def token_types(site: Site) -> list[str]:
-    """Token types the LLM cost rules price, in rule order (prompt, completion, cached)."""
+    """Token types the LLM cost rules price, in rule order (prompt, completion)."""
     return list(dict.fromkeys(r["labels"]["token_type"] for r in llm_cost_rules(site) if r["record"] == Record.TOKENS))
 
 
 def _llm_cost(site: Site) -> dashboard_builders.Dashboard:
     board = _board(LLM_COST_UID, "LLM API cost",
-                   "Cost of LLM API traffic per team, model and token type, from the spec's price table "
-                   "(alerting.llm_prices) times the token rates of LiteLLM and vLLM, averaged over the last hour.")
+                   "Cost of LLM API traffic per team, model and token type: the token rates the LLM gateway counts for "
+                   "each team's keys, times the price table of the spec (inference: external APIs at their "
+                   "providers' prices, served models at their GPU-hour cost), averaged over the last hour.")
     board = board.with_variable(_custom_variable("team", "Team", [t.name for t in site.teams]))
     cost = f"{Record.COST}{{{TEAM_MATCHER}}}"
     by_type = [Query(f'sum ({Record.COST}{{{TEAM_MATCHER}, token_type="{t}"}})', t) for t in token_types(site)]
@@ -331,15 +333,45 @@ def _llm_cost(site: Site) -> dashboard_builders.Dashboard:
                 _amount_in_range(f"sum by (team, model, token_type) ({cost})"), "", instant=True))))
 
 
+def _latency(histogram: str) -> str:
+    return f"histogram_quantile(0.95, sum by (le, model_name) (rate({histogram}_bucket[$__rate_interval])))"
+
+
+def _inference(site: Site) -> dashboard_builders.Dashboard:
+    board = _board(INFERENCE_UID, "Inference serving",
+                   "The served models' queues and latency (vLLM engines, label model_name) and the gateway's "
+                   "requests and errors per model (LiteLLM, requests its keys authenticated).")
+    team_traffic = f'team_alias!="{UNATTRIBUTED}"'
+    requests = f"sum by (requested_model) (rate(litellm_proxy_total_requests_metric_total{{{team_traffic}}}[5m]))"
+    failed = (f'sum by (requested_model) (rate(litellm_proxy_failed_requests_metric_total{{{team_traffic}, '
+              f'exception_status!~"4.."}}[5m]))')
+    return (board
+            .with_panel(_timeseries(1, "Requests waiting per model", "short", [
+                Query("sum by (model_name) (vllm:num_requests_waiting)", "{{model_name}}")],
+                "The autoscaler's signal: past inference.models[].waiting_per_replica per replica, KEDA adds one."))
+            .with_panel(_timeseries(2, "Requests running per model", "short", [
+                Query("sum by (model_name) (vllm:num_requests_running)", "{{model_name}}")]))
+            .with_panel(_timeseries(3, "End-to-end latency p95 (s)", "s", [
+                Query(_latency("vllm:e2e_request_latency_seconds"), "{{model_name}}")]))
+            .with_panel(_timeseries(4, "Time to first token p95 (s)", "s", [
+                Query(_latency("vllm:time_to_first_token_seconds"), "{{model_name}}")]))
+            .with_panel(_timeseries(5, "Gateway requests per second", "reqps", [
+                Query(requests, "{{requested_model}}")]))
+            .with_panel(_timeseries(6, "Gateway errors (share of requests)", "percentunit", [
+                Query(f"{failed} / {requests}", "{{requested_model}}")],
+                "Server-side failures; client errors (4xx, budgets) are the caller's.")))
+
+
 FOLDERS = {
     FLEET_UID: PLATFORM_FOLDER,
     POOLS_UID: PLATFORM_FOLDER,
     TEAM_USAGE_UID: TEAMS_FOLDER,
     LLM_COST_UID: TEAMS_FOLDER,
+    INFERENCE_UID: PLATFORM_FOLDER,
 }
 """The Grafana folder of each dashboard: the platform team's, or the one every team reads."""
 
-BUILDERS = (_gpu_fleet, _pools_board, _team_usage, _llm_cost)
+BUILDERS = (_gpu_fleet, _pools_board, _team_usage, _llm_cost, _inference)
 
 
 @once_per_site

@@ -23,6 +23,9 @@ NAMESPACE = "monitoring"
 PROMETHEUS_RELEASE = "kube-prometheus-stack"
 
 
+PROMETHEUS_URL = f"http://prometheus-operated.{NAMESPACE}.svc:9090"
+"""The hot Prometheus inside the cluster: the Prometheus Operator's governing Service of its Prometheus pods."""
+
 COLD_RELEASE = "metrics-cold"
 
 

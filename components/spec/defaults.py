@@ -125,9 +125,17 @@ CEPH_MOUNT_PATH: Final = "/mnt/ckpt-cold"
 """Slurm nodes mount the CephFS cold tier here."""
 
 NVME_DISKS_PATH: Final = "/mnt/nvme-disks"
-NVME_CACHE_PATH: Final = "/var/lib/gpucluster/model-cache"
+NVME_CACHE_PATH: Final = "/mnt/nvme-cache"
+"""An NVMe filesystem of its own on every GPU node (the prefetch refuses one smaller than storage.nvme.cache_gib, so
+it never fills the root disk)."""
 NFS_EXPORT_ROOT: Final = "/exports"
 NFS_MODELS_EXPORT: Final = "/exports/models"
+
+INFERENCE_WAITING_PER_REPLICA: Final = 5
+"""Requests waiting in a vLLM replica's queue at which the autoscaler adds one (the vllm-stack chart's default
+KEDA threshold)."""
+GATEWAY_TEAM_BUDGET_USD: Final = 1000.0
+"""USD per budget period a team may spend through the LLM gateway unless its own budget is set."""
 
 # --- scheduling -----------------------------------------------------------------------------
 

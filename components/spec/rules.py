@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from components.spec.problems import Problem
-from components.spec.site import Site
+from components.spec.site import Pool, Site
 
 Check = Callable[[Site], list[Problem]]
 
@@ -162,6 +162,50 @@ def check_driver_version(site: Site) -> list[Problem]:
     )]
 
 
+def check_inference_names(site: Site) -> list[Problem]:
+    """A gateway model name is one model: served and external names share one namespace."""
+    inference = site.inference
+    return _unique([*((f"inference.models[{i}]", m.name) for i, m in enumerate(inference.models)),
+                    *((f"inference.external[{i}]", a.name) for i, a in enumerate(inference.external))])
+
+
+def check_inference_teams(site: Site) -> list[Problem]:
+    """Every team a model, an external API or a budget names exists."""
+    teams = [t.name for t in site.teams]
+    inference = site.inference
+    named = [*((f"inference.models[{i}].teams", m.teams or []) for i, m in enumerate(inference.models)),
+             *((f"inference.external[{i}].teams", a.teams or []) for i, a in enumerate(inference.external)),
+             ("inference.gateway.team_budgets", list(inference.gateway.team_budgets))]
+    return [dangling(path, "team", team, teams) for path, names in named for team in names if team not in teams]
+
+
+def check_served_models_fit(site: Site) -> list[Problem]:
+    """A served model runs on a GPU the inference pools have, a replica fits one node, its most replicas fit the pools
+    (the kubernetes pool and the lendable flex pool), and its GPU has an hourly cost to price its tokens from."""
+    problems = []
+    for i, model in enumerate(site.inference.models):
+        path = f"inference.models[{i}]"
+        groups = [g for g in site.node_groups if g.gpu_model == model.gpu_model and g.pool != Pool.SLURM]
+        if not groups:
+            known = sorted({g.gpu_model for g in site.node_groups if g.pool != Pool.SLURM})
+            problems.append(dangling(f"{path}.gpu_model", "GPU model in the kubernetes or flex pool", model.gpu_model,
+                                     known))
+            continue
+        widest = max(g.gpus_per_node for g in groups)
+        if model.gpus_per_replica > widest:
+            problems.append(Problem(f"{path}.gpus_per_replica", f"{model.gpus_per_replica} GPUs per replica do not "
+                                    f"fit one node ({widest} {model.gpu_model} per node)", "served-models-fit"))
+        capacity = sum(len(g.nodes) * (g.gpus_per_node // model.gpus_per_replica) for g in groups)
+        if model.replicas.max > capacity:
+            problems.append(Problem(f"{path}.replicas.max", f"{model.replicas.max} replicas of "
+                                    f"{model.gpus_per_replica} GPUs need more than the {capacity} that fit on the "
+                                    f"{model.gpu_model} nodes of the kubernetes and flex pools", "served-models-fit"))
+        if model.gpu_model not in site.inference.gpu_hour_usd:
+            problems.append(Problem("inference.gpu_hour_usd", f"no hourly cost for {model.gpu_model}, which "
+                                    f"{path} runs on: its tokens cannot be priced", "served-models-priced"))
+    return problems
+
+
 SPEC_RULES: tuple[Rule, ...] = (
     rule(check_unique_rooms, "rooms"),
     rule(check_unique_racks, "racks"),
@@ -175,5 +219,8 @@ SPEC_RULES: tuple[Rule, ...] = (
     rule(check_team_onboarding, "teams"),
     rule(check_retention, "monitoring"),
     rule(check_driver_version, "gpu_operator", "node_check"),
+    rule(check_inference_names, "inference"),
+    rule(check_inference_teams, "inference", "teams"),
+    rule(check_served_models_fit, "inference", "node_groups"),
 )
 """Rules that read the spec alone; components.validate adds those that need a planner (racks, quotas, preemption)."""

@@ -10,10 +10,11 @@ and `components.validate` (with the planners).
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field
 
 from components.spec import defaults
 from components.spec.catalog import GPU_CATALOG, GpuClass
+from components.spec.inference import Inference
 from components.spec.types import AbsolutePath, Float, Hostname, Int, LabelValue, ModelPath, Name, Percent, Spec
 
 # Written as a Kubernetes quantity with :g (`<n>Ti`), which turns to `1e+06` from a million and `1e-05` under 1e-4,
@@ -378,42 +379,6 @@ class NodeCheck(Spec):
     """seconds the check waits for the GPU Operator's driver on the node before failing it."""
 
 
-class LlmMeter(StrEnum):
-    LITELLM = "litellm"
-    """The LiteLLM gateway's token counters (prompt and completion; it does not split cached tokens)."""
-    VLLM = "vllm"
-    """vLLM's engine counters (prompt, generation and prefix-cache hit tokens), team from the pod namespace."""
-
-
-# Multiplies token rates in the cost recording rules; the dearest API output token costs well under $1000 per million.
-Price = Annotated[Float, Field(ge=0, le=1000)]
-
-
-class LlmPrice(Spec):
-    model: Annotated[str, Field(min_length=1)]
-    """The model as the meter labels it (LiteLLM `model`, vLLM `model_name`)."""
-    meter: LlmMeter = LlmMeter.LITELLM
-    """Whose counters price this model; each model is metered once, so gateway traffic to a vLLM backend
-    is not counted twice."""
-    prompt_usd_per_mtok: Price
-    """USD per million prompt (input) tokens not served from a cache."""
-    completion_usd_per_mtok: Price
-    """USD per million completion (output) tokens."""
-    cached_usd_per_mtok: Price | None = None
-    """USD per million prompt tokens served from the prefix cache (vLLM meter only)."""
-    source: Annotated[str, Field(min_length=1)]
-    """Where the price comes from (price list and date, or the internal chargeback rate)."""
-
-
-DEFAULT_LLM_PRICES = (
-    LlmPrice(model="gpt-4o", prompt_usd_per_mtok=2.5, completion_usd_per_mtok=10.0,
-             source="example: OpenAI API pricing for gpt-4o, 2024-11; replace with the contract price"),
-    LlmPrice(model="Qwen/Qwen2.5-72B-Instruct", meter=LlmMeter.VLLM, prompt_usd_per_mtok=0.4,
-             completion_usd_per_mtok=1.2, cached_usd_per_mtok=0.1,
-             source="example: internal chargeback for a self-hosted model; set from the GPU-hour cost"),
-)
-
-
 class Alerting(Spec):
     runbook_base_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
         "https://git.example.internal/platform/gpu-cluster/-/blob/main/docs/sop"
@@ -440,20 +405,6 @@ class Alerting(Spec):
         48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
     """XIDs that mean the GPU, its memory, NVLink or GSP failed (NVIDIA XID catalog,
     docs.nvidia.com/deploy/xid-errors); any other XID is the application's (13, 31, 43, 45, ...)."""
-    llm_prices: list[LlmPrice] = list(DEFAULT_LLM_PRICES)
-    """Price table for LLM API cost per team, model and token type."""
-
-    @field_validator("llm_prices")
-    @classmethod
-    def _one_meter_per_model(cls, prices: list[LlmPrice]) -> list[LlmPrice]:
-        seen: set[str] = set()
-        for i, price in enumerate(prices):
-            if price.model in seen:
-                raise ValueError(f'[{i}]: model "{price.model}" is priced twice; a model is metered once')
-            seen.add(price.model)
-            if price.cached_usd_per_mtok is not None and price.meter != LlmMeter.VLLM:
-                raise ValueError(f"[{i}]: cached_usd_per_mtok needs meter vllm (LiteLLM does not count cached tokens)")
-        return prices
 
 
 class SlurmSettings(Spec):
@@ -526,6 +477,7 @@ class Site(Spec):
     node_check: NodeCheck = NodeCheck()
     """How each node proves itself before it takes work."""
     gpu_operator: GpuOperator = GpuOperator()
+    inference: Inference = Inference()
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+$")] = defaults.KUBERNETES_VERSION
     """Minor version of the cluster's Kubernetes (`1.30`): charts are rendered and their objects validated for it."""
 

@@ -44,8 +44,12 @@ class Exporter:
             remap.labels(*ids).set(health.row_remap_failure)
         self.wait = Histogram("slurm_job_queue_wait_seconds", "job wait from submit to start", registry=self.registry,
                               buckets=(60, 300, 900, 1800, 3600, 7200, 14400))
-        self.total = Counter("litellm_proxy_total_requests_metric", "requests", registry=self.registry)
-        self.failed = Counter("litellm_proxy_failed_requests_metric", "failed requests", registry=self.registry)
+        # The LLM gateway's counters with the labels LiteLLM 1.80.5 gives them (../shared/notes/litellm-offline.md):
+        # a team's traffic, and a stranger's refused keys (team_alias "None"), which must not move the gate.
+        self.total = Counter("litellm_proxy_total_requests_metric", "requests",
+                             ["team", "team_alias", "requested_model", "status_code"], registry=self.registry)
+        self.failed = Counter("litellm_proxy_failed_requests_metric", "failed requests",
+                              ["team", "team_alias", "requested_model", "exception_status"], registry=self.registry)
         self.health = health
         self.server, _ = start_http_server(0, addr="127.0.0.1", registry=self.registry)
         self._stop = threading.Event()
@@ -59,8 +63,12 @@ class Exporter:
     def _tick(self) -> None:
         while not self._stop.wait(0.1):
             self.wait.observe(self.health.queue_wait_s)
-            self.total.inc(1000)
-            self.failed.inc(1000 * self.health.error_ratio)
+            failed = 1000 * self.health.error_ratio
+            self.total.labels("speech-id", "speech", "qwen2-5-72b", "200").inc(1000 - failed)
+            self.total.labels("speech-id", "speech", "qwen2-5-72b", "500").inc(failed)
+            self.failed.labels("speech-id", "speech", "qwen2-5-72b", "500").inc(failed)
+            self.total.labels("None", "None", "qwen2-5-72b", "None").inc(500)
+            self.failed.labels("None", "None", "qwen2-5-72b", "None").inc(500)
 
     def stop(self) -> None:
         self._stop.set()

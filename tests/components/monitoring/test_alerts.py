@@ -24,7 +24,7 @@ from components.monitoring.alerts import (
     runbook_url,
 )
 from components.spec.site import Site
-from tests.builders import REPO, parse, problems, prod_values, with_changes
+from tests.builders import REPO, parse, prod_values, with_changes
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
@@ -284,57 +284,56 @@ def test_should_fail_the_same_test_when_a_threshold_moves(change: dict[str, Any]
     assert result.returncode != 0, result.stdout
 
 
-LITELLM = {"model": "gpt-4o", "team": "a1b2-uuid", "team_alias": "speech"}
-VLLM = {"model_name": "Qwen/Qwen2.5-72B-Instruct", "namespace": "vision", "pod": "qwen-0"}
+def gateway(team_alias: str, requested_model: str) -> dict[str, str]:
+    # LiteLLM's labels: team is its id, team_alias the spec's name; model is the backend's name, requested_model the
+    # gateway's (../shared/notes/litellm-offline.md).
+    return {"team": f"{team_alias}-id", "team_alias": team_alias, "model": f"backend-{requested_model}",
+            "requested_model": requested_model}
 
 
-def cost_sample(team: str, model: str, meter: str, token_type: str, value: float) -> dict[str, Any]:
-    labels = {"meter": meter, "model": model, "team": team, "token_type": token_type}
-    return {"labels": selector(Record.COST, labels), "value": value}
+def cost_sample(team: str, model: str, token_type: str, value: float) -> dict[str, Any]:
+    return {"labels": selector(Record.COST, {"model": model, "team": team, "token_type": token_type}), "value": value}
 
 
 @needs_promtool
-def test_should_price_each_meters_tokens_per_team_model_and_token_type(tmp_path: Path) -> None:
+def test_should_price_the_gateways_tokens_per_team_model_and_token_type(tmp_path: Path) -> None:
     s = site()
-    prices = {p.model: p for p in s.alerting.llm_prices}
-    gpt, qwen = prices["gpt-4o"], prices["Qwen/Qwen2.5-72B-Instruct"]
-    assert qwen.cached_usd_per_mtok is not None
+    prices = {p.model: p for p in s.inference.prices()}
+    gpt, qwen = prices["gpt-4o"], prices["qwen2-5-72b"]
     # Counters rising 60/min are 1 token/s; a 1 h window over 1-min samples is exact, so rate() is too.
     inputs = [
-        series("litellm_input_tokens_metric_total", LITELLM, "0+60x130"),
-        series("litellm_output_tokens_metric_total", LITELLM, "0+30x130"),
-        # Qwen is priced on the vLLM meter: its gateway tokens must not be charged a second time.
-        series("litellm_input_tokens_metric_total", {**LITELLM, "model": qwen.model}, "0+60x130"),
-        series("vllm:prompt_tokens_total", VLLM, "0+120x130"),
-        series("vllm:prefix_cache_hits_total", VLLM, "0+60x130"),
-        series("vllm:generation_tokens_total", VLLM, "0+30x130"),
+        series("litellm_input_tokens_metric_total", gateway("speech", "gpt-4o"), "0+60x130"),
+        series("litellm_output_tokens_metric_total", gateway("speech", "gpt-4o"), "0+30x130"),
+        series("litellm_input_tokens_metric_total", gateway("vision", "qwen2-5-72b"), "0+120x130"),
+        series("litellm_output_tokens_metric_total", gateway("vision", "qwen2-5-72b"), "0+30x130"),
+        # A request no key authenticated is nobody's cost.
+        series("litellm_input_tokens_metric_total", {**gateway("None", "gpt-4o"), "team": "None"}, "0+60x130"),
     ]
     expected = [
-        cost_sample("speech", "gpt-4o", "litellm", "prompt", 1.0 * gpt.prompt_usd_per_mtok * 3600 / 1e6),
-        cost_sample("speech", "gpt-4o", "litellm", "completion", 0.5 * gpt.completion_usd_per_mtok * 3600 / 1e6),
-        cost_sample("vision", qwen.model, "vllm", "prompt", (2.0 - 1.0) * qwen.prompt_usd_per_mtok * 3600 / 1e6),
-        cost_sample("vision", qwen.model, "vllm", "cached", 1.0 * qwen.cached_usd_per_mtok * 3600 / 1e6),
-        cost_sample("vision", qwen.model, "vllm", "completion", 0.5 * qwen.completion_usd_per_mtok * 3600 / 1e6),
+        cost_sample("speech", "gpt-4o", "prompt", 1.0 * gpt.prompt_usd_per_mtok * 3600 / 1e6),
+        cost_sample("speech", "gpt-4o", "completion", 0.5 * gpt.completion_usd_per_mtok * 3600 / 1e6),
+        cost_sample("vision", "qwen2-5-72b", "prompt", 2.0 * qwen.prompt_usd_per_mtok * 3600 / 1e6),
+        cost_sample("vision", "qwen2-5-72b", "completion", 0.5 * qwen.completion_usd_per_mtok * 3600 / 1e6),
     ]
-    team_total = sum(e["value"] for e in expected[:2])
     test = {"interval": "1m", "input_series": inputs, "promql_expr_test": [
         {"expr": Record.COST, "eval_time": "2h", "exp_samples": expected},
         {"expr": f'{Record.TEAM_COST}{{team="speech"}}', "eval_time": "2h",
-         "exp_samples": [{"labels": selector(Record.TEAM_COST, {"team": "speech"}), "value": team_total}]},
+         "exp_samples": [{"labels": selector(Record.TEAM_COST, {"team": "speech"}),
+                          "value": sum(e["value"] for e in expected[:2])}]},
     ]}
     result = promtool_test(s, [test], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@needs_promtool
-def test_should_charge_vllm_prompt_tokens_in_full_without_prefix_caching(tmp_path: Path) -> None:
+def test_should_price_a_served_model_at_its_replicas_gpu_hour_cost() -> None:
     s = site()
-    qwen = next(p for p in s.alerting.llm_prices if p.meter == "vllm")
-    test = {"interval": "1m", "input_series": [series("vllm:prompt_tokens_total", VLLM, "0+120x130")],
-            "promql_expr_test": [{"expr": Record.COST, "eval_time": "2h", "exp_samples": [
-                cost_sample("vision", qwen.model, "vllm", "prompt", 2.0 * qwen.prompt_usd_per_mtok * 3600 / 1e6)]}]}
-    result = promtool_test(s, [test], tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    qwen = next(m for m in s.inference.models if m.name == "qwen2-5-72b")
+    price = next(p for p in s.inference.prices() if p.model == qwen.name)
+    replica_hour = s.inference.gpu_hour_usd[qwen.gpu_model] * qwen.gpus_per_replica
+    # A replica serving only prompt tokens for an hour earns back exactly its GPU-hours.
+    assert price.prompt_usd_per_mtok * qwen.throughput.prompt_tokens_per_s * 3600 / 1e6 == pytest.approx(replica_hour)
+    assert price.completion_usd_per_mtok * qwen.throughput.completion_tokens_per_s * 3600 / 1e6 == pytest.approx(
+        replica_hour)
 
 
 def test_should_link_every_alert_to_its_sop_under_docs_sop() -> None:
@@ -354,20 +353,3 @@ def test_should_wrap_the_same_groups_in_a_prometheus_rule() -> None:
     manifest = prometheus_rule_manifest(s)
     assert (manifest["apiVersion"], manifest["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
     assert manifest["spec"] == render_rule_groups(s)
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        pytest.param({"alerting": {"llm_prices": [
-            {"model": "m", "prompt_usd_per_mtok": 1, "completion_usd_per_mtok": 1, "source": "x"},
-            {"model": "m", "meter": "vllm", "prompt_usd_per_mtok": 1, "completion_usd_per_mtok": 1, "source": "x"},
-        ]}}, 'model "m" is priced twice', id="rejects a model priced twice"),
-        pytest.param({"alerting": {"llm_prices": [
-            {"model": "m", "prompt_usd_per_mtok": 1, "completion_usd_per_mtok": 1, "cached_usd_per_mtok": 1,
-             "source": "x"},
-        ]}}, "cached_usd_per_mtok needs meter vllm", id="rejects a cached price on the LiteLLM meter"),
-    ],
-)
-def test_should_reject_a_price_table_that_cannot_be_metered(change: dict[str, Any], message: str) -> None:
-    assert any(message in p for p in problems(with_changes(prod_values(), **change)))

@@ -110,7 +110,7 @@ def test_should_carry_the_sdk_schema_version(uid: str) -> None:
 
 
 def test_should_key_every_dashboard_by_its_uid() -> None:
-    assert list(BOARDS) == ["gpu-fleet", "pools", "team-usage", "llm-cost"]
+    assert list(BOARDS) == ["gpu-fleet", "pools", "team-usage", "llm-cost", "inference"]
     assert all(board["uid"] == uid for uid, board in BOARDS.items())
 
 
@@ -141,7 +141,7 @@ def test_should_publish_llm_cost_under_the_uid_policy_checks() -> None:
 
 
 def test_should_show_each_token_type_on_llm_cost() -> None:
-    assert token_types(SITE) == ["prompt", "completion", "cached"]
+    assert token_types(SITE) == ["prompt", "completion"]
     shown = {t["legendFormat"] for p, t in targets(BOARDS["llm-cost"]) if p["title"] == "Cost per token type (USD/h)"}
     assert shown == set(token_types(SITE))
     for token_type in token_types(SITE):
