@@ -46,6 +46,13 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@ $(VENV)/.installed-base
 
+# The LLM gateway the inference tests run in front of a test double: LiteLLM's proxy at the version litellm-helm 0.4.8
+# deploys, in a venv of its own so its ~100 pinned dependencies stay out of the project's (../shared/notes/litellm-offline.md).
+LITELLM_PACKAGE := litellm[proxy]==1.80.5
+$(VENV)/litellm/bin/litellm: | $(BIN)/python
+	rm -rf $(VENV)/litellm && $(PYTHON) -m venv $(VENV)/litellm
+	$(VENV)/litellm/bin/pip install --quiet '$(LITELLM_PACKAGE)'
+
 # Debian's packages start no services here; the tests start and stop the daemons they need.
 .apt-test-packages: Makefile
 	@dpkg -s $(APT_TEST_PACKAGES) >/dev/null 2>&1 || { apt-get update && \
@@ -55,7 +62,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 plan: $(VENV)/.installed-base $(BIN)/helm
 	$(BIN)/gpuctl plan --stack prod --out $(PLAN_DIR) $(if $(CHART_MIRROR),--chart-mirror $(CHART_MIRROR))
 
-test: $(VENV)/.installed-test .apt-test-packages $(BIN)/helm
+test: $(VENV)/.installed-test .apt-test-packages $(BIN)/helm $(VENV)/litellm/bin/litellm
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layering contracts in .importlinter
 	$(BIN)/mypy

@@ -28,6 +28,7 @@ except SiteSpecError as err:
 # every Kubernetes resource under the cluster inherits it.
 k8s = kubernetes.Provider("k8s")
 admission = NodeAdmission(site, pulumi.Config().require_secret("ssh_private_key"))
-cluster = GpuCluster(pulumi.get_stack(), admission, pulumi.ResourceOptions(providers=[k8s]))
+cluster = GpuCluster(pulumi.get_stack(), admission, pulumi.Config().require_secret("llm_gateway_master_key"),
+                     pulumi.ResourceOptions(providers=[k8s]))
 pulumi.export("gpu_count", cluster.gpu_count)
 pulumi.export("stage", site.stage)

@@ -43,6 +43,21 @@ KUEUE = Chart("oci://registry.k8s.io/kueue/charts/kueue", "0.14.1")
 """Kueue: GPU quota, cohort borrowing, priority preemption and all-or-nothing admission for Kubernetes jobs
 (docs/scheduling.md says why Kueue, not Volcano). Published only as an OCI chart; its APIs are served as v1beta1."""
 
+VLLM_STACK = Chart("vllm-stack", "0.1.12", "https://vllm-project.github.io/production-stack")
+"""The model servers: one vLLM engine Deployment, Service and KEDA ScaledObject per served model (router off)."""
+
+LITELLM = Chart("oci://ghcr.io/berriai/litellm-helm", "0.4.8")
+"""The LLM gateway: LiteLLM proxy 1.80.5-stable.1, the one entry of LLM traffic, metered per team and model."""
+
+KEDA = Chart("keda", "2.20.2", "https://kedacore.github.io/charts")
+"""Autoscaling of the model servers on their queue depth (a Prometheus query), not on CPU."""
+
+CLOUDNATIVE_PG = Chart("cloudnative-pg", "0.29.0", "https://cloudnative-pg.github.io/charts")
+"""The PostgreSQL operator of the gateway's database."""
+
+CLOUDNATIVE_PG_CLUSTER = Chart("cluster", "0.8.1", "https://cloudnative-pg.github.io/charts")
+"""The gateway's PostgreSQL cluster (a CloudNativePG Cluster: a primary, streaming replicas, failover)."""
+
 # Container images the stack runs itself, pinned by tag (never `latest`).
 BUSYBOX_IMAGE = "busybox:1.36.1"
 PYTHON_IMAGE = "python:3.11.11-slim-bookworm"

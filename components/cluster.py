@@ -4,6 +4,7 @@ import pulumi
 
 from components.facility.component import Facility, NodeAdmission
 from components.gpu_operator.component import GpuOperator
+from components.inference.component import InferencePath
 from components.monitoring.component import MonitoringStack
 from components.scheduling.component import Scheduling
 from components.slurm.component import Slurm
@@ -26,7 +27,8 @@ def after(parent: pulumi.Resource, *earlier: pulumi.Resource) -> pulumi.Resource
 
 
 class GpuCluster(pulumi.ComponentResource):
-    def __init__(self, name: str, admission: NodeAdmission, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, admission: NodeAdmission, gateway_master_key: pulumi.Input[str],
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         site = admission.site
         super().__init__(CLUSTER_TYPE, name, {"site_name": site.site_name, "stage": site.stage}, opts)
         # Observability first: nothing admits a node or serves a GPU before the monitoring stack exists.
@@ -42,5 +44,9 @@ class GpuCluster(pulumi.ComponentResource):
         # One Team per onboarded team; its name depends only on the team, so a later stage only adds Teams.
         team_opts = after(self, self.monitoring, self.scheduling, self.storage)
         self.teams = [Team(f"{name}-team-{plan.name}", plan, team_opts) for plan in team_plans(site)]
+        # Served models wait for their priority class and NVMe prefetch; teams' gateway keys for their namespaces.
+        self.inference = InferencePath(f"{name}-inference", site, gateway_master_key,
+                                       {t.plan_name: t for t in self.teams},
+                                       after(self, self.monitoring, self.scheduling, self.storage))
         self.gpu_count = self.facility.gpu_count
         self.register_outputs({"gpu_count": self.gpu_count, "stage": site.stage})

@@ -10,6 +10,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from components.facility.power import plan_racks
+from components.inference.values import DATABASE_OPERATOR_NAMESPACE, KEDA_NAMESPACE
+from components.inference.values import NAMESPACE as INFERENCE_NAMESPACE
 from components.monitoring.prometheus import NAMESPACE as MONITORING_NAMESPACE
 from components.scheduling.kueue import NAMESPACE as KUEUE_NAMESPACE
 from components.scheduling.preemption import check_preemption
@@ -25,7 +27,7 @@ KUBERNETES_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lea
 SLURM_ACCOUNTS = ("root",)
 """Slurm's own account: its users hold every QoS, the operators-only ones included."""
 
-SECRET_KEYS = ("ssh_private_key", "bmc_password")
+SECRET_KEYS = ("ssh_private_key", "bmc_password", "llm_gateway_master_key")
 """Config keys that must be Pulumi secrets; they never enter the spec, only Pulumi outputs."""
 
 _STRING_KEYS = {name for name, field in Site.model_fields.items() if field.annotation is str}
@@ -82,7 +84,8 @@ def _check_secrets(raw: Mapping[str, str], secret_keys: Collection[str]) -> list
 def check_reserved_team_names(site: Site) -> list[Problem]:
     """A team's name becomes its namespace and its Slurm account: never one the cluster or the stack already has."""
     taken = {*KUBERNETES_NAMESPACES, MONITORING_NAMESPACE, STORAGE_NAMESPACE, CEPH_NAMESPACE, KUEUE_NAMESPACE,
-             site.gpu_operator.namespace, *SLURM_ACCOUNTS}
+             INFERENCE_NAMESPACE, KEDA_NAMESPACE, DATABASE_OPERATOR_NAMESPACE, site.gpu_operator.namespace,
+             *SLURM_ACCOUNTS}
     return [Problem(f"teams[{i}].name", f"{team.name!r} is reserved: the cluster or the stack uses it for its own "
                                         "namespace or Slurm account", "reserved-names")
             for i, team in enumerate(site.teams) if team.name in taken or team.name.startswith("kube-")]

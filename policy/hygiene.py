@@ -25,6 +25,7 @@ EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.+-]+)?$")
 OCI_PREFIX = "oci://"
 """An OCI chart reference carries its registry; other charts need repositoryOpts.repo."""
 SECRET_KEY_ENDINGS = ("password", "passwd", "token", "privatekey", "secret", "apikey")
+ENVIRONMENT_REFERENCE = "os.environ/"
 """Input keys, lower-cased without `_`/`-`, that hold credentials: `bmcPassword`, `slack_token`, `private_key`."""
 
 
@@ -58,7 +59,10 @@ def _seal(value: Any, secret_key: bool) -> tuple[Any, bool]:
     if isinstance(value, Secret):
         return value, False
     if isinstance(value, str):
-        return (Secret(value), True) if secret_key and value else (value, False)
+        # `os.environ/NAME` is LiteLLM's reference to an environment variable (its proxy config): it names a
+        # credential, it holds none.
+        holds_one = secret_key and value and not value.startswith(ENVIRONMENT_REFERENCE)
+        return (Secret(value), True) if holds_one else (value, False)
     if isinstance(value, dict):
         # Only a key's own strings are judged: `secret: {secretName: ...}` references a Secret, it holds none.
         sealed = {k: _seal(v, is_secret_key(k)) for k, v in value.items()}

@@ -6,6 +6,7 @@ Exit codes: runbooks.exit_codes.ExitCode, one table for every command (the READM
 import typer
 
 from runbooks.flex.cli import app as flex_app
+from runbooks.gateway.cli import app as gateway_app
 from runbooks.plan.cli import plan
 from runbooks.rollout.cli import app as rollout_app
 
@@ -13,6 +14,7 @@ app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluste
 app.command()(plan)
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(flex_app, name="flex")
+app.add_typer(gateway_app, name="gateway")
 
 
 @app.callback()

@@ -10,6 +10,7 @@ from components.spec.wellknown import (
     FACILITY_TYPE,
     GPU_NODE_TYPE,
     GPU_OPERATOR_TYPE,
+    INFERENCE_TYPE,
     MONITORING_TYPE,
     RACK_TYPE,
     SCHEDULING_TYPE,
@@ -45,15 +46,18 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         # 16 node checks; Slurm: controller config, accounting, and config + admission for each of 10 nodes
         CHECK_TYPE: 16 + 2 + 2 * 10,
         GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1, STORAGE_TYPE: 1, SLURM_TYPE: 1, SCHEDULING_TYPE: 1,
+        INFERENCE_TYPE: 1,
         TEAM_TYPE: 2,  # the 2 canary teams
-        # gpu-operator, monitoring, storage, rook-ceph, kueue-system, and a namespace per team
-        "kubernetes:core/v1:Namespace": 5 + 2,
-        "kubernetes:core/v1:ConfigMap": 6,  # DCGM counters, 4 dashboards, the checkpoint mover
+        # gpu-operator, monitoring, storage, rook-ceph, kueue-system, inference, keda, cnpg-system, one per team
+        "kubernetes:core/v1:Namespace": 8 + 2,
+        "kubernetes:core/v1:ConfigMap": 7,  # DCGM counters, 5 dashboards, the checkpoint mover
         # gpu-operator, kube-prometheus-stack, victoria-metrics, local volumes, NFS CSI, Rook operator and cluster,
-        # Kueue
-        "kubernetes:helm.sh/v3:Release": 8,
+        # Kueue; KEDA, CloudNativePG and the gateway's database, the model servers, the gateway
+        "kubernetes:helm.sh/v3:Release": 8 + 5,
         "kubernetes:monitoring.coreos.com/v1:PrometheusRule": 1,
-        "kubernetes:monitoring.coreos.com/v1:ServiceMonitor": 1,
+        "kubernetes:monitoring.coreos.com/v1:ServiceMonitor": 2,  # DCGM exporter, LLM gateway
+        # the gateway's master key; a gateway key per canary team, created by a local command on onboarding
+        "kubernetes:core/v1:Secret": 1 + 2, "command:local:Command": 2,
         "kubernetes:storage.k8s.io/v1:StorageClass": 1 + 2,  # NVMe, and NFS hot for the 2 canary teams
         "kubernetes:apps/v1:DaemonSet": 1,  # the NVMe model-cache prefetch
         "kubernetes:batch/v1:CronJob": 2,  # a checkpoint mover per NFS server
@@ -73,12 +77,30 @@ def test_should_wire_monitoring_before_nodes_gpus_storage_and_slurm(graph: Resou
     (stack,) = graph.of_type(MONITORING_TYPE)
     monitored = {r.urn for r in graph.resources.values() if stack in graph.ancestors(r.urn)}
     for served in [*graph.of_type(FACILITY_TYPE), *graph.of_type(GPU_OPERATOR_TYPE), *graph.of_type(STORAGE_TYPE),
-                   *graph.of_type(SLURM_TYPE), *graph.of_type(SCHEDULING_TYPE)]:
+                   *graph.of_type(SLURM_TYPE), *graph.of_type(SCHEDULING_TYPE), *graph.of_type(INFERENCE_TYPE)]:
         # The SDK sends a dependency on a component as its custom descendants; a component's children do not inherit
         # it, so each resource inside must carry it itself.
         inside = [r for r in graph.resources.values() if served in graph.ancestors(r.urn) and r.custom]
         for resource in [served, *inside]:
             assert monitored <= set(resource.dependencies), resource.name
+
+
+def test_should_open_a_gateway_account_per_onboarded_team_and_close_it_on_rollback(graph: ResourceGraph) -> None:
+    accounts = {r.name.removeprefix("prod-inference-gateway-team-"): r for r in graph.of_type("command:local:Command")}
+    assert set(accounts) == {"nlp-foundation", "speech"}
+    (gateway,) = [r for r in graph.of_type(RELEASE_TYPE) if r.inputs["name"] == "llm-gateway"]
+    for team, account in accounts.items():
+        assert account.inputs["create"].startswith("gpuctl gateway ensure-team --url ")
+        assert f"--team {team} " in account.inputs["create"]
+        assert account.inputs["delete"].endswith(f"remove-team --url http://llm-gateway-litellm.inference.svc:4000 "
+                                                 f"--team {team}")
+        assert account.inputs["environment"] == Secret()  # the master key: the whole map is a secret
+        # After the gateway and the team's namespace; the key it prints lands in that namespace as a Secret.
+        namespace = next(r for r in graph.resources.values() if r.name == f"prod-team-{team}-namespace")
+        assert {gateway.urn, namespace.urn} <= set(account.dependencies)
+        (key,) = [r for r in graph.of_type("kubernetes:core/v1:Secret")
+                  if r.name == f"prod-inference-gateway-key-{team}"]
+        assert key.inputs["metadata"]["namespace"] == team and account.urn in key.dependencies
 
 
 def test_should_check_a_node_only_once_the_gpu_operator_is_installed(graph: ResourceGraph) -> None:

@@ -20,6 +20,7 @@ from components.spec.wellknown import (
     COLD_FILESYSTEM,
     MOVER_LOCK,
     POOL_TAINT,
+    PREFETCHED_MARKER,
     TEAM_LABEL,
     TEXTFILE_DIR,
     UNVALIDATED_TAINT,
@@ -101,12 +102,31 @@ def ceph_cluster_values() -> dict[str, Any]:
     }
 
 
+def prefetched_dirs(site: Site) -> list[str]:
+    """Model directories every GPU node's NVMe cache holds: the spec's prefetch list and each served model's revision
+    (relative to the registry and to the cache)."""
+    return list(dict.fromkeys([*site.storage.nvme.prefetch, *(m.cache_dir for m in site.inference.models)]))
+
+
+def prefetch_script(site: Site) -> str:
+    """Refuses a cache that is no NVMe filesystem of cache_gib (a bare directory on the root disk would fill it), copies
+    each directory (cp -ru copies only what is missing or newer, so a restart after a new model copies just that one),
+    marks it complete, and fails if the cache outgrew cache_gib."""
+    kib = site.storage.nvme.cache_gib * 1024 * 1024
+    size = "$(df -Pk /cache | awk 'NR==2 {print $2}')"
+    steps = [f'size={size}; [ "$size" -ge {kib} ] || '
+             f'{{ echo "/cache is $size KiB, not the {kib} KiB NVMe cache: mount it first" >&2; exit 1; }}']
+    for d in prefetched_dirs(site):
+        cache, registry = shlex.quote(f"/cache/{d}"), shlex.quote(f"/models/{d}/.")
+        steps.append(f"mkdir -p {cache} && cp -ru {registry} {cache}/ && touch {cache}/{PREFETCHED_MARKER}")
+    steps.append(f"used=$(du -sk /cache | awk '{{print $1}}'); [ \"$used\" -le {kib} ] || "
+                 f"{{ echo \"the cache holds $used KiB, over storage.nvme.cache_gib\" >&2; exit 1; }}")
+    return " && ".join(steps) + f" && touch /cache/{PREFETCHED_MARKER}"
+
+
 def prefetch_daemonset(site: Site) -> dict[str, Any]:
-    """Fills every GPU node's NVMe cache from the model registry before first use; cp -ru copies only what
-    is missing or newer, so a restart after a new model is added copies just that model."""
+    """Fills every GPU node's NVMe cache from the model registry before first use."""
     nvme, nfs = site.storage.nvme, site.storage.nfs_hot
-    copy = " && ".join(f"mkdir -p {shlex.quote(f'/cache/{m}')} && cp -ru {shlex.quote(f'/models/{m}/.')} "
-                       f"{shlex.quote(f'/cache/{m}/')}" for m in nvme.prefetch) or "true"
     labels = {"app.kubernetes.io/name": "model-cache-prefetch"}
     return {
         "apiVersion": "apps/v1",
@@ -121,7 +141,7 @@ def prefetch_daemonset(site: Site) -> dict[str, Any]:
                     "tolerations": GPU_NODE_TOLERATIONS,
                     "initContainers": [{
                         "name": "prefetch", "image": BUSYBOX_IMAGE,
-                        "command": ["sh", "-c", f"{copy} && touch /cache/.prefetched"],
+                        "command": ["sh", "-c", prefetch_script(site)],
                         "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True},
                                          {"name": "cache", "mountPath": "/cache"}],
                     }],
@@ -131,7 +151,8 @@ def prefetch_daemonset(site: Site) -> dict[str, Any]:
                     "volumes": [
                         {"name": "models",
                          "nfs": {"server": nfs.servers[0], "path": nfs.models_export, "readOnly": True}},
-                        {"name": "cache", "hostPath": {"path": nvme.cache_path, "type": "DirectoryOrCreate"}},
+                        # Directory, not DirectoryOrCreate: the cache is the node's NVMe filesystem, mounted there.
+                        {"name": "cache", "hostPath": {"path": nvme.cache_path, "type": "Directory"}},
                     ],
                 },
             },

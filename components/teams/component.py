@@ -26,6 +26,7 @@ class Team(pulumi.ComponentResource):
         components (the queues need Kueue's CRDs and flavors, the StorageClass the NFS driver)."""
         facts = team_facts(plan)
         super().__init__(TEAM_TYPE, name, facts, opts)
+        self.plan_name = plan.name
         ns = kubernetes.core.v1.Namespace(f"{name}-namespace", **fields(namespace_manifest(plan)),
                                           opts=pulumi.ResourceOptions(parent=self))
         in_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])

@@ -114,7 +114,32 @@ def render_releases(graph: ResourceGraph, mirror: Path, kube_version: str, helm:
             objects = [o for o in yaml.load_all(done.stdout, Loader=_Loader) if isinstance(o, dict)]
             rendered.append(RenderedRelease(release, archive.name.removesuffix(".tgz"), inputs["version"], namespace,
                                             objects))
+    _place_in_release_namespaces(rendered)
     return rendered
+
+
+BUILTIN_CLUSTER_SCOPED = frozenset({
+    # `kubectl api-resources --namespaced=false` for the built-in API groups the charts use.
+    "Namespace", "Node", "PersistentVolume", "StorageClass", "CSIDriver", "CSINode", "PriorityClass", "RuntimeClass",
+    "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+    "VolumeAttachment", "IngressClass",
+})
+
+
+def _place_in_release_namespaces(releases: list[RenderedRelease]) -> None:
+    """`helm install` puts every namespaced object a template leaves without a namespace into the release's namespace
+    (litellm-helm's templates name none): so does the plan, with the scopes of the built-in kinds and of every
+    rendered CRD."""
+    custom_scopes = {o["spec"]["names"]["kind"]: o["spec"].get("scope") for r in releases for o in r.objects
+                     if o.get("kind") == "CustomResourceDefinition"}
+    for release in releases:
+        for obj in release.objects:
+            metadata = obj.setdefault("metadata", {})
+            kind = obj.get("kind")
+            if not metadata.get("namespace") and kind not in BUILTIN_CLUSTER_SCOPED and \
+                    custom_scopes.get(kind) != "Cluster":
+                metadata["namespace"] = release.namespace
 
 
 def validate(releases: list[RenderedRelease], kube_version: str) -> list[Invalid]:

@@ -45,8 +45,6 @@ class Invariant:
     name: str
     description: str
     violations: list[str] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)
-    """Findings that wait on work named in them; reported, never held."""
 
 
 def _named(obj: dict[str, Any]) -> str:
@@ -109,17 +107,6 @@ def metrics_tiers_persist(objects: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-AWAITING = {
-    **dict.fromkeys(("litellm_input_tokens_metric_total", "litellm_output_tokens_metric_total",
-                     "litellm_proxy_failed_requests_metric_total", "litellm_proxy_total_requests_metric_total"),
-                    "the LiteLLM gateway, which the inference path (issue 16) deploys"),
-    **dict.fromkeys(("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total"),
-                    "the vLLM model servers, which the inference path (issue 16) deploys"),
-}
-"""Metrics the cost rules and the inference gate read whose producer is not built yet: reported as pending on every
-plan, never as held. A test pins this list to what prod reads, so it can only shrink."""
-
-
 def _sidecar(deployed: Deployed, container: str) -> tuple[str, str] | None:
     """(label, value) a Grafana sidecar loads ConfigMaps and Secrets by, from the rendered Grafana Deployment."""
     for grafana in deployed.of_kind("Deployment"):
@@ -178,9 +165,9 @@ def _selectors(expr: str) -> Iterator[promql_parser.VectorSelector]:
     return iter(found)
 
 
-def metrics_have_producers(deployed: Deployed) -> tuple[list[str], list[str]]:
+def metrics_have_producers(deployed: Deployed) -> list[str]:
     """Every series a rule, a dashboard or a gate reads is produced by something deployed and scraped, with the
-    labels it selects on; (violations, pending), one line per metric naming who reads it."""
+    labels it selects on; one violation per metric, naming who reads it."""
     made = producers(deployed)
     by_metric = {m: p for p in made if not p.absent for m in p.metrics}
     unproduced: dict[str, list[str]] = {}
@@ -204,18 +191,14 @@ def metrics_have_producers(deployed: Deployed) -> tuple[list[str], list[str]]:
                 for m in matchers:
                     if m.name != "__name__" and not producer.has_label(m.name):
                         unlabelled.setdefault((name, m.name), []).append(reader)
-    pending = []
     for name, readers in sorted(unproduced.items()):
         read = f"{name} (read by {', '.join(sorted(set(readers)))})"
-        if name in AWAITING:
-            pending.append(f"{read}: awaits {AWAITING[name]}")
-            continue
         why = "; ".join(f"{p.name}: {p.absent}" for p in made if p.absent and name in p.metrics)
         violations.append(f"{read} has no producer the stack deploys and scrapes" + (f" ({why})" if why else ""))
     violations += [f"{name} (read by {', '.join(sorted(set(readers)))}) is selected on label {label}, which "
                    f"{by_metric[name].name} does not produce as deployed"
                    for (name, label), readers in sorted(unlabelled.items())]
-    return violations, pending
+    return violations
 
 
 def _service_at(deployed: Deployed, url: str) -> bool:
@@ -261,11 +244,11 @@ def dashboards_have_datasources(deployed: Deployed) -> list[str]:
     return sorted(set(problems))
 
 
-Judge = Callable[[Deployed], tuple[list[str], list[str]]]
+Judge = Callable[[Deployed], list[str]]
 
 
 def _objects_only(judge: Callable[[list[dict[str, Any]]], list[str]]) -> Judge:
-    return lambda deployed: (judge(deployed.objects), [])
+    return lambda deployed: judge(deployed.objects)
 
 
 CHECKS: tuple[tuple[str, str, Judge], ...] = (
@@ -278,10 +261,10 @@ CHECKS: tuple[tuple[str, str, Judge], ...] = (
     ("metrics-have-producers", "Every series a rule, dashboard or rollout gate reads is produced and scraped.",
      metrics_have_producers),
     ("dashboards-have-datasources", "Every dashboard's data source exists and reaches a Service, the cold tier's too.",
-     lambda deployed: (dashboards_have_datasources(deployed), [])),
+     dashboards_have_datasources),
 )
 
 
 def check_invariants(deployed: Deployed) -> list[Invariant]:
     """Every invariant, judged on everything the stack would create: rendered by Helm and registered directly."""
-    return [Invariant(name, description, *judge(deployed)) for name, description, judge in CHECKS]
+    return [Invariant(name, description, judge(deployed)) for name, description, judge in CHECKS]

@@ -31,6 +31,7 @@ from components.spec.site import Site
 from components.spec.wellknown import (
     CLUSTER_TYPE,
     GPU_NODE_TYPE,
+    INFERENCE_TYPE,
     RACK_TYPE,
     SCHEDULING_TYPE,
     SLURM_TYPE,
@@ -113,6 +114,8 @@ class Summary:
     """The Scheduling component's outputs: PriorityClasses, Kueue flavors and queues."""
     slurm_qos: list[dict[str, Any]]
     """The Slurm QoS the Slurm component reports, from the same table."""
+    inference: dict[str, Any]
+    """The inference path's outputs: the models behind the gateway, their prices, the teams' budgets."""
     policies: list[PolicyResult]
     files: list[Path] = field(default_factory=list)
 
@@ -204,6 +207,7 @@ def summarize(result: Plan) -> Summary:
         teams=teams,
         scheduling=graph.resources[_one(graph, SCHEDULING_TYPE)].outputs,
         slurm_qos=graph.resources[_one(graph, SLURM_TYPE)].outputs["qos"],
+        inference=graph.resources[_one(graph, INFERENCE_TYPE)].outputs,
         policies=result.policies,
     )
 

@@ -32,6 +32,26 @@ KUBE_STATE_METRICS = frozenset({
     "kube_pod_status_scheduled", "kube_pod_container_resource_requests", "kube_pod_container_resource_limits",
     "kube_pod_container_status_restarts_total", "kube_pod_container_status_waiting_reason",
 })
+LITELLM_METRICS = frozenset({
+    # LiteLLM 1.80.5's prometheus callback (litellm/integrations/prometheus.py), as the running proxy serves them
+    # (../shared/notes/litellm-offline.md; tests/integration/test_gateway_live.py reads them from the real proxy).
+    "litellm_input_tokens_metric_total", "litellm_output_tokens_metric_total", "litellm_total_tokens_metric_total",
+    "litellm_spend_metric_total", "litellm_proxy_total_requests_metric_total",
+    "litellm_proxy_failed_requests_metric_total", "litellm_llm_api_failed_requests_metric_total",
+    "litellm_deployment_success_responses_total", "litellm_deployment_failure_responses_total",
+    "litellm_deployment_total_requests_total",
+})
+LITELLM_CALLBACK = "prometheus"
+LITELLM_CONFIG_KEY = "config.yaml"
+"""The key of the proxy's config in the ConfigMap litellm-helm renders (templates/configmap-litellm.yaml)."""
+VLLM_METRICS = frozenset({
+    # vLLM's v1 engine metrics (docs/design/metrics.md), label model_name.
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total", "vllm:request_success_total",
+    *(f"vllm:{h}{suffix}" for h in ("e2e_request_latency_seconds", "time_to_first_token_seconds",
+                                     "time_per_output_token_seconds", "request_queue_time_seconds")
+      for suffix in ("_bucket", "_sum", "_count")),
+})
 DCGM_SERVICE_LABELS = {"app": "nvidia-dcgm-exporter"}
 DCGM_PORT = "gpu-metrics"
 """The Service the GPU Operator creates for its DCGM exporter at run time (gpu-operator
@@ -71,7 +91,7 @@ class Producer:
 
 def producers(deployed: Deployed) -> list[Producer]:
     return [maker(deployed) for maker in (_prometheus, _recording_rules, _dcgm_exporter, _kube_state_metrics,
-                                          _textfile, _slurm_exporter)]
+                                          _textfile, _slurm_exporter, _gateway, _model_servers)]
 
 
 def _meta(obj: dict[str, Any], key: str) -> Any:
@@ -244,3 +264,36 @@ def _scrape_configs(deployed: Deployed) -> list[dict[str, Any]]:
                     ref["key"], "")
                 found += yaml.safe_load(text) or []
     return found
+
+
+def _images(workload: dict[str, Any]) -> list[str]:
+    return [c.get("image", "") for c in workload["spec"]["template"]["spec"].get("containers", [])]
+
+
+def _gateway(deployed: Deployed) -> Producer:
+    """The LiteLLM proxy: its metrics exist only with the prometheus callback in the config it mounts."""
+    name = "LLM gateway (LiteLLM proxy)"
+    proxies = [d for d in deployed.of_kind("Deployment") if any("litellm" in i for i in _images(d))]
+    if not proxies:
+        return Producer(name, LITELLM_METRICS, "no LiteLLM proxy Deployment")
+    pod = proxies[0]["spec"]["template"]["spec"]
+    mounted = {v["configMap"]["name"] for v in pod.get("volumes", []) if "configMap" in v}
+    configs = [yaml.safe_load(((c.get("data") or {}).get(LITELLM_CONFIG_KEY)) or "") or {}
+               for c in deployed.of_kind("ConfigMap")
+               if _meta(c, "name") in mounted and _meta(c, "namespace") == _meta(proxies[0], "namespace")]
+    callbacks = {cb for config in configs for cb in (config.get("litellm_settings") or {}).get("callbacks") or []}
+    if LITELLM_CALLBACK not in callbacks:
+        return Producer(name, LITELLM_METRICS, f"the proxy's mounted config enables no {LITELLM_CALLBACK!r} callback")
+    return Producer(name, LITELLM_METRICS, scraped(deployed, _meta(proxies[0], "namespace"),
+                                                   _services_for(deployed, proxies[0])))
+
+
+def _model_servers(deployed: Deployed) -> Producer:
+    """vLLM engines (`vllm serve`), every one of them scraped."""
+    name = "model servers (vLLM)"
+    engines = [d for d in deployed.of_kind("Deployment") if _container_args(d)[:2] == ["vllm", "serve"]]
+    if not engines:
+        return Producer(name, VLLM_METRICS, "no vLLM engine Deployment")
+    unscraped = [f"{_meta(e, 'name')}: {why}" for e in engines
+                 for why in [scraped(deployed, _meta(e, "namespace"), _services_for(deployed, e))] if why]
+    return Producer(name, VLLM_METRICS, "; ".join(unscraped))

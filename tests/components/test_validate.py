@@ -213,14 +213,15 @@ def test_should_deny_missing_and_plain_text_secrets(prod: dict[str, Any]) -> Non
     assert [str(p) for p in caught.value.problems] == [
         "ssh_private_key: required; set it with `pulumi config set --secret ssh_private_key`",
         "bmc_password: must be a secret, not plain text; set it with `pulumi config set --secret bmc_password`",
+        "llm_gateway_master_key: required; set it with `pulumi config set --secret llm_gateway_master_key`",
     ]
     assert "hunter2" not in str(caught.value)
 
 
 def test_should_report_unreadable_json_once(prod: dict[str, Any]) -> None:
-    raw = encode(prod) | {"racks": "[{oops", "ssh_private_key": "k", "bmc_password": "p"}
+    raw = encode(prod) | {"racks": "[{oops"} | {key: "k" for key in SECRET_KEYS}
     with pytest.raises(SiteSpecError) as caught:
-        parse_site(raw, {"ssh_private_key", "bmc_password"})
+        parse_site(raw, set(SECRET_KEYS))
     assert [str(p) for p in caught.value.problems] == [
         "racks: not valid JSON: Expecting property name enclosed in double quotes at char 2"
     ]
@@ -228,7 +229,7 @@ def test_should_report_unreadable_json_once(prod: dict[str, Any]) -> None:
 
 def test_should_report_every_problem_at_once(prod: dict[str, Any]) -> None:
     found = problems(with_changes(prod, stage="beta", racks__1__room="hall-z", racks__3__cooling__capacity_kw=15),
-                     secrets=("ssh_private_key",))
+                     secrets=("ssh_private_key", "llm_gateway_master_key"))
     assert found == [
         "bmc_password: required; set it with `pulumi config set --secret bmc_password`",
         'racks[1].room: no room named "hall-z" (known: hall-a, hall-b)',

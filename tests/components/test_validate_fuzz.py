@@ -29,7 +29,7 @@ from components.spec.catalog import gres_type
 from components.spec.problems import SiteSpecError
 from components.spec.site import Pool, Site
 from components.spec.wellknown import COLD_FILESYSTEM
-from components.storage.tiers import prefetch_daemonset
+from components.storage.tiers import prefetch_daemonset, prefetched_dirs
 from components.teams.plan import NFS_MOUNT_OPTIONS
 from components.validate import SECRET_KEYS, parse_site
 from tests.builders import encode, parse, prod_values
@@ -167,9 +167,10 @@ def _check_accepted(site: Site) -> str:
     baseline_mount = next(iter(render_tier_mounts(BASELINE, NFS_MOUNT_OPTIONS, COLD_FILESYSTEM).values()))
     for unit, content in render_tier_mounts(site, NFS_MOUNT_OPTIONS, COLD_FILESYSTEM).items():
         assert "\n" not in unit and len(content.splitlines()) == len(baseline_mount.splitlines())
-    # `mkdir && cp &&` per prefetch entry, then the marker's touch (`true && touch` for none): no entry adds a command.
+    # The size check, `mkdir && cp && touch` per cached directory, the fill check and the cache's marker: no entry adds
+    # a command.
     prefetch = prefetch_daemonset(site)["spec"]["template"]["spec"]["initContainers"][0]["command"][2]
-    assert shlex.split(prefetch).count("&&") == (2 * len(site.storage.nvme.prefetch) or 1)
+    assert shlex.split(prefetch).count("&&") == 3 * len(prefetched_dirs(site)) + 2
     return conf
 
 

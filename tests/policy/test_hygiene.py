@@ -64,6 +64,10 @@ def sealed_paths(value: Any, path: str = "") -> list[str]:
                  id="should leave a volume that references a Kubernetes Secret alone"),
     pytest.param({"tokens": {"slackToken": ["xoxb-1", "xoxb-2"]}}, ["tokens.slackToken[0]", "tokens.slackToken[1]"],
                  id="should seal each string in a list under a secret-like key"),
+    pytest.param({"model_list": [{"litellm_params": {"api_key": "os.environ/OPENAI_API_KEY"}},
+                                 {"litellm_params": {"api_key": "sk-live-123"}}]},
+                 ["model_list[1].litellm_params.api_key"],
+                 id="should leave a LiteLLM environment reference alone and seal a key written out"),
 ])
 def test_secrets_stay_secret(wire: dict[str, Any], sealed: list[str] | None) -> None:
     result = remediate(hygiene.SECRETS_STAY_SECRET, "command:remote:Command", "gpu-a800-01-node-check", wire)

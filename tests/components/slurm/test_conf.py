@@ -114,7 +114,9 @@ def test_should_describe_each_node_with_real_cpus_memory_less_reserve_and_gpus(p
 
 
 def test_should_bind_every_gpu_to_its_device_file(prod: dict[str, Any]) -> None:
-    gres = render_gres_conf(parse(with_changes(prod, node_groups__3__pool="slurm")))
+    # The RTX 4090s go to Slurm, so the model they serve goes.
+    rtx_to_slurm = with_changes(prod, node_groups__3__pool="slurm", inference__models=prod["inference"]["models"][:1])
+    gres = render_gres_conf(parse(rtx_to_slurm))
     assert "Name=gpu Type=rtx4090 File=/dev/nvidia[0-7]" in gres
     assert "AutoDetect=off" in gres
 

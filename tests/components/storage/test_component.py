@@ -14,6 +14,7 @@ from components.storage.tiers import (
     mover_cronjob,
     nvme_storage_class,
     prefetch_daemonset,
+    prefetched_dirs,
     team_isolation_binding,
     team_isolation_policy,
     tier_facts,
@@ -29,10 +30,12 @@ def test_should_prefetch_every_listed_model_onto_the_nvme_cache(prod: dict[str, 
     site = parse(prod)
     pod = prefetch_daemonset(site)["spec"]["template"]["spec"]
     script = pod["initContainers"][0]["command"][2]
-    for model in site.storage.nvme.prefetch:
-        assert f"cp -ru /models/{model}/. /cache/{model}/" in script
+    served = [f"{m.source}/{m.revision}" for m in site.inference.models]
+    assert served and prefetched_dirs(site) == [*site.storage.nvme.prefetch, *served]
+    for model in prefetched_dirs(site):
+        assert f"cp -ru /models/{model}/. /cache/{model}/ && touch /cache/{model}/.prefetched" in script
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["cache"]["hostPath"]["path"] == "/var/lib/gpucluster/model-cache"
+    assert volumes["cache"]["hostPath"] == {"path": "/mnt/nvme-cache", "type": "Directory"}
     assert volumes["models"]["nfs"] == {"server": "nfs-hot-01.dc1.internal", "path": "/exports/models",
                                         "readOnly": True}
 
@@ -97,9 +100,9 @@ def pod(*volumes: dict[str, Any]) -> dict[str, Any]:
     pytest.param(pod({"name": "v", "hostPath": {"path": "/mnt/ckpt-hot"}}), False,
                  id="should deny a pod that mounts the node's hot-tier mounts"),
     pytest.param(pod({"name": "v", "hostPath": {"path": "/"}}), False, id="should deny a pod that mounts /"),
-    pytest.param(pod({"name": "v", "hostPath": {"path": "/var/lib/gpucluster/model-cache/../../../../mnt"}}), False,
+    pytest.param(pod({"name": "v", "hostPath": {"path": "/mnt/nvme-cache/../../../../mnt"}}), False,
                  id="should deny a path that climbs out of the cache"),
-    pytest.param(pod({"name": "v", "hostPath": {"path": "/var/lib/gpucluster/model-cache/llama"}}), True,
+    pytest.param(pod({"name": "v", "hostPath": {"path": "/mnt/nvme-cache/llama"}}), True,
                  id="should admit the node's model cache"),
 ])
 def test_should_keep_a_team_to_its_own_storage(prod: dict[str, Any], obj: dict[str, Any], admitted: bool) -> None:

@@ -10,12 +10,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from components.inference.values import gateway_config
 from components.monitoring.prometheus import COLD_DATASOURCE, metrics_volumes
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from runbooks.cli import app
 from runbooks.offline.engine import ResourceGraph, run_program
 from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_helm, render_releases, validate
-from runbooks.plan.invariants import AWAITING, check_invariants
+from runbooks.plan.invariants import check_invariants
 from runbooks.plan.plan import host_installs, kubernetes_objects
 from runbooks.plan.producers import Deployed
 from tests.builders import REPO, copy_project, parse, prod_values
@@ -85,7 +86,7 @@ def test_should_write_each_release_and_exit_1_when_a_chart_is_missing(tmp_path: 
     planned = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(tmp_path / "plan"),
                                        "--chart-mirror", str(MIRROR)])
     assert planned.exit_code == 0, planned.output
-    assert "rendered objects in 8 releases, 0 invalid" in planned.output
+    assert "rendered objects in 13 releases, 0 invalid" in planned.output
     written = yaml.safe_load_all((tmp_path / "plan" / "helm" / "kueue.yaml").read_text())
     assert any(o["kind"] == "Deployment" for o in written)
     empty = tmp_path / "empty-mirror"
@@ -181,12 +182,6 @@ def test_should_hold_every_invariant_on_prod(graph: ResourceGraph, rendered: dic
     assert broken(stack(graph, rendered)) == {}
 
 
-def test_should_report_as_pending_only_what_the_inference_path_will_produce(
-        graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> None:
-    (producing,) = [i for i in check_invariants(stack(graph, rendered)) if i.name == "metrics-have-producers"]
-    assert {p.split()[0] for p in producing.pending} == set(AWAITING)
-
-
 def find(deployed: Deployed, kind: str, name: str) -> dict[str, Any]:
     (found,) = [o for o in deployed.objects if o["kind"] == kind and o["metadata"]["name"].endswith(name)]
     return found
@@ -243,6 +238,17 @@ def drop_cold_datasource(deployed: Deployed) -> None:
     configmap["data"][key] = yaml.safe_dump(sources)
 
 
+def drop_gateway_callback(deployed: Deployed) -> None:
+    configmap = find(deployed, "ConfigMap", "litellm-config")
+    config = yaml.safe_load(configmap["data"]["config.yaml"])
+    config["litellm_settings"]["callbacks"] = []
+    configmap["data"]["config.yaml"] = yaml.safe_dump(config)
+
+
+def drop_engine_scrape(deployed: Deployed) -> None:
+    deployed.objects.remove(find(deployed, "ServiceMonitor", "engine-servicemonitor"))
+
+
 RAW_UTIL = "DCGM_FI_DEV_GPU_UTIL (read by rule gpu:dcgm_gpu_util:max, rule gpu_team:dcgm_owner:group)"
 
 
@@ -282,6 +288,15 @@ RAW_UTIL = "DCGM_FI_DEV_GPU_UTIL (read by rule gpu:dcgm_gpu_util:max, rule gpu_t
                  "scrapes (Slurm exporter (hosts/slurm_exporter.py): it listens on port 9341; Prometheus scrapes "
                  "no static target on that port (slurm-controller:9342))",
                  id="should hold the Slurm exporter scraped on the wrong port"),
+    pytest.param(drop_gateway_callback, "metrics-have-producers",
+                 "litellm_input_tokens_metric_total (read by rule team_model_token_type:llm_tokens:rate1h) has no "
+                 "producer the stack deploys and scrapes (LLM gateway (LiteLLM proxy): the proxy's mounted config "
+                 "enables no 'prometheus' callback)", id="should hold a gateway that exports no metrics"),
+    pytest.param(drop_engine_scrape, "metrics-have-producers",
+                 "vllm:num_requests_waiting (read by dashboard inference panel 'Requests waiting per model') has no "
+                 "producer the stack deploys and scrapes (model servers (vLLM): vllm-qwen2-5-72b-deployment-vllm: "
+                 "no ServiceMonitor that a Prometheus selects scrapes it; vllm-llama-3-1-8b-deployment-vllm: no "
+                 "ServiceMonitor that a Prometheus selects scrapes it)", id="should hold model servers unscraped"),
     pytest.param(drop_cold_datasource, "dashboards-have-datasources",
                  "Prometheus monitoring/kube-prometheus-stack-prometheus writes to "
                  "http://metrics-cold-victoria-metrics-single-server.monitoring.svc:8428/api/v1/write, which no "
@@ -319,3 +334,92 @@ def test_should_hold_a_metrics_tier_without_a_volume(graph: ResourceGraph,
     assert broken(deployed) == {"metrics-tiers-persist": [
         "Prometheus monitoring/kube-prometheus-stack-prometheus has no spec.storage.volumeClaimTemplate: its data "
         "dies with the pod"]}
+
+
+def test_should_serve_each_model_from_the_nodes_prefetched_nvme_cache(graph: ResourceGraph,
+                                                                     rendered: dict[str, RenderedRelease]) -> None:
+    site = parse(prod_values())
+    prefetch = find(stack(graph, rendered), "DaemonSet", "model-cache-prefetch")
+    script = prefetch["spec"]["template"]["spec"]["initContainers"][0]["command"][2]
+    prefetch_cache = {v["name"]: v for v in prefetch["spec"]["template"]["spec"]["volumes"]}["cache"]["hostPath"]
+    for model in site.inference.models:
+        (engine,) = objects(rendered["vllm"], "Deployment", f"vllm-{model.name}-deployment-vllm")
+        pod = engine["spec"]["template"]["spec"]
+        (server,) = pod["containers"]
+        model_dir = server["command"][2]
+        # The weights: a directory on a host path that is the prefetch's cache, under the model's revision.
+        mounts = {m["mountPath"]: m for m in server["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (mount,) = [m for path, m in mounts.items() if model_dir.startswith(path + "/")]
+        assert mount["readOnly"] is True
+        assert volumes[mount["name"]]["hostPath"] == prefetch_cache == {"path": site.storage.nvme.cache_path,
+                                                                        "type": "Directory"}
+        relative = model_dir.removeprefix(mount["mountPath"] + "/")
+        assert relative == f"{model.source}/{model.revision}"
+        assert f"cp -ru /models/{relative}/. /cache/{relative}/ && touch /cache/{relative}/.prefetched" in script
+        # ... never the network: no network volume, the hub offline, and the pod waits for the prefetch's marker.
+        assert not any("nfs" in v or "persistentVolumeClaim" in v for v in pod["volumes"])
+        assert {"name": "HF_HUB_OFFLINE", "value": "1"} in server["env"]
+        (wait,) = pod["initContainers"]
+        assert f"until [ -f {model_dir}/.prefetched ]" in wait["command"][2]
+        assert [m["name"] for m in wait["volumeMounts"]] == [mount["name"]]
+
+
+def test_should_place_model_servers_as_inference_on_the_kubernetes_pool_or_lent_flex_nodes(
+        rendered: dict[str, RenderedRelease]) -> None:
+    site = parse(prod_values())
+    for model in site.inference.models:
+        (engine,) = objects(rendered["vllm"], "Deployment", f"vllm-{model.name}-deployment-vllm")
+        pod = engine["spec"]["template"]["spec"]
+        (server,) = pod["containers"]
+        assert server["image"] == "vllm/vllm-openai:v0.10.2"
+        assert pod["priorityClassName"] == "inference"
+        assert server["resources"]["limits"]["nvidia.com/gpu"] == str(model.gpus_per_replica)
+        args = server["command"]
+        assert args[args.index("--tensor-parallel-size") + 1] == str(model.gpus_per_replica)
+        assert args[args.index("--served-model-name") + 1] == model.name
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        pools = [{e["key"]: e["values"] for e in t["matchExpressions"]} for t in terms]
+        assert [p["gpucluster.io/pool"] for p in pools] == [["kubernetes"], ["flex"]]
+        assert pools[1]["gpucluster.io/flex-lent"] == ["true"]
+        assert all(p["gpucluster.io/gpu-model"] == [model.gpu_model] and p["gpucluster.io/validated"] == ["true"]
+                   for p in pools)
+        assert {"key": POOL_TAINT, "operator": "Equal", "value": "flex", "effect": "NoSchedule"} in pod["tolerations"]
+        # Readiness is vLLM's /health, up only once the weights are loaded; a new revision surges beside the old.
+        assert server["readinessProbe"]["httpGet"]["path"] == "/health"
+        assert engine["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": "100%", "maxUnavailable": 0}
+        # KEDA owns the replica count, on the queue depth the engines export, within the spec's bounds.
+        assert "replicas" not in engine["spec"]
+        (scaler,) = objects(rendered["vllm"], "ScaledObject", f"vllm-{model.name}-scaledobject")
+        assert (scaler["spec"]["minReplicaCount"], scaler["spec"]["maxReplicaCount"]) == (model.replicas.min,
+                                                                                           model.replicas.max)
+        (trigger,) = scaler["spec"]["triggers"]
+        assert trigger["metadata"]["query"] == (
+            f'sum(vllm:num_requests_waiting{{namespace="inference", model_name="{model.name}"}})')
+        assert trigger["metadata"]["threshold"] == str(model.waiting_per_replica)
+
+
+def test_should_run_the_gateway_pinned_on_its_database_with_the_rendered_config(
+        rendered: dict[str, RenderedRelease]) -> None:
+    site = parse(prod_values())
+    gateway = rendered["llm-gateway"]
+    (proxy,) = objects(gateway, "Deployment")
+    (container,) = proxy["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "ghcr.io/berriai/litellm-database:main-v1.80.5-stable.1"
+    (config,) = objects(gateway, "ConfigMap")
+    rendered_config = yaml.safe_load(config["data"]["config.yaml"])
+    # Helm writes small floats as `1e-05`, which YAML 1.1 reads as a string; LiteLLM's pydantic params take it as
+    # the float it is (tests/integration/test_gateway_live.py runs the proxy on this rendered config).
+    for entry in rendered_config["model_list"]:
+        params = entry["litellm_params"]
+        for cost in ("input_cost_per_token", "output_cost_per_token"):
+            params[cost] = float(params[cost])
+    assert rendered_config == gateway_config(site)
+    env = {e["name"]: e for e in container["env"]}
+    (cluster,) = objects(rendered["llm-gateway-db"], "Cluster")
+    assert cluster["spec"]["imageName"].startswith("ghcr.io/cloudnative-pg/postgresql:16.")
+    assert env["DATABASE_HOST"]["value"] == f"{cluster['metadata']['name']}-rw"
+    assert env["DATABASE_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == f"{cluster['metadata']['name']}-app"
+    assert env["PROXY_MASTER_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "llm-gateway-master-key"
+    assert {"secretRef": {"name": site.inference.gateway.provider_secret}} in container["envFrom"]
+    assert not objects(gateway, "StatefulSet"), "the chart's bundled (withdrawn) Bitnami PostgreSQL must stay off"

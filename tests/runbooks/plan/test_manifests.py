@@ -39,6 +39,10 @@ def test_should_pass_strict_schema_validation(manifests: dict[str, dict[str, obj
     for name, manifest in manifests.items():
         if (manifest["apiVersion"], manifest["kind"]) in CUSTOM_KINDS:
             continue
+        if manifest["kind"] == "Secret":
+            # pulumi-kubernetes makes a Secret's data secret whole: the plan shows the placeholder, never the keys.
+            assert manifest.get("stringData", manifest.get("data")) == "[secret]", name
+            manifest = {k: v for k, v in manifest.items() if k not in ("stringData", "data")}
         try:
             kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as error:

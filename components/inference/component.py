@@ -1,0 +1,82 @@
+"""The inference path as one component: KEDA, the gateway's database, the model servers, the gateway and its scrape,
+and each onboarded team's account on the gateway (created on onboarding, removed on rollback)."""
+
+import shlex
+
+import pulumi
+import pulumi_command as command
+import pulumi_kubernetes as kubernetes
+
+from components.charts import CLOUDNATIVE_PG, CLOUDNATIVE_PG_CLUSTER, KEDA, LITELLM, VLLM_STACK
+from components.inference.values import (
+    DATABASE_OPERATOR_NAMESPACE,
+    DATABASE_RELEASE,
+    ENGINE_RELEASE,
+    GATEWAY_RELEASE,
+    KEDA_NAMESPACE,
+    KEDA_VALUES,
+    MASTER_KEY_SECRET,
+    NAMESPACE,
+    database_values,
+    gateway_service_monitor,
+    gateway_values,
+    inference_outputs,
+    team_key_secret,
+    team_models,
+    vllm_values,
+)
+from components.k8s import custom, fields, release
+from components.spec.site import Site
+from components.spec.wellknown import INFERENCE_TYPE
+
+
+def _namespace(name: str, namespace: str, parent: pulumi.Resource) -> kubernetes.core.v1.Namespace:
+    return kubernetes.core.v1.Namespace(name, metadata={"name": namespace}, opts=pulumi.ResourceOptions(parent=parent))
+
+
+class InferencePath(pulumi.ComponentResource):
+    def __init__(self, name: str, site: Site, master_key: pulumi.Input[str], teams: dict[str, pulumi.Resource],
+                 opts: pulumi.ResourceOptions) -> None:
+        """teams: the onboarded teams' components by team name (their namespaces receive the gateway keys)."""
+        outputs = inference_outputs(site)
+        super().__init__(INFERENCE_TYPE, name, outputs, opts)
+        ns = _namespace(f"{name}-namespace", NAMESPACE, self)
+        keda = release(f"{name}-keda", KEDA, KEDA_NAMESPACE, KEDA_VALUES, self,
+                       [_namespace(f"{name}-keda-namespace", KEDA_NAMESPACE, self)])
+        operator = release(f"{name}-database-operator", CLOUDNATIVE_PG, DATABASE_OPERATOR_NAMESPACE, {}, self,
+                           [_namespace(f"{name}-database-operator-namespace", DATABASE_OPERATOR_NAMESPACE, self)])
+        database = release(f"{name}-database", CLOUDNATIVE_PG_CLUSTER, NAMESPACE, database_values(site), self,
+                           [ns, operator], release_name=DATABASE_RELEASE)
+        secret = kubernetes.core.v1.Secret(
+            f"{name}-gateway-master-key", metadata={"name": MASTER_KEY_SECRET, "namespace": NAMESPACE},
+            string_data={"master-key": master_key}, opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
+        engines = release(f"{name}-model-servers", VLLM_STACK, NAMESPACE, vllm_values(site), self, [ns, keda],
+                          release_name=ENGINE_RELEASE)
+        gateway = release(f"{name}-gateway", LITELLM, NAMESPACE, gateway_values(site), self,
+                          [ns, database, secret, engines], release_name=GATEWAY_RELEASE)
+        kubernetes.apiextensions.CustomResource(f"{name}-gateway-scrape", **custom(gateway_service_monitor()),
+                                                opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]))
+        for team, component in teams.items():
+            self._account(name, site, team, master_key, [gateway, component])
+        self.register_outputs(outputs)
+
+    def _account(self, name: str, site: Site, team: str, master_key: pulumi.Input[str],
+                 after: list[pulumi.Resource]) -> None:
+        """The team's gateway account: `gpuctl gateway` creates it on create and deletes it on delete, so rolling the
+        team back removes its key; its key, a secret output, lands in the team's namespace."""
+        gateway = site.inference.gateway
+        url = shlex.quote(gateway.admin_url)
+        models = " ".join(f"--model {shlex.quote(m)}" for m in team_models(site, team))
+        ensure = (f"gpuctl gateway ensure-team --url {url} --team {team} --budget-usd {gateway.budget_of(team)!r} "
+                  f"--budget-days {gateway.budget_days} {models}")
+        account = command.local.Command(
+            f"{name}-gateway-team-{team}",
+            create=ensure, update=ensure, delete=f"gpuctl gateway remove-team --url {url} --team {team}",
+            environment={"LITELLM_MASTER_KEY": master_key},
+            logging=command.local.Logging.STDERR,  # stdout is the key
+            triggers=[ensure],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after, additional_secret_outputs=["stdout"]))
+        manifest = team_key_secret(site, team)
+        manifest["stringData"] = {**manifest["stringData"], "api-key": account.stdout}
+        kubernetes.core.v1.Secret(f"{name}-gateway-key-{team}", **fields(manifest),
+                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[account]))

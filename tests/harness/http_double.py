@@ -1,0 +1,35 @@
+"""The plumbing every HTTP test double shares: a threaded server on 127.0.0.1 and JSON answers."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    def log_message(self, *_: Any) -> None:
+        pass
+
+    def read_body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
+    def answer(self, status: int, payload: dict[str, Any] | bytes) -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class Served:
+    """A handler class served on a free loopback port until `stop`."""
+
+    def __init__(self, handler: type[JsonHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
