@@ -248,3 +248,31 @@ SLURM_EXPORTER_INTERVAL_S: Final = 30
 SLURM_PRIORITY_WEIGHT_QOS: Final = 100_000
 SLURM_PRIORITY_WEIGHT_FAIRSHARE: Final = 10_000
 """Multifactor priority weights: QoS orders the queue first, fairshare orders jobs of one QoS."""
+
+# --- lending the flex pool (components/spec/lending.py) --------------------------------------
+LEND_WAITING_PER_REPLICA: Final = 10.0
+"""Requests waiting per serving vLLM replica at which inference is short of GPUs: twice the autoscaler's threshold
+(INFERENCE_WAITING_PER_REPLICA), so queues the Kubernetes pool can still absorb by scaling never borrow Slurm's."""
+RECLAIM_WAITING_PER_REPLICA: Final = 1.0
+"""Requests waiting per replica under which the lent nodes are not needed (queues all but empty)."""
+LEND_PEAK_S: Final = 300
+"""s a peak must last before a lend: a burst the queues absorb in minutes is not worth requeueing training."""
+RECLAIM_TROUGH_S: Final = 1800
+"""s a trough must last before a reclaim: longer than the peak, since a reclaim evicts replicas that may be needed
+again, while training loses only the wait."""
+LEND_COOLDOWN_S: Final = 600
+"""s after a move before the next: the moved capacity shows in the queues (KEDA's poll plus a vLLM start) first."""
+LEND_MAX_STEP_NODES: Final = 1
+"""Flex nodes one decision moves."""
+TRAINING_FLOOR_NODES: Final = 1
+"""Flex nodes Slurm always keeps."""
+LENDING_INTERVAL_S: Final = 30
+"""s between decisions: Prometheus's scrape interval, so each decision sees news."""
+LEND_WAIT_S: Final = 600
+"""s a lend waits for the jobs inference does not preempt to leave a node before the lend is reported stuck."""
+LENDING_METRICS_PORT: Final = 9342
+"""TCP port of the lending controller's /metrics on the Slurm controller (beside the exporter's 9341)."""
+FLAPPING_MOVES: Final = 4
+"""Moves within FLAPPING_WINDOW_H hours that raise LendingFlapping: more than the hysteresis lets a real daily peak
+and trough cause."""
+FLAPPING_WINDOW_H: Final = 1

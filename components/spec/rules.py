@@ -206,6 +206,16 @@ def check_served_models_fit(site: Site) -> list[Problem]:
     return problems
 
 
+def check_training_floor(site: Site) -> list[Problem]:
+    """The floor leaves the controller something to lend: at least one flex node above it."""
+    flex = sum(len(g.nodes) for g in site.node_groups if g.pool == Pool.FLEX)
+    floor = site.lending.training_floor_nodes
+    if not flex or floor < flex:
+        return []
+    return [Problem("lending.training_floor_nodes", f"a floor of {floor} keeps all {flex} flex nodes in Slurm: "
+                    "the controller could never lend one", "training-floor")]
+
+
 SPEC_RULES: tuple[Rule, ...] = (
     rule(check_unique_rooms, "rooms"),
     rule(check_unique_racks, "racks"),
@@ -222,5 +232,6 @@ SPEC_RULES: tuple[Rule, ...] = (
     rule(check_inference_names, "inference"),
     rule(check_inference_teams, "inference", "teams"),
     rule(check_served_models_fit, "inference", "node_groups"),
+    rule(check_training_floor, "lending", "node_groups"),
 )
 """Rules that read the spec alone; components.validate adds those that need a planner (racks, quotas, preemption)."""

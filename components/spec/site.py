@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field
 from components.spec import defaults
 from components.spec.catalog import GPU_CATALOG, GpuClass
 from components.spec.inference import Inference
+from components.spec.lending import Lending
 from components.spec.types import AbsolutePath, Float, Hostname, Int, LabelValue, ModelPath, Name, Percent, Spec
 
 # Written as a Kubernetes quantity with :g (`<n>Ti`), which turns to `1e+06` from a million and `1e-05` under 1e-4,
@@ -478,6 +479,8 @@ class Site(Spec):
     """How each node proves itself before it takes work."""
     gpu_operator: GpuOperator = GpuOperator()
     inference: Inference = Inference()
+    lending: Lending = Lending()
+    """When the flex controller lends flex nodes to Kubernetes inference and takes them back."""
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+$")] = defaults.KUBERNETES_VERSION
     """Minor version of the cluster's Kubernetes (`1.30`): charts are rendered and their objects validated for it."""
 

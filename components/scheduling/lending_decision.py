@@ -1,0 +1,191 @@
+"""When to lend flex nodes to Kubernetes inference and when to give them back: one pure function of the live
+signals, the flex pool's state and the spec's `lending` settings.
+
+The controller loop (runbooks/flex/controller.py), the tests and the outcomes simulator all call `decide`; none
+of them decides anything else. It never moves on missing data, keeps a peak (or trough) waiting until it has lasted
+its duration, spaces moves by the cooldown, moves at most max_step_nodes at once, keeps training_floor_nodes in
+Slurm, lends the cheapest nodes first (idle, then those whose preemptible jobs lose the least work) and never a node
+running work the preemption table protects from inference.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from components.spec.lending import Lending
+
+
+class Owner(StrEnum):
+    SLURM = "slurm"
+    """Slurm schedules on it."""
+    LENDING = "lending"
+    """Drained for lending; jobs inference may not requeue are still leaving it."""
+    LENT = "lent"
+    """Labelled for Kubernetes inference."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    qos: str
+    preemptible: bool
+    """Inference preempts its QoS in the preemption table: lending may requeue it."""
+    since_checkpoint_s: float
+    """s of work a requeue loses. The controller knows the time since the job (re)started, the upper bound of it."""
+
+
+@dataclass(frozen=True)
+class FlexNode:
+    name: str
+    owner: Owner
+    usable: bool = True
+    """Healthy and drained by nobody else: false for a node down, failed or drained for another reason."""
+    jobs: tuple[Job, ...] = ()
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Demand as Prometheus reports it at one moment; None where a query failed or returned nothing."""
+
+    at: float
+    """s since the epoch when the signals were read."""
+    waiting: float | None
+    """Requests waiting at the model servers (`vllm:num_requests_waiting`, summed)."""
+    replicas: float | None
+    """Model server replicas reporting that gauge."""
+    pending_pods: float | None
+    """Inference pods pending (no node with free GPUs)."""
+
+    def missing(self) -> list[str]:
+        values = {"waiting": self.waiting, "replicas": self.replicas, "pending_pods": self.pending_pods}
+        return [name for name, value in values.items() if value is None or not math.isfinite(value)]
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What one decision hands to the next: when the current peak or trough began, and when the last move was."""
+
+    peak_since: float | None = None
+    trough_since: float | None = None
+    last_move_at: float | None = None
+
+
+@dataclass(frozen=True)
+class State:
+    nodes: tuple[FlexNode, ...]
+    memory: Memory = Memory()
+
+
+class Action(StrEnum):
+    LEND = "lend"
+    RECLAIM = "reclaim"
+    HOLD = "hold"
+
+
+class Reason(StrEnum):
+    NO_DATA = "no-data"
+    PEAK = "peak"
+    TROUGH = "trough"
+    FINISH_LEND = "finish-lend"
+    PEAK_TOO_SHORT = "peak-too-short"
+    TROUGH_TOO_SHORT = "trough-too-short"
+    COOLDOWN = "cooldown"
+    NOTHING_LENDABLE = "nothing-lendable"
+    NOTHING_LENT = "nothing-lent"
+    STEADY = "steady"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    nodes: tuple[str, ...]
+    reason: Reason
+    detail: str
+    """The reason with its numbers, for the audit line and `gpuctl flex status`."""
+    memory: Memory
+    """To pass in the next State."""
+
+
+def decide(signals: Signals, state: State, settings: Lending) -> Decision:
+    memory, at = state.memory, signals.at
+    missing = signals.missing()
+    if missing:
+        # A gap in the data breaks "has lasted": both clocks start again once data is back.
+        return Decision(Action.HOLD, (), Reason.NO_DATA, f"no data for {', '.join(missing)}: holding",
+                        replace(memory, peak_since=None, trough_since=None))
+    assert signals.waiting is not None and signals.replicas is not None and signals.pending_pods is not None
+    per_replica = signals.waiting / signals.replicas if signals.replicas > 0 else (
+        math.inf if signals.waiting > 0 else 0.0)
+    demand = (f"{signals.waiting:g} waiting over {signals.replicas:g} replicas ({per_replica:.1f} each), "
+              f"{signals.pending_pods:g} inference pods pending")
+    peak = signals.pending_pods > 0 or per_replica >= settings.lend_waiting_per_replica
+    trough = signals.pending_pods == 0 and per_replica <= settings.reclaim_waiting_per_replica
+    memory = replace(memory, peak_since=_since(memory.peak_since, at) if peak else None,
+                     trough_since=_since(memory.trough_since, at) if trough else None)
+
+    def hold(reason: Reason, why: str) -> Decision:
+        return Decision(Action.HOLD, (), reason, f"{demand}: {why}", memory)
+
+    def move(action: Action, nodes: Sequence[FlexNode], reason: Reason, why: str) -> Decision:
+        moved = memory if reason == Reason.FINISH_LEND else replace(memory, last_move_at=at)
+        return Decision(action, tuple(n.name for n in nodes), reason, f"{demand}: {why}", moved)
+
+    lending = [n for n in state.nodes if n.owner == Owner.LENDING]
+    if lending and not trough:
+        return move(Action.LEND, lending, Reason.FINISH_LEND, "finishing the lend under way")
+    cooling = memory.last_move_at is not None and at - memory.last_move_at < settings.cooldown_s
+    if peak:
+        assert memory.peak_since is not None
+        lasted = at - memory.peak_since
+        if lasted < settings.peak_s:
+            return hold(Reason.PEAK_TOO_SHORT, f"peak for {lasted:.0f} s of the {settings.peak_s} s a lend needs")
+        if cooling:
+            return hold(Reason.COOLDOWN, _cooldown(memory, at, settings))
+        chosen = lendable(state.nodes, settings)
+        if not chosen:
+            return hold(Reason.NOTHING_LENDABLE, f"peak for {lasted:.0f} s, but no flex node is lendable above the "
+                                                 f"training floor of {settings.training_floor_nodes}")
+        return move(Action.LEND, chosen, Reason.PEAK, f"peak for {lasted:.0f} s (lend at >= "
+                                                      f"{settings.lend_waiting_per_replica:g} each or a pod pending)")
+    if trough:
+        assert memory.trough_since is not None
+        lent = reclaimable(state.nodes, settings)
+        if not lent:
+            return hold(Reason.NOTHING_LENT, "trough, nothing lent")
+        lasted = at - memory.trough_since
+        if lasted < settings.trough_s:
+            return hold(Reason.TROUGH_TOO_SHORT, f"trough for {lasted:.0f} s of the {settings.trough_s} s a "
+                                                 "reclaim needs")
+        if cooling:
+            return hold(Reason.COOLDOWN, _cooldown(memory, at, settings))
+        return move(Action.RECLAIM, lent, Reason.TROUGH, f"trough for {lasted:.0f} s (reclaim at "
+                                                         f"<= {settings.reclaim_waiting_per_replica:g} each)")
+    return hold(Reason.STEADY, "between the thresholds")
+
+
+def lendable(nodes: Sequence[FlexNode], settings: Lending) -> list[FlexNode]:
+    """The cheapest nodes to lend, at most max_step_nodes, leaving training_floor_nodes usable in Slurm: idle nodes,
+    then nodes whose jobs are all preemptible, least work lost first. A node running any job the table protects from
+    inference is never lent."""
+    in_slurm = [n for n in nodes if n.owner == Owner.SLURM and n.usable]
+    room = min(settings.max_step_nodes, len(in_slurm) - settings.training_floor_nodes)
+    free = [n for n in in_slurm if all(j.preemptible for j in n.jobs)]
+    free.sort(key=lambda n: (bool(n.jobs), max((j.since_checkpoint_s for j in n.jobs), default=0.0), n.name))
+    return free[:max(0, room)]
+
+
+def reclaimable(nodes: Sequence[FlexNode], settings: Lending) -> list[FlexNode]:
+    """Lent nodes to give back, at most max_step_nodes: those still draining first (they serve nothing yet)."""
+    lent = [n for n in nodes if n.owner in (Owner.LENDING, Owner.LENT)]
+    lent.sort(key=lambda n: (n.owner != Owner.LENDING, n.name))
+    return lent[:settings.max_step_nodes]
+
+
+def _since(started: float | None, at: float) -> float:
+    return at if started is None else started
+
+
+def _cooldown(memory: Memory, at: float, settings: Lending) -> str:
+    assert memory.last_move_at is not None
+    return f"cooldown: last move {at - memory.last_move_at:.0f} s ago, {settings.cooldown_s} s between moves"

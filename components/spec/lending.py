@@ -1,0 +1,64 @@
+"""The lending section of the site spec (`gpu-cluster:lending`): when the flex controller lends flex nodes to
+Kubernetes inference and takes them back (components/scheduling/lending_decision.py decides; runbooks/flex/
+controller.py acts; docs/scheduling.md, "The lending controller").
+
+Demand is read from vLLM's `vllm:num_requests_waiting` per serving replica and from inference pods pending; the
+thresholds, durations and steps here turn it into moves. Rules across sections (the floor against the flex pool's
+size) are in components.spec.rules.
+"""
+
+from typing import Annotated, Self
+
+from pydantic import Field, model_validator
+
+from components.spec import defaults
+from components.spec.types import AbsolutePath, Float, Int, Spec
+
+# Compared with vLLM's queue gauge summed over replicas; ten thousand waiting per replica is past any engine.
+WaitingPerReplica = Annotated[Float, Field(ge=0, le=10_000)]
+# Seconds compared with time.time() differences and given to systemd and Prometheus as durations: a day at most.
+Seconds = Annotated[Int, Field(gt=0, le=86_400)]
+
+
+class Lending(Spec):
+    lend_waiting_per_replica: Annotated[WaitingPerReplica, Field(gt=0)] = defaults.LEND_WAITING_PER_REPLICA
+    """Requests waiting per serving replica (`vllm:num_requests_waiting`) at or over which inference is at a peak;
+    an inference pod pending is a peak too."""
+    reclaim_waiting_per_replica: WaitingPerReplica = defaults.RECLAIM_WAITING_PER_REPLICA
+    """Requests waiting per replica at or under which (with no inference pod pending) inference is in a trough."""
+    peak_s: Seconds = defaults.LEND_PEAK_S
+    """s a peak must last before the controller lends."""
+    trough_s: Seconds = defaults.RECLAIM_TROUGH_S
+    """s a trough must last before the controller reclaims."""
+    cooldown_s: Annotated[Int, Field(ge=0, le=86_400)] = defaults.LEND_COOLDOWN_S
+    """s after a move during which no other move starts."""
+    max_step_nodes: Annotated[Int, Field(ge=1, le=1000)] = defaults.LEND_MAX_STEP_NODES
+    """Flex nodes one decision lends or reclaims, at most."""
+    training_floor_nodes: Annotated[Int, Field(ge=0, le=1000)] = defaults.TRAINING_FLOOR_NODES
+    """Flex nodes Slurm always keeps: the controller never lends the pool below it."""
+    interval_s: Seconds = defaults.LENDING_INTERVAL_S
+    """s between two decisions."""
+    lend_wait_s: Seconds = defaults.LEND_WAIT_S
+    """s a lend may wait for jobs it may not requeue to leave a node; past it LendNotCompleted fires."""
+    flapping_moves: Annotated[Int, Field(ge=2, le=1000)] = defaults.FLAPPING_MOVES
+    """Moves within flapping_window_h that raise LendingFlapping."""
+    # The alert's PromQL range `[<h>h]`: a day at most.
+    flapping_window_h: Annotated[Int, Field(ge=1, le=24)] = defaults.FLAPPING_WINDOW_H
+    metrics_port: Annotated[Int, Field(gt=0, lt=65536)] = defaults.LENDING_METRICS_PORT
+    """TCP port of the controller's /metrics on the Slurm controller; Prometheus scrapes it."""
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
+        "http://prometheus-operated.monitoring.svc:9090")
+    """Prometheus the controller reads demand from, as the Slurm controller reaches it (example host: set it)."""
+    project_dir: AbsolutePath = "/opt/gpu-cluster"
+    """This project's checkout on the Slurm controller, with gpuctl in its .venv: the controller reuses gpuctl
+    flex's lend and reclaim and reads the site from the stack file there."""
+    state_dir: AbsolutePath = "/var/lib/gpucluster/flex"
+    """Where the controller keeps its lock, its last decision, the pause switch and its audit log."""
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> Self:
+        if self.reclaim_waiting_per_replica >= self.lend_waiting_per_replica:
+            raise ValueError(f"reclaim_waiting_per_replica ({self.reclaim_waiting_per_replica:g}) must be under "
+                             f"lend_waiting_per_replica ({self.lend_waiting_per_replica:g}), or one queue length "
+                             "would both lend and reclaim")
+        return self

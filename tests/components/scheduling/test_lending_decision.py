@@ -1,0 +1,254 @@
+"""The lending decision: hysteresis, cooldown, step, floor, node choice, protected work and missing data, as rules;
+then properties over any demand curve (the floor holds, moves are a cooldown apart); then the spec's lending
+section (exact messages)."""
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from components.scheduling.lending_decision import (
+    Action,
+    Decision,
+    FlexNode,
+    Job,
+    Memory,
+    Owner,
+    Reason,
+    Signals,
+    State,
+    decide,
+)
+from components.spec.lending import Lending
+from tests.builders import problems, prod_values, with_changes
+
+SETTINGS = Lending(lend_waiting_per_replica=10, reclaim_waiting_per_replica=1, peak_s=300, trough_s=1800,
+                   cooldown_s=600, max_step_nodes=1, training_floor_nodes=1)
+T0 = 1_000_000.0
+PEAK = dict(waiting=200.0, replicas=4.0, pending_pods=0.0)
+TROUGH = dict(waiting=2.0, replicas=4.0, pending_pods=0.0)
+STEADY = dict(waiting=20.0, replicas=4.0, pending_pods=0.0)
+
+
+def tuned(**changes: Any) -> Lending:
+    return Lending.model_validate({**SETTINGS.model_dump(), **changes})
+
+
+def signals(at: float = T0, **demand: float | None) -> Signals:
+    values: dict[str, Any] = {**STEADY, **demand}
+    return Signals(at=at, **values)
+
+
+def idle(name: str, owner: Owner = Owner.SLURM, usable: bool = True) -> FlexNode:
+    return FlexNode(name, owner, usable)
+
+
+def running(name: str, *jobs: tuple[str, bool, float]) -> FlexNode:
+    """jobs: (QoS, preemptible by inference, seconds since its checkpoint)."""
+    return FlexNode(name, Owner.SLURM, True, tuple(Job(str(i), qos, p, s) for i, (qos, p, s) in enumerate(jobs)))
+
+
+POOL = (idle("flex-1"), idle("flex-2"), idle("flex-3"))
+
+
+def after_peak(nodes: tuple[FlexNode, ...] = POOL, s: Lending = SETTINGS, **memory: float | None) -> Decision:
+    """The decision once a peak has lasted exactly peak_s."""
+    state = State(nodes, Memory(peak_since=T0, **memory))
+    return decide(signals(T0 + s.peak_s, **PEAK), state, s)
+
+
+def after_trough(nodes: tuple[FlexNode, ...], s: Lending = SETTINGS, **memory: float | None) -> Decision:
+    state = State(nodes, Memory(trough_since=T0, **memory))
+    return decide(signals(T0 + s.trough_s, **TROUGH), state, s)
+
+
+@pytest.mark.parametrize("missing", [
+    pytest.param({"waiting": None}, id="should hold when the queue gauge is unreadable"),
+    pytest.param({"replicas": None}, id="should hold when no replica count is readable"),
+    pytest.param({"pending_pods": None}, id="should hold when pending pods are unreadable"),
+    pytest.param({"waiting": math.nan}, id="should hold on NaN"),
+    pytest.param({"waiting": None, "replicas": None, "pending_pods": None}, id="should hold when Prometheus is down"),
+])
+def test_should_never_move_on_missing_data(missing: dict[str, float | None]) -> None:
+    lent = (idle("flex-1", Owner.LENT), idle("flex-2", Owner.LENDING), idle("flex-3"))
+    memory = Memory(peak_since=T0 - 10_000, trough_since=T0 - 10_000, last_move_at=T0 - 10_000)
+    decision = decide(signals(T0, **{**PEAK, **missing}), State(lent, memory), SETTINGS)
+    assert (decision.action, decision.nodes, decision.reason) == (Action.HOLD, (), Reason.NO_DATA)
+    assert decision.detail == f"no data for {', '.join(k for k in missing)}: holding"
+    # The gap breaks "has lasted": both clocks start again; the last move stays.
+    assert decision.memory == Memory(last_move_at=T0 - 10_000)
+
+
+def test_should_wait_for_a_peak_to_last_before_lending() -> None:
+    first = decide(signals(T0, **PEAK), State(POOL), SETTINGS)
+    assert (first.action, first.reason, first.memory.peak_since) == (Action.HOLD, Reason.PEAK_TOO_SHORT, T0)
+    almost = decide(signals(T0 + 299, **PEAK), State(POOL, first.memory), SETTINGS)
+    assert (almost.action, almost.reason) == (Action.HOLD, Reason.PEAK_TOO_SHORT)
+    assert almost.detail == ("200 waiting over 4 replicas (50.0 each), 0 inference pods pending: peak for 299 s of the "
+                             "300 s a lend needs")
+    lend = decide(signals(T0 + 300, **PEAK), State(POOL, almost.memory), SETTINGS)
+    assert (lend.action, lend.nodes, lend.reason) == (Action.LEND, ("flex-1",), Reason.PEAK)
+    assert lend.memory == Memory(peak_since=T0, last_move_at=T0 + 300)
+
+
+def test_should_start_the_peak_clock_again_after_a_dip() -> None:
+    dip = decide(signals(T0 + 200, **STEADY), State(POOL, Memory(peak_since=T0)), SETTINGS)
+    assert (dip.reason, dip.memory.peak_since) == (Reason.STEADY, None)
+    again = decide(signals(T0 + 400, **PEAK), State(POOL, dip.memory), SETTINGS)
+    assert (again.action, again.memory.peak_since) == (Action.HOLD, T0 + 400)
+
+
+@pytest.mark.parametrize(("demand", "expected"), [
+    pytest.param({"waiting": 0.0, "pending_pods": 1.0}, Action.LEND, id="should lend for an inference pod pending"),
+    pytest.param({"waiting": 40.0, "replicas": 4.0}, Action.LEND, id="should lend at the threshold exactly"),
+    pytest.param({"waiting": 39.0, "replicas": 4.0}, Action.HOLD, id="should not lend just under the threshold"),
+    pytest.param({"waiting": 3.0, "replicas": 0.0}, Action.LEND, id="should lend when requests wait for no replica"),
+    pytest.param({"waiting": 0.0, "replicas": 0.0}, Action.HOLD, id="should not lend for no demand and no replica"),
+])
+def test_should_read_a_peak_from_the_queues_or_pending_pods(demand: dict[str, float], expected: Action) -> None:
+    state = State(POOL, Memory(peak_since=T0 - 1000))
+    assert decide(signals(T0, **demand), state, SETTINGS).action == expected
+
+
+def test_should_not_move_again_within_the_cooldown() -> None:
+    cooling = after_peak(last_move_at=T0 + SETTINGS.peak_s - 599)
+    assert (cooling.action, cooling.reason) == (Action.HOLD, Reason.COOLDOWN)
+    assert cooling.detail.endswith("cooldown: last move 599 s ago, 600 s between moves")
+    assert after_peak(last_move_at=T0 + SETTINGS.peak_s - 600).action == Action.LEND
+
+
+def test_should_move_at_most_max_step_nodes() -> None:
+    assert after_peak(s=tuned(max_step_nodes=2)).nodes == ("flex-1", "flex-2")
+    assert after_peak(s=tuned(max_step_nodes=5)).nodes == ("flex-1", "flex-2")  # the floor keeps one
+
+
+@pytest.mark.parametrize(("nodes", "floor", "expected"), [
+    pytest.param((idle("flex-1", Owner.LENT), idle("flex-2")), 1, (), id="should keep the floor in slurm"),
+    pytest.param((idle("flex-1"), idle("flex-2", usable=False)), 1, (),
+                 id="should not count a drained node toward the floor"),
+    pytest.param((idle("flex-1"), idle("flex-2")), 0, ("flex-1",), id="should lend the last node at a zero floor"),
+    pytest.param((idle("flex-1", usable=False), idle("flex-2"), idle("flex-3")), 1, ("flex-2",),
+                 id="should never lend a node down or drained by someone else"),
+])
+def test_should_respect_the_training_floor(nodes: tuple[FlexNode, ...], floor: int,
+                                           expected: tuple[str, ...]) -> None:
+    decision = after_peak(nodes, tuned(training_floor_nodes=floor))
+    assert decision.nodes == expected
+    if not expected:
+        assert (decision.action, decision.reason) == (Action.HOLD, Reason.NOTHING_LENDABLE)
+        assert decision.detail.endswith(f"no flex node is lendable above the training floor of {floor}")
+
+
+def test_should_lend_idle_nodes_first_then_the_least_work_lost() -> None:
+    nodes = (running("flex-a", ("train_preemptible", True, 3600)),
+             running("flex-b", ("train_preemptible", True, 60), ("train_preemptible", True, 7200)),
+             running("flex-c", ("train_preemptible", True, 600)),
+             idle("flex-z"),
+             idle("flex-spare"))
+    decision = after_peak(nodes, tuned(max_step_nodes=4))
+    # Idle first; then by the most work any of the node's jobs would lose.
+    assert decision.nodes == ("flex-spare", "flex-z", "flex-c", "flex-a")
+
+
+@pytest.mark.parametrize("protected", ["train_normal", "train_high", "critical", "inference"])
+def test_should_never_lend_a_node_running_work_the_table_protects(protected: str) -> None:
+    nodes = (running("flex-1", (protected, False, 10), ("train_preemptible", True, 10)),
+             running("flex-2", (protected, False, 10)), idle("flex-3"))
+    decision = after_peak(nodes, tuned(max_step_nodes=3, training_floor_nodes=0))
+    assert decision.nodes == ("flex-3",)
+
+
+def test_should_finish_a_lend_under_way_without_waiting_for_the_cooldown() -> None:
+    nodes = (idle("flex-1", Owner.LENDING), idle("flex-2"))
+    decision = decide(signals(T0, **STEADY), State(nodes, Memory(last_move_at=T0 - 5)), SETTINGS)
+    assert (decision.action, decision.nodes, decision.reason) == (Action.LEND, ("flex-1",), Reason.FINISH_LEND)
+    assert decision.memory.last_move_at == T0 - 5  # the same move, not a new one
+
+
+def test_should_wait_for_a_trough_to_last_before_reclaiming() -> None:
+    nodes = (idle("flex-1", Owner.LENT), idle("flex-2"))
+    first = decide(signals(T0, **TROUGH), State(nodes), SETTINGS)
+    assert (first.action, first.reason, first.memory.trough_since) == (Action.HOLD, Reason.TROUGH_TOO_SHORT, T0)
+    back = after_trough(nodes)
+    assert (back.action, back.nodes, back.reason) == (Action.RECLAIM, ("flex-1",), Reason.TROUGH)
+    assert back.memory.last_move_at == T0 + SETTINGS.trough_s
+    assert after_trough(nodes, last_move_at=T0 + SETTINGS.trough_s - 1).reason == Reason.COOLDOWN
+
+
+def test_should_reclaim_a_node_still_draining_before_a_serving_one() -> None:
+    nodes = (idle("flex-1", Owner.LENT), idle("flex-2", Owner.LENDING), idle("flex-3", Owner.LENT))
+    assert after_trough(nodes, tuned(max_step_nodes=2)).nodes == ("flex-2", "flex-1")
+
+
+def test_should_hold_in_a_trough_with_nothing_lent() -> None:
+    decision = after_trough(POOL)
+    assert (decision.action, decision.reason) == (Action.HOLD, Reason.NOTHING_LENT)
+
+
+def test_should_not_call_a_trough_while_a_pod_is_pending() -> None:
+    nodes = (idle("flex-1", Owner.LENT), idle("flex-2"))
+    decision = decide(signals(T0 + 5000, **{**TROUGH, "pending_pods": 1.0}), State(nodes, Memory(trough_since=T0)),
+                      SETTINGS)
+    assert decision.memory.trough_since is None and decision.action != Action.RECLAIM
+
+
+# Demand per step: peak, trough, steady or unreadable; nodes move as the decision says, at once.
+DEMAND = st.lists(st.sampled_from([PEAK, TROUGH, STEADY, {"waiting": None}]), min_size=1, max_size=200)
+
+
+@settings(max_examples=300, deadline=None)
+@given(DEMAND, st.integers(0, 3), st.integers(1, 3), st.sampled_from([30, 60, 300]))
+def test_should_hold_the_floor_and_space_moves_whatever_the_demand(
+        curve: list[dict[str, float | None]], floor: int, step: int, interval: int) -> None:
+    lending = tuned(training_floor_nodes=floor, max_step_nodes=step)
+    owners = {f"flex-{i}": Owner.SLURM for i in range(4)}
+    memory, moves = Memory(), []
+    for i, demand in enumerate(curve):
+        at = T0 + i * interval
+        nodes = tuple(FlexNode(n, o) for n, o in owners.items())
+        decision = decide(signals(at, **demand), State(nodes, memory), lending)
+        memory = decision.memory
+        if decision.action != Action.HOLD:
+            assert demand != {"waiting": None}  # never on missing data
+            assert len(decision.nodes) <= step
+            moves.append(at)
+        for name in decision.nodes:
+            owners[name] = Owner.LENT if decision.action == Action.LEND else Owner.SLURM
+        assert sum(o == Owner.SLURM for o in owners.values()) >= min(floor, 4)
+    assert all(b - a >= lending.cooldown_s for a, b in zip(moves, moves[1:], strict=False))
+
+
+def test_should_move_no_more_than_the_hysteresis_allows_on_a_fast_oscillation() -> None:
+    """A demand that flips between peak and trough every 4 minutes never lasts the 5-minute peak or the 30-minute
+    trough: no move at all."""
+    owners = {"flex-1": Owner.SLURM, "flex-2": Owner.SLURM}
+    memory, moves = Memory(), 0
+    for minute in range(24 * 60):
+        demand = PEAK if (minute // 4) % 2 == 0 else TROUGH
+        nodes = tuple(FlexNode(n, o) for n, o in owners.items())
+        decision = decide(signals(T0 + minute * 60, **demand), State(nodes, memory), SETTINGS)
+        memory, moves = decision.memory, moves + (decision.action != Action.HOLD)
+    assert moves == 0
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    pytest.param({"lending": {"reclaim_waiting_per_replica": 10}},
+                 "lending: Value error, reclaim_waiting_per_replica (10) must be under lend_waiting_per_replica "
+                 "(10), or one queue length would both lend and reclaim",
+                 id="should refuse a reclaim threshold not under the lend threshold"),
+    pytest.param({"lending": {"training_floor_nodes": 2}},
+                 "lending.training_floor_nodes: a floor of 2 keeps all 2 flex nodes in Slurm: the controller could "
+                 "never lend one", id="should refuse a floor that keeps the whole flex pool"),
+    pytest.param({"lending": {"max_step_nodes": True}},
+                 "lending.max_step_nodes: Value error, a boolean is not a number",
+                 id="should refuse a boolean step"),
+    pytest.param({"lending": {"peak_s": 0}}, "lending.peak_s: Input should be greater than 0",
+                 id="should refuse a peak that need not last"),
+    pytest.param({"lending": {"flapping_window_h": 25}}, "lending.flapping_window_h: Input should be less than or "
+                 "equal to 24", id="should refuse a flapping window over a day"),
+])
+def test_should_refuse_lending_settings_that_cannot_work(change: dict[str, Any], expected: str) -> None:
+    found = problems(with_changes(prod_values(), **change))
+    assert any(p.startswith(expected) for p in found), found
