@@ -27,8 +27,9 @@ except SiteSpecError as err:
 # One Kubernetes provider for the whole stack, from the operator's kubeconfig (KUBECONFIG / context);
 # every Kubernetes resource under the cluster inherits it.
 k8s = kubernetes.Provider("k8s")
-admission = NodeAdmission(site, pulumi.Config().require_secret("ssh_private_key"))
-cluster = GpuCluster(pulumi.get_stack(), admission, pulumi.Config().require_secret("llm_gateway_master_key"),
+config = pulumi.Config()
+admission = NodeAdmission(site, config.require_secret("ssh_private_key"), config.require_secret("bmc_password"))
+cluster = GpuCluster(pulumi.get_stack(), admission, config.require_secret("llm_gateway_master_key"),
                      pulumi.ResourceOptions(providers=[k8s]))
 pulumi.export("gpu_count", cluster.gpu_count)
 pulumi.export("stage", site.stage)

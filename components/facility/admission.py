@@ -12,23 +12,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.facility.power import NodeLoad
-from components.spec.site import Site
+from components.spec.catalog import GpuClass
+from components.spec.derived import nodes_by_name
+from components.spec.site import GpuModel, Site
 from components.spec.wellknown import (
+    CRI_ENDPOINT,
+    DCGM_CONTAINER,
+    DRIVER_ROOT,
     GPU_MODEL_LABEL,
     POOL_LABEL,
     POOL_TAINT,
     RACK_LABEL,
+    TOOLKIT_CLI,
     UNVALIDATED_TAINT,
     VALIDATED_LABEL,
 )
 from hosts import NODE_CHECK
 
 REMOTE_PATH = "/opt/gpucluster/node_check.py"
+RECORD_DIR = "/var/lib/gpucluster/node-check"
+"""Where each node keeps every report of its check, evidence included (the verdict's stdout also stays in the state)."""
 CHECK_VERSION = hashlib.sha256(NODE_CHECK.read_bytes()).hexdigest()[:12]
 """Changes with the program's bytes; a new version re-validates every node (the program reports the same)."""
-# The GPU Operator's containerized driver puts nvidia-smi here on the host (gpu-operator docs,
-# "driver container": /run/nvidia/driver); a host-installed driver is found on the usual PATH.
-DRIVER_PATH = "/run/nvidia/driver/usr/bin"
+CHECK_SEARCH_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+"""The check's tools (chroot, crictl, ipmitool, python3) come from the system's directories, never from the login's
+PATH; nvidia-smi it runs inside the operator's driver root."""
 
 
 @dataclass(frozen=True)
@@ -54,20 +62,32 @@ def parse_result(stdout: str | None) -> Verdict:
     return Verdict(False, reasons or "node check reported failure")
 
 
+def diag_level(site: Site, gpu: GpuModel) -> int:
+    """DCGM runs only level 1 on non-datacenter GPUs (dcgmi diag reference: "Non-datacenter GPUs support level 1")."""
+    return 1 if gpu.gpu_class is GpuClass.CONSUMER else site.node_check.diag_level
+
+
 def check_command(site: Site, load: NodeLoad) -> str:
-    """The node check's command line, with every expectation taken from the spec."""
+    """The node check's command line, with every expectation taken from the spec. The BMC password is not in it:
+    the check reads it from stdin."""
     gpu, settings = site.gpu_catalog[load.gpu_model], site.node_check
+    rack = next(r for r in site.racks if r.name == load.rack)
+    node = nodes_by_name(site)[load.name]
     args = [
-        "python3", REMOTE_PATH, "--node", load.name,
-        "--expect-name", gpu.smi_name, "--expect-count", str(load.gpus),
-        "--min-driver", settings.min_driver_version,
+        "python3", REMOTE_PATH, "--node", load.name, "--rack", rack.name,
+        "--cooling", f"{rack.cooling.type.value} {rack.cooling.capacity_kw:g} kW",
+        "--expect-name", gpu.smi_name, "--expect-count", str(load.gpus), "--expect-nvlinks", str(gpu.nvlinks),
+        "--driver-version", site.gpu_operator.driver_version,
+        "--driver-root", DRIVER_ROOT, "--toolkit-cli", TOOLKIT_CLI,
         "--max-temp-c", f"{site.monitoring.gpu_temp_incident_c:g}", "--power-limit-w", f"{gpu.tdp_w:g}",
-        "--burn-in-s", str(settings.burn_in_s), "--burn-command", settings.burn_command,
+        "--diag-level", str(diag_level(site, gpu)), "--diag-timeout-s", str(settings.diag_timeout_s),
+        "--dcgm-container", DCGM_CONTAINER, "--cri-endpoint", CRI_ENDPOINT,
+        "--bmc-host", node.bmc_host, "--bmc-user", site.bmc_user, "--record-dir", RECORD_DIR,
         "--driver-wait-s", str(settings.driver_wait_s),
     ]
     # Exit 1 means "checked, and a check failed": recorded as a verdict, not a failed deploy.
     # Anything else (no python3, a crash) fails the resource so the operator looks at it.
-    return f"PATH={DRIVER_PATH}:$PATH {shlex.join(args)}; rc=$?; [ $rc -le 1 ]"
+    return f"PATH={CHECK_SEARCH_PATH} {shlex.join(args)}; rc=$?; [ $rc -le 1 ]"
 
 
 def node_labels(load: NodeLoad, verdict: Verdict) -> dict[str, str]:

@@ -35,10 +35,12 @@ def _kw(value: float) -> float:
 
 @dataclass(frozen=True)
 class NodeAdmission:
-    """What admitting a node needs beyond the spec: the SSH key, a Pulumi secret."""
+    """What admitting a node needs beyond the spec: the SSH key and the BMC password, Pulumi secrets."""
 
     site: Site
     ssh_private_key: pulumi.Output[str]
+    bmc_password: pulumi.Output[str]
+    """The node check asks each node's BMC for its PSUs with site.bmc_user and this; it reaches the check on stdin."""
 
     def node(self, name: str) -> Node:
         return nodes_by_name(self.site)[name]
@@ -95,6 +97,7 @@ class GpuNode(pulumi.ComponentResource):
             f"{load.name}-node-check",
             connection=connection,
             create=check_command(admission.site, load),
+            stdin=admission.bmc_password.apply(lambda password: f"{password}\n"),
             triggers=[CHECK_VERSION],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[copy]),
         )

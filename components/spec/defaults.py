@@ -210,12 +210,14 @@ DRIVER_WAIT_S: Final = 1800
 """seconds a node check waits for the GPU Operator's driver on its node: the driver container builds and loads the
 kernel modules first (minutes), after node-feature-discovery has labelled the node."""
 
-BURN_IN_S: Final = 300
-"""seconds of burn-in load during which no GPU may pass the incident temperature or throttle."""
+DIAG_LEVEL: Final = 3
+"""DCGM diagnostic level 3, "long hardware diagnostics" (dcgmi diag reference, docs.nvidia.com/datacenter/dcgm):
+PCIe, memory, the GEMM diagnostic, targeted stress and power under a training job's load, with a verdict per test
+and GPU. DCGM runs only level 1 on non-datacenter GPUs (RTX 4090): the node check caps them there."""
 
-BURN_COMMAND: Final = "dcgmi diag -r 3"
-"""Load for the burn-in: DCGM diagnostics level 3 (targeted stress and power) from NVIDIA's
-datacenter-gpu-manager; the node check stops it when the burn-in time is up."""
+DIAG_TIMEOUT_S: Final = 3600
+"""seconds a diagnostic may take before the node check stops it: level 3 normally lasts about 15 minutes (dcgmi diag
+reference), four times that before a hung GPU fails the node."""
 
 # --- cooling capacity per rack, by cooling type ---------------------------------------------
 

@@ -157,7 +157,7 @@ def check_driver_version(site: Site) -> list[Problem]:
         return []
     return [Problem(
         "gpu_operator.driver_version",
-        f"{installed} is older than node_check.min_driver_version {required}: every node would fail its check",
+        f"{installed} is older than node_check.min_driver_version {required}, the oldest driver the site accepts",
         "driver-version",
     )]
 

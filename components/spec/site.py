@@ -43,6 +43,9 @@ class GpuModel(Spec):
     """Where the figures come from (datasheet and year)."""
     smi_name: Annotated[str, Field(min_length=1)]
     """The name `nvidia-smi --query-gpu=name` prints; the node check compares against it."""
+    # The node check's --expect-nvlinks; an H100 has 18, the most of any GPU (NVLink 4, 900 GB/s).
+    nvlinks: Annotated[Int, Field(ge=0, le=18)]
+    """NVLinks each GPU has up on a healthy node (0: the board has none); a node with fewer fails its check."""
 
 
 class CoolingType(StrEnum):
@@ -371,11 +374,15 @@ class Slack(Spec):
 
 class NodeCheck(Spec):
     min_driver_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)+$")] = defaults.MIN_DRIVER_VERSION
-    """Oldest NVIDIA driver a node may run (dotted version)."""
-    burn_in_s: Annotated[Int, Field(gt=0, le=3600)] = defaults.BURN_IN_S
-    """seconds of load during which the hottest GPU must stay under monitoring.gpu_temp_incident_c."""
-    burn_command: Annotated[str, Field(min_length=1)] = defaults.BURN_COMMAND
-    """Command that loads every GPU on the node for the burn-in."""
+    """Oldest NVIDIA driver the site accepts (dotted version): gpu_operator.driver_version may not be older, and
+    each node must run exactly that operator's driver."""
+    # `dcgmi diag -r` takes suite levels 1 to 4 (dcgmi diag reference, docs.nvidia.com/datacenter/dcgm).
+    diag_level: Annotated[Int, Field(ge=1, le=4)] = defaults.DIAG_LEVEL
+    """DCGM diagnostic run level: its per-test verdict admits the node, and its load is the burn-in during which
+    the hottest GPU must stay under monitoring.gpu_temp_incident_c without throttling."""
+    # The node check's --diag-timeout-s; dcgmi's own protocol gives up after 8 h (NVIDIA/DCGM issue 120).
+    diag_timeout_s: Annotated[Int, Field(gt=0, le=8 * 3600)] = defaults.DIAG_TIMEOUT_S
+    """seconds the diagnostic may run before the check stops it and fails the node."""
     driver_wait_s: Annotated[Int, Field(gt=0, le=7200)] = defaults.DRIVER_WAIT_S
     """seconds the check waits for the GPU Operator's driver on the node before failing it."""
 

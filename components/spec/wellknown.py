@@ -34,6 +34,19 @@ STORAGE_TYPE = "gpucluster:storage:Tiers"
 TEAM_TYPE = "gpucluster:teams:Team"
 
 # Paths and names on the hosts.
+DRIVER_ROOT = "/run/nvidia/driver"
+"""The GPU Operator's driver root: the driver container's filesystem on the host, with the driver's libraries, tools
+and its own C library (gpu-operator chart value hostPaths.driverInstallDir, v25.10.1 values.yaml). Host programs
+reach it with chroot or a toolkit pointed at it, never through the host's PATH or linker."""
+TOOLKIT_DIR = "/usr/local/nvidia"
+"""Where the GPU Operator installs the NVIDIA container toolkit on the host (chart value toolkit.installDir); its
+installer puts nvidia-container-cli, a wrapper that sets its own library path, in <dir>/toolkit."""
+TOOLKIT_CLI = f"{TOOLKIT_DIR}/toolkit/nvidia-container-cli"
+DCGM_CONTAINER = "nvidia-dcgm-ctr"
+"""The container of the GPU Operator's standalone DCGM (DaemonSet nvidia-dcgm, gpu-operator
+assets/state-dcgm/0400_dcgm.yml): nv-hostengine, dcgmi and the diagnostic plugins."""
+CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"
+"""containerd's CRI socket on every node, which crictl talks to (the GPU Operator's toolkit configures containerd)."""
 HPC_JOB_MAPPING_DIR = "/var/run/dcgm-hpc-jobs"
 """Slurm's prolog writes one file per GPU index holding the job id; the DCGM exporter adds it as `hpc_job`."""
 MOVER_LOCK = ".checkpoint-mover.lock"

@@ -240,7 +240,7 @@ def test_should_report_every_problem_at_once(prod: dict[str, Any]) -> None:
 
 def test_should_let_the_site_override_the_gpu_catalog(prod: dict[str, Any]) -> None:
     measured = {"tdp_w": 300, "memory_gb": 80, "gpu_class": "dense", "source": "site measurement",
-                "smi_name": "NVIDIA A800-SXM4-80GB"}
+                "smi_name": "NVIDIA A800-SXM4-80GB", "nvlinks": 8}
     changed = with_changes(prod, gpu_catalog={A800: measured})
     site = parse(changed)
     assert site.gpu_catalog[A800].tdp_w == 300

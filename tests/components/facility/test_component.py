@@ -1,12 +1,15 @@
 """A GpuNode's admission: the node-check stdout decides its labels, taints and Slurm eligibility."""
 
 import json
+import shlex
 import threading
 from typing import Any
 
 import pulumi
 import pytest
+from pulumi.runtime import rpc
 
+from components.facility.admission import check_command
 from components.facility.component import GpuNode, NodeAdmission
 from components.facility.power import node_loads
 from tests.builders import parse, prod_values
@@ -39,8 +42,8 @@ class NodeCheckMocks(pulumi.runtime.Mocks):
         return {}, None
 
 
-def admit(stdout: str) -> tuple[dict[str, Any], bool]:
-    """The NodePatch inputs and the `validated` output of gpu-a800-01 under a node check answering stdout."""
+def admit(stdout: str) -> tuple[NodeCheckMocks, bool]:
+    """The registrations and the `validated` output of gpu-a800-01 under a node check answering stdout."""
     mocks = NodeCheckMocks(stdout)
     pulumi.runtime.set_mocks(mocks, project="gpu-cluster", stack="prod", preview=False)
     site = parse(prod_values())
@@ -49,16 +52,17 @@ def admit(stdout: str) -> tuple[dict[str, Any], bool]:
 
     @pulumi.runtime.test
     def program() -> pulumi.Output[None]:
-        admission = NodeAdmission(site, pulumi.Output.secret("key"))
+        admission = NodeAdmission(site, pulumi.Output.secret("key"), pulumi.Output.secret("bmc-secret"))
         node = GpuNode(load, admission, pulumi.ResourceOptions())
         return node.verdict.apply(lambda v: validated.append(v.validated))
 
     program()
-    return mocks.inputs["kubernetes:core/v1:NodePatch"], validated[0]
+    return mocks, validated[0]
 
 
 def test_should_admit_a_node_whose_check_passed() -> None:
-    patch, validated = admit(HEALTHY)
+    mocks, validated = admit(HEALTHY)
+    patch = mocks.inputs["kubernetes:core/v1:NodePatch"]
     assert validated is True
     assert patch["metadata"]["labels"] == {
         "gpucluster.io/validated": "true", "gpucluster.io/gpu-model": "A800-SXM4-80GB",
@@ -80,8 +84,34 @@ def test_should_admit_a_node_whose_check_passed() -> None:
     ],
 )
 def test_should_keep_a_failed_node_tainted_with_its_reason(stdout: str, reason: str) -> None:
-    patch, validated = admit(stdout)
+    mocks, validated = admit(stdout)
+    patch = mocks.inputs["kubernetes:core/v1:NodePatch"]
     assert validated is False
     assert patch["metadata"]["labels"]["gpucluster.io/validated"] == "false"
     assert {"key": "gpucluster.io/unvalidated", "value": "true", "effect": "NoSchedule"} in patch["spec"]["taints"]
     assert patch["metadata"]["annotations"] == {"gpucluster.io/validation-reason": reason}
+
+
+def test_should_check_the_node_on_the_operators_driver_and_pass_the_bmc_password_on_stdin_only() -> None:
+    mocks, _ = admit(HEALTHY)
+    check = mocks.inputs["command:remote:Command"]
+    # Still a secret when it reaches the engine (the secret signature wraps it), and nowhere in the command line.
+    assert check["stdin"] == {rpc._special_sig_key: rpc._special_secret_sig, "value": "bmc-secret\n"}
+    assert "bmc-secret" not in check["create"]
+    argv = shlex.split(check["create"].split(";")[0])
+    assert argv[0] == "PATH=/usr/sbin:/usr/bin:/sbin:/bin"  # never the login's PATH
+    options = dict(zip(argv[3::2], argv[4::2], strict=True))
+    assert {key: options[key] for key in ("--driver-version", "--driver-root", "--toolkit-cli", "--expect-nvlinks",
+                                          "--diag-level", "--cooling", "--bmc-host", "--bmc-user")} == {
+        "--driver-version": "535.230.02", "--driver-root": "/run/nvidia/driver",
+        "--toolkit-cli": "/usr/local/nvidia/toolkit/nvidia-container-cli", "--expect-nvlinks": "8",
+        "--diag-level": "3", "--cooling": "in_row_chilled_water 40 kW", "--bmc-host": "10.20.101.11",
+        "--bmc-user": "ADMIN"}
+
+
+def test_should_run_consumer_gpus_at_the_only_diagnostic_level_dcgm_supports_on_them() -> None:
+    site = parse(prod_values())
+    rtx = next(load for load in node_loads(site) if load.gpu_model == "RTX-4090")
+    argv = shlex.split(check_command(site, rtx).split(";")[0])
+    assert argv[argv.index("--diag-level") + 1] == "1"
+    assert argv[argv.index("--expect-nvlinks") + 1] == "0"

@@ -38,6 +38,6 @@ def test_should_enable_the_counters_the_default_csv_leaves_out() -> None:
 
 def test_should_deny_a_driver_older_than_the_node_check_requires(prod: dict[str, Any]) -> None:
     assert problems(with_changes(prod, gpu_operator={"driver_version": "470.256.02"})) == [
-        "gpu_operator.driver_version: 470.256.02 is older than node_check.min_driver_version 535.104.05: "
-        "every node would fail its check"
+        "gpu_operator.driver_version: 470.256.02 is older than node_check.min_driver_version 535.104.05, "
+        "the oldest driver the site accepts"
     ]
