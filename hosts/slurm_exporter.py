@@ -181,13 +181,16 @@ class Exporter:
             return "\n".join(lines) + "\n"
 
 
-def serve(exporter: Exporter, listen: str, port: int, interval_s: float) -> None:
+def metrics_server(render: Callable[[], str], listen: str, port: int) -> ThreadingHTTPServer:
+    """An HTTP server that answers GET /metrics with render() (Prometheus text format 0.0.4) and 404 to the rest; the
+    lending controller (runbooks/flex/metrics.py) serves its metrics with it too."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the http.server API)
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
-            body = exporter.render().encode()
+            body = render().encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -197,13 +200,17 @@ def serve(exporter: Exporter, listen: str, port: int, interval_s: float) -> None
         def log_message(self, *args: object) -> None:  # scrapes are not news
             pass
 
+    return ThreadingHTTPServer((listen, port), Handler)
+
+
+def serve(exporter: Exporter, listen: str, port: int, interval_s: float) -> None:
     def poll_forever() -> None:
         while True:
             exporter.poll()
             time.sleep(interval_s)
 
     threading.Thread(target=poll_forever, daemon=True).start()
-    ThreadingHTTPServer((listen, port), Handler).serve_forever()
+    metrics_server(exporter.render, listen, port).serve_forever()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,9 @@ Source metrics, and where their names come from:
   for the labels allowlisted in its chart values (components/monitoring/component.py), names sanitized to [a-zA-Z0-9_].
 - hosts/slurm_exporter.py on the Slurm controller: slurm_nodes_down, slurm_nodes_drain, slurm_nodes_fail
   (vpenso/prometheus-slurm-exporter's names) and slurm_job_account{slurmjobid, account} (job -> Slurm account).
+- the lending controller (`gpuctl flex control`) on the Slurm controller: gpucluster_flex_nodes{owner},
+  gpucluster_flex_moves_total{action}, gpucluster_flex_last_decision_timestamp_seconds
+  (components/monitoring/lending_metrics.py).
 - LiteLLM proxy 1.80.5, the one gateway of LLM traffic (litellm/types/integrations/prometheus.py, checked against the
   running proxy: ../shared/notes/litellm-offline.md): litellm_input_tokens_metric_total and
   litellm_output_tokens_metric_total, labels team (LiteLLM's team id), team_alias, model (the backend's name) and
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
 from components.spec.derived import once_per_site
 from components.spec.site import Pool, Site
 from components.spec.wellknown import FLEX_LENT_LABEL
@@ -263,6 +267,29 @@ def storage_alerts(site: Site) -> list[dict[str, Any]]:
     ]
 
 
+LENDING_STALE_INTERVALS = 5
+"""Decision intervals without a decision after which the lending controller counts as down."""
+
+
+def lending_alerts(site: Site) -> list[dict[str, Any]]:
+    """On the lending controller's own metrics (runbooks/flex/metrics.py, scraped on the Slurm controller)."""
+    lending = site.lending
+    stale_s = LENDING_STALE_INTERVALS * lending.interval_s
+    window = f"{lending.flapping_window_h}h"
+    # owner="lending": drained for lending, still waiting for jobs (components.scheduling.lending_decision.Owner).
+    return [
+        _alert(site, "LendNotCompleted", f'max({NODES}{{owner="lending"}}) > 0', Severity.WARNING,
+               f"{{{{ $value }}}} flex nodes drained for inference have not been lent after {lending.lend_wait_s} s: "
+               "a job the table protects (or one Slurm cannot requeue) still runs on them", f"{lending.lend_wait_s}s"),
+        _alert(site, "LendingFlapping", f"sum(increase({MOVES}[{window}])) >= {lending.flapping_moves}",
+               Severity.WARNING, f"The lending controller moved flex nodes {VALUE} times in {window} (at most "
+                                 f"{lending.flapping_moves - 1} expected)"),
+        _alert(site, "LendingControllerDown",
+               f"time() - max({LAST_DECISION}) > {stale_s}\nor absent({LAST_DECISION})", Severity.WARNING,
+               f"The lending controller has not decided for over {stale_s} s: flex nodes stay where they are", "5m"),
+    ]
+
+
 TOKEN_COUNTERS = {"prompt": "litellm_input_tokens_metric_total", "completion": "litellm_output_tokens_metric_total"}
 """The gateway's token counters by token type (LiteLLM does not split cached prompt tokens)."""
 UNATTRIBUTED = "None"
@@ -312,6 +339,7 @@ def render_rule_groups(site: Site, timing: Timing = PRODUCTION_TIMING) -> dict[s
         {"name": "gpu", "interval": every, "rules": gpu_recording_rules(site) + gpu_alerts(site, timing)},
         {"name": "pool-alerts", "interval": every, "rules": pool_alerts(site)},
         {"name": "storage-alerts", "interval": every, "rules": storage_alerts(site)},
+        {"name": "lending-alerts", "interval": every, "rules": lending_alerts(site)},
         {"name": "llm-cost", "interval": every, "rules": llm_cost_rules(site)},
     ]}
 

@@ -52,6 +52,7 @@ DCGM_SCRAPE_INTERVAL = f"{defaults.DCGM_SCRAPE_INTERVAL_S}s"
 
 
 SLURM_SCRAPE_JOB = "slurm"
+LENDING_SCRAPE_JOB = "flex-controller"
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def prometheus_values(site: Site) -> dict[str, Any]:
             "ruleSelectorNilUsesHelmValues": False,
             "serviceMonitorSelectorNilUsesHelmValues": False,
             # The Slurm controller is no Kubernetes node: its exporter is a static target.
-            "additionalScrapeConfigs": [slurm_scrape_config(site)],
+            "additionalScrapeConfigs": [slurm_scrape_config(site), lending_scrape_config(site)],
         }},
         "alertmanager": {
             "config": render_alertmanager_config(site),
@@ -130,6 +131,12 @@ def slurm_scrape_config(site: Site) -> dict[str, Any]:
     """Prometheus scrape_config for the Slurm exporter on the controller (hosts/slurm_exporter.py)."""
     return {"job_name": SLURM_SCRAPE_JOB, "scrape_interval": f"{defaults.SLURM_EXPORTER_INTERVAL_S}s",
             "static_configs": [{"targets": [f"{site.slurm.controller_host}:{site.slurm.exporter_port}"]}]}
+
+
+def lending_scrape_config(site: Site) -> dict[str, Any]:
+    """Prometheus scrape_config for the lending controller on the Slurm controller (runbooks/flex/controller.py)."""
+    return {"job_name": LENDING_SCRAPE_JOB, "scrape_interval": f"{site.lending.interval_s}s",
+            "static_configs": [{"targets": [f"{site.slurm.controller_host}:{site.lending.metrics_port}"]}]}
 
 
 def cold_tier_values(site: Site) -> dict[str, Any]:

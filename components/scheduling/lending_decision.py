@@ -73,7 +73,8 @@ class Memory:
 
 @dataclass(frozen=True)
 class State:
-    nodes: tuple[FlexNode, ...]
+    nodes: tuple[FlexNode, ...] | None
+    """The flex pool; None when Slurm or Kubernetes could not be read."""
     memory: Memory = Memory()
 
 
@@ -109,8 +110,8 @@ class Decision:
 
 def decide(signals: Signals, state: State, settings: Lending) -> Decision:
     memory, at = state.memory, signals.at
-    missing = signals.missing()
-    if missing:
+    missing = signals.missing() + (["the flex pool"] if state.nodes is None else [])
+    if missing or state.nodes is None:
         # A gap in the data breaks "has lasted": both clocks start again once data is back.
         return Decision(Action.HOLD, (), Reason.NO_DATA, f"no data for {', '.join(missing)}: holding",
                         replace(memory, peak_since=None, trough_since=None))

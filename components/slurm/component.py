@@ -42,7 +42,7 @@ class Slurm(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions) -> None:
         facts = slurm_facts(site)
         super().__init__(SLURM_TYPE, name, facts, opts)
-        on_controller, on_nodes = controller_files(site), node_files(site)
+        on_controller, on_nodes = controller_files(site, pulumi.get_stack()), node_files(site)
 
         def connection(host: str) -> command.remote.ConnectionArgs:
             return command.remote.ConnectionArgs(host=host, user=site.ssh_user, private_key=ssh_private_key)

@@ -47,6 +47,8 @@ LOCK_HELD = 75
 EXPORTER = "/usr/local/lib/gpucluster/slurm_exporter.py"
 """The Slurm exporter (hosts/slurm_exporter.py, stdlib only) on the controller."""
 EXPORTER_UNIT = "gpucluster-slurm-exporter.service"
+LENDING_UNIT = "gpucluster-flex-controller.service"
+"""The lending controller (`gpuctl flex control`, runbooks/flex/controller.py) on the controller."""
 CEPH_CLIENT = "slurm-nodes"
 """CephX user the nodes mount the cold tier as; its keyring is /etc/ceph/ceph.client.slurm-nodes.keyring."""
 SCRIPT_SEARCH_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -401,6 +403,26 @@ def render_tier_mounts(site: Site, nfs_options: list[str], cold_filesystem: str)
             "[Install]", "WantedBy=remote-fs.target", "",
         ])
     return units
+
+
+def render_lending_unit(site: Site, stack: str) -> str:
+    """systemd.service(5) unit running the lending controller on the Slurm controller: gpuctl from the project's
+    checkout at lending.project_dir, reading the stack's spec there. It runs as root, as `scontrol update` and
+    `scontrol requeue` need SlurmUser or root; kubectl authenticates with lending.kubeconfig."""
+    lending = site.lending
+    gpuctl = f"{lending.project_dir}/.venv/bin/gpuctl"
+    return "\n".join([
+        "# Generated from the site spec by gpu-cluster: edit Pulumi.<stack>.yaml.",
+        "[Unit]", "Description=Lends flex nodes to Kubernetes inference at a peak and takes them back (gpu-cluster)",
+        "Wants=network-online.target", "After=network-online.target slurmctld.service", "",
+        "[Service]",
+        f"Environment=KUBECONFIG={lending.kubeconfig}",
+        f"ExecStart={gpuctl} flex --project-dir {lending.project_dir} --stack {stack} control "
+        f"--port {lending.metrics_port}",
+        # A crash mid-move is finished by the next start: lend and reclaim read the live state first.
+        "Restart=always", "RestartSec=10", "",
+        "[Install]", "WantedBy=multi-user.target", "",
+    ])
 
 
 def render_exporter_unit(site: Site) -> str:

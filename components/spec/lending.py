@@ -52,6 +52,9 @@ class Lending(Spec):
     project_dir: AbsolutePath = "/opt/gpu-cluster"
     """This project's checkout on the Slurm controller, with gpuctl in its .venv: the controller reuses gpuctl
     flex's lend and reclaim and reads the site from the stack file there."""
+    kubeconfig: AbsolutePath = "/etc/gpucluster/flex-controller.kubeconfig"
+    """kubectl's credentials on the Slurm controller: an identity that may label, cordon, drain and uncordon the flex
+    nodes (the platform team provides it; never in the stack file)."""
     state_dir: AbsolutePath = "/var/lib/gpucluster/flex"
     """Where the controller keeps its lock, its last decision, the pause switch and its audit log."""
 

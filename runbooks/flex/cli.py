@@ -1,4 +1,5 @@
-"""`gpuctl flex`: lend the flex pool to Kubernetes inference at a peak, take it back, see who has it.
+"""`gpuctl flex`: lend the flex pool to Kubernetes inference at a peak, take it back, see who has it; `control` does
+it on its own from live demand (runbooks/flex/controller.py), `pause` and `resume` stop and restart its moves.
 
 Runs where an operator's `scontrol`/`squeue` reach slurmctld (SLURM_CONF as usual) and `kubectl` reaches the
 cluster. Exit codes (runbooks.exit_codes.ExitCode): 0 every node asked for got there; 1 a command failed (Slurm or
@@ -6,6 +7,7 @@ kubectl unreachable); 2 bad input (not a flex node, bad spec); 3 some nodes did 
 pods not evicted, or drained by someone else: the output says which, and running the command again finishes it).
 """
 
+import getpass
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,15 +16,22 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from components.scheduling.lending_decision import Signals
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
+from runbooks.flex.controller import LOCK, Controller, Store
+from runbooks.flex.lease import Lease
 from runbooks.flex.lending import CommandError, Flex, FlexError, NodeOutcome, run_command
+from runbooks.flex.metrics import Metrics, serve
+from runbooks.flex.signals import PrometheusDemand
 from runbooks.options import ProjectDirOption, StackOption, site_or_exit
 
 app = typer.Typer(no_args_is_help=True, help="Lend the flex pool to Kubernetes inference at a peak, and take it back.")
 
 Nodes = Annotated[list[str] | None, typer.Option("--node", help="A flex node; repeat for more (default: all).")]
 WaitMinutes = Annotated[float, typer.Option(min=0, help="How long to wait for jobs or pods to leave a node.")]
+StateDir = Annotated[Path | None, typer.Option(help="The controller's state dir (default: the spec's "
+                                                    "lending.state_dir).")]
 
 
 @dataclass
@@ -77,7 +86,73 @@ def reclaim(ctx: typer.Context, node: Nodes = None, wait_minutes: WaitMinutes = 
 
 
 @app.command()
-def status(ctx: typer.Context) -> None:
-    """Which scheduler has each flex node, with its Slurm state."""
+def status(ctx: typer.Context, state_dir: StateDir = None) -> None:
+    """Which scheduler has each flex node, with its Slurm state; what the controller decided last, and why."""
     flex = _flex(ctx)
     _report(flex.status, require_done=False)
+    store = _store(flex, state_dir)
+    paused = store.paused()
+    if paused:
+        out.print(f"controller: paused by {escape(str(paused.get('by')))} at {paused.get('at', '?')}: "
+                  f"{escape(str(paused.get('reason')))}", highlight=False)
+    try:
+        last = store.last()
+    except ValueError as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(ExitCode.FAILED) from None
+    if last is None:
+        out.print(f"controller: no decision recorded in {store.directory}", highlight=False)
+        return
+    nodes = f" {', '.join(last['nodes'])}" if last.get("nodes") else ""
+    out.print(f"controller: last decision at {last.get('at')} ({last.get('mode')}): {last.get('action')}{nodes} "
+              f"({last.get('reason')}): {escape(str(last.get('detail')))}", highlight=False)
+
+
+def _store(flex: Flex, state_dir: Path | None) -> Store:
+    return Store(state_dir or Path(flex.site.lending.state_dir))
+
+
+@app.command()
+def control(ctx: typer.Context, dry_run: Annotated[bool, typer.Option(help="Decide and audit, move nothing.")] = False,
+            listen: Annotated[str, typer.Option(help="Address /metrics is served on.")] = "0.0.0.0",
+            port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port /metrics is served on (default: "
+                                                     "the spec's lending.metrics_port).")] = None,
+            state_dir: StateDir = None) -> None:
+    """Lend and reclaim on its own from live demand, one instance at a time (the stack runs it on the Slurm
+    controller: docs/scheduling.md)."""
+    flex = _flex(ctx)
+    store = _store(flex, state_dir)
+    Lease(store.directory / LOCK).acquire(lambda line: err.print(escape(line), highlight=False))
+    metrics = Metrics()
+    serve(metrics, listen, port or flex.site.lending.metrics_port)
+    reader = PrometheusDemand(flex.site.lending.prometheus_url)
+
+    def demand() -> Signals:
+        signals = reader.read()
+        for why in reader.errors:
+            err.print(f"no data: {escape(why)}", highlight=False)
+        return signals
+
+    # Audit lines go to stdout unwrapped (the journal keeps them whole).
+    controller = Controller(flex.site, flex, demand, store, metrics, dry_run, say=lambda line: print(line, flush=True))
+    controller.run(stop=lambda: False)
+
+
+@app.command()
+def pause(ctx: typer.Context, reason: Annotated[str, typer.Option(help="Why, for status and the audit.")],
+          state_dir: StateDir = None) -> None:
+    """Keep the controller deciding and auditing, but moving nothing, until `resume`."""
+    if not reason.strip() or "\n" in reason:
+        err.print("[red]refused:[/] --reason must be one non-empty line")
+        raise typer.Exit(ExitCode.INVALID)
+    store = _store(_flex(ctx), state_dir)
+    store.pause(getpass.getuser(), reason.strip())
+    out.print(f"paused: the controller moves nothing until `gpuctl flex resume` ({store.directory})",
+              highlight=False)
+
+
+@app.command()
+def resume(ctx: typer.Context, state_dir: StateDir = None) -> None:
+    """Let a paused controller move again."""
+    store = _store(_flex(ctx), state_dir)
+    out.print("resumed" if store.resume() else "the controller was not paused", highlight=False)

@@ -17,12 +17,14 @@ then does Slurm resume it. Both directions read the live state first, so running
 timeout or a crash left half done.
 """
 
+import math
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from components.scheduling.lending_decision import FlexNode, Job, Owner
 from components.scheduling.preemption import slurm_qos
 from components.spec.site import Pool, Site, Workload
 from components.spec.wellknown import FLEX_LENT_LABEL as LENT_LABEL
@@ -72,6 +74,17 @@ def run_command(args: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S) -> st
 
 def unhealthy(state: str) -> bool:
     return any(flag.startswith(UNHEALTHY) for flag in state.split("+"))
+
+
+def elapsed_s(used: str) -> float:
+    """squeue's %M (time used since the job last started: `[days-][hours:]minutes:seconds`, squeue(1)) in seconds;
+    a time squeue cannot tell (`INVALID`) counts as the most a requeue could lose."""
+    days, _, clock = used.rpartition("-")
+    try:
+        parts = [int(part) for part in clock.split(":")]
+        return float(int(days or 0) * 86400 + sum(v * 60 ** i for i, v in enumerate(reversed(parts))))
+    except ValueError:
+        return math.inf
 
 
 def flex_nodes(site: Site) -> list[str]:
@@ -208,14 +221,35 @@ class Flex:
             self.progress(f"{node}: {outcomes[-1].detail}")
         return outcomes
 
+    def pool(self) -> tuple[FlexNode, ...]:
+        """The flex pool as the lending decision reads it: who has each node, whether it may be lent or resumed, and
+        its jobs with what a requeue would lose."""
+        lent = self._lent()
+        preemptible = inference_preempts(self.site)
+        nodes = []
+        for node in flex_nodes(self.site):
+            fields = self.node_fields(node)
+            reason = fields.get("Reason", "")
+            owner = Owner.LENT if node in lent else Owner.LENDING if reason == LEND_REASON else Owner.SLURM
+            out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={RUNNING}",
+                              "--format=%i %q %M"])
+            jobs = tuple(Job(job, qos, qos in preemptible, elapsed_s(used))
+                         for job, qos, used in (line.split() for line in out.splitlines() if line.strip()))
+            usable = reason in ("", LEND_REASON) and not unhealthy(fields.get("State", ""))
+            nodes.append(FlexNode(node, owner, usable, jobs))
+        return tuple(nodes)
+
+    def _lent(self) -> set[str]:
+        out = self.kubectl(["kubectl", "get", "nodes", "--selector", f"{LENT_LABEL}=true", "--output", "name"])
+        return {name.removeprefix("node/") for name in out.split()}
+
     def status(self) -> list[NodeOutcome]:
-        lent = set(self.kubectl(["kubectl", "get", "nodes", "--selector", f"{LENT_LABEL}=true",
-                                 "--output", "name"]).split())
+        lent = self._lent()
         outcomes = []
         for node in flex_nodes(self.site):
             fields = self.node_fields(node)
             jobs = self.jobs(node)
-            where = "kubernetes" if f"node/{node}" in lent else "slurm"
+            where = "kubernetes" if node in lent else "slurm"
             outcomes.append(NodeOutcome(node, where == "kubernetes", f"{where}; Slurm {fields.get('State', '?')}"
                                         f"{', ' + str(len(jobs)) + ' jobs' if jobs else ''}"))
         return outcomes

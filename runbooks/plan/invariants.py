@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import promql_parser
 import yaml
 
+from components.inference.demand import DEMAND_QUERIES
 from components.monitoring.dashboards import VARIABLE, as_sent, panels, targets
 from components.monitoring.gate_queries import gate_queries
 from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
@@ -139,8 +140,9 @@ def datasources(deployed: Deployed) -> list[dict[str, Any]]:
 
 
 def metric_reads(deployed: Deployed) -> Iterator[tuple[str, str]]:
-    """(reader, PromQL) of every query the stack's own rules, its dashboards and the rollout's gates run. The charts'
-    bundled rules and dashboards read Kubernetes' own components and ship with their producers' scrape jobs."""
+    """(reader, PromQL) of every query the stack's own rules, its dashboards, the rollout's gates and the lending
+    controller run. The charts' bundled rules and dashboards read Kubernetes' own components and ship with their
+    producers' scrape jobs."""
     for rule_object in deployed.registered:
         if rule_object.get("kind") == "PrometheusRule":
             for group in rule_object["spec"].get("groups", []):
@@ -151,6 +153,8 @@ def metric_reads(deployed: Deployed) -> Iterator[tuple[str, str]]:
             yield f"dashboard {board.get('uid')} panel {panel.get('title')!r}", as_sent(target["expr"], board)
     for gate, query in gate_queries(60).items():
         yield f"rollout gate {gate}", query
+    for signal, query in DEMAND_QUERIES.items():
+        yield f"lending controller {signal}", query
 
 
 def _selectors(expr: str) -> Iterator[promql_parser.VectorSelector]:

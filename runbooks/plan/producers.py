@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from components.slurm.conf import EXPORTER_UNIT
+from components.monitoring import lending_metrics
+from components.slurm.conf import EXPORTER_UNIT, LENDING_UNIT
 from hosts import checkpoint_mover, slurm_exporter
 
 PROMETHEUS_OWN = frozenset({
@@ -91,7 +92,8 @@ class Producer:
 
 def producers(deployed: Deployed) -> list[Producer]:
     return [maker(deployed) for maker in (_prometheus, _recording_rules, _dcgm_exporter, _kube_state_metrics,
-                                          _textfile, _slurm_exporter, _gateway, _model_servers)]
+                                          _textfile, _slurm_exporter, _lending_controller, _gateway,
+                                          _model_servers)]
 
 
 def _meta(obj: dict[str, Any], key: str) -> Any:
@@ -232,14 +234,25 @@ def _textfile(deployed: Deployed) -> Producer:
 
 
 def _slurm_exporter(deployed: Deployed) -> Producer:
-    name = "Slurm exporter (hosts/slurm_exporter.py)"
-    metrics = frozenset(slurm_exporter.METRICS)
+    return _controller_service(deployed, "Slurm exporter (hosts/slurm_exporter.py)",
+                               frozenset(slurm_exporter.METRICS), EXPORTER_UNIT)
+
+
+def _lending_controller(deployed: Deployed) -> Producer:
+    return _controller_service(deployed, "lending controller (gpuctl flex control)", frozenset(lending_metrics.METRICS),
+                               LENDING_UNIT)
+
+
+def _controller_service(deployed: Deployed, name: str, metrics: frozenset[str], unit_name: str) -> Producer:
+    """A systemd service a remote command installs, enables and starts, serving /metrics on its --port, which a
+    static scrape target of the stack's Prometheus names."""
     units = [(files[path], then) for files, then in deployed.hosts.values() for path in files
-             if path.endswith(f"/{EXPORTER_UNIT}")]
-    starts = re.compile(rf"systemctl (?:re)?start [^&]*\b{re.escape(EXPORTER_UNIT)}\b")
-    started = [unit for unit, then in units if f"enable {EXPORTER_UNIT}" in then and starts.search(then)]
+             if path.endswith(f"/{unit_name}")]
+    starts = re.compile(rf"systemctl (?:re)?start [^&]*\b{re.escape(unit_name)}\b")
+    enables = re.compile(rf"systemctl enable [^&]*\b{re.escape(unit_name)}\b")
+    started = [unit for unit, then in units if enables.search(then) and starts.search(then)]
     if not started:
-        return Producer(name, metrics, f"no remote command installs, enables and starts {EXPORTER_UNIT}")
+        return Producer(name, metrics, f"no remote command installs, enables and starts {unit_name}")
     exec_start = next(line for line in started[0].splitlines() if line.startswith("ExecStart="))
     args = shlex.split(exec_start.removeprefix("ExecStart="))
     port = args[args.index("--port") + 1] if "--port" in args else None

@@ -81,6 +81,11 @@ def test_should_never_move_on_missing_data(missing: dict[str, float | None]) -> 
     assert decision.memory == Memory(last_move_at=T0 - 10_000)
 
 
+def test_should_never_move_when_the_flex_pool_is_unreadable() -> None:
+    decision = decide(signals(T0, **PEAK), State(None, Memory(peak_since=T0 - 10_000)), SETTINGS)
+    assert (decision.action, decision.detail) == (Action.HOLD, "no data for the flex pool: holding")
+
+
 def test_should_wait_for_a_peak_to_last_before_lending() -> None:
     first = decide(signals(T0, **PEAK), State(POOL), SETTINGS)
     assert (first.action, first.reason, first.memory.peak_since) == (Action.HOLD, Reason.PEAK_TOO_SHORT, T0)

@@ -10,11 +10,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
-from components.slurm.install import install_script, installed_files
+from components.monitoring.lending_metrics import METRICS as LENDING_METRICS
+from components.slurm.install import CONTROLLER_RESTART, controller_files, install_script, installed_files
 from hosts import CHECKPOINT_MOVER
 from hosts.checkpoint_mover import METRIC_PREFIX, METRICS
-from runbooks.plan.producers import Producer, selects
+from runbooks.plan.producers import Deployed, Producer, producers, selects
+from tests.builders import parse, prod_values
 from tests.harness.daemons import free_ports, stop_all, wait_for
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -90,3 +93,38 @@ def test_should_know_which_labels_depend_on_configuration() -> None:
                    labels=frozenset({"label_gpucluster_io_flex_lent"}))
     assert ksm.has_label("node") and ksm.has_label("label_gpucluster_io_flex_lent")
     assert not ksm.has_label("label_team")
+
+
+def _controller_deployed(then: str, targets: list[str]) -> Deployed:
+    """The Slurm controller's install command and a Prometheus whose additional scrape configs name `targets`."""
+    site = parse(prod_values())
+    prometheus = {"kind": "Prometheus", "metadata": {"name": "p", "namespace": "monitoring"},
+                  "spec": {"additionalScrapeConfigs": {"name": "extra", "key": "scrape.yaml"}}}
+    secret = {"kind": "Secret", "metadata": {"name": "extra", "namespace": "monitoring"},
+              "stringData": {"scrape.yaml": yaml.safe_dump([{"job_name": "x", "static_configs": [
+                  {"targets": targets}]}])}}
+    files, _ = installed_files(install_script(controller_files(site, "prod"), then))
+    return Deployed([prometheus, secret], [], {"controller": (files, then)})
+
+
+def _lending(deployed: Deployed) -> Producer:
+    return next(p for p in producers(deployed) if p.name.startswith("lending controller"))
+
+
+def test_should_count_the_lending_controller_as_a_producer_when_started_and_scraped() -> None:
+    lending = _lending(_controller_deployed(CONTROLLER_RESTART, ["slurm-controller:9341", "slurm-controller:9342"]))
+    assert (lending.absent, lending.metrics) == ("", frozenset(LENDING_METRICS))
+
+
+@pytest.mark.parametrize(("then", "targets", "absent"), [
+    pytest.param("systemctl daemon-reload && systemctl enable gpucluster-slurm-exporter.service && systemctl restart "
+                 "gpucluster-slurm-exporter.service", ["slurm-controller:9342"],
+                 "no remote command installs, enables and starts gpucluster-flex-controller.service",
+                 id="should not count a controller the stack never starts"),
+    pytest.param(CONTROLLER_RESTART, ["slurm-controller:9341"],
+                 "it listens on port 9342; Prometheus scrapes no static target on that port (slurm-controller:9341)",
+                 id="should not count a controller no prometheus scrapes"),
+])
+def test_should_say_why_the_lending_controllers_metrics_are_missing(then: str, targets: list[str],
+                                                                    absent: str) -> None:
+    assert _lending(_controller_deployed(then, targets)).absent == absent
