@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.scheduling.preemption import slurm_qos, team_qos
+from components.slurm.containers import PLUGSTACK
 from components.spec import defaults
 from components.spec.catalog import gres_type
 from components.spec.derived import mover_args, mover_stop_after_s
@@ -185,6 +186,12 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
         # slurm.conf(5) SlurmdParameters=config_overrides: every emulated node claims its production
         # CPUs, memory and GRES instead of what the small test machine really has.
         conf.record(SlurmdParameters="config_overrides")
+
+    if overlay is None:
+        # spank(8): Pyxis runs job steps in enroot containers that get the GPU Operator's driver (docs/gpu-driver.md).
+        # Named on local disk, where each host's plugins are installed: a configless node would look beside its
+        # fetched slurm.conf instead.
+        conf.record(PlugStackConfig=PLUGSTACK)
 
     conf.section("Job scripts: the GPU-to-job mapping for DCGM and the checkpoint mover")
     conf.record(Prolog=str(overlay.prolog) if overlay else PROLOG)

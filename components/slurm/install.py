@@ -27,6 +27,7 @@ from components.slurm.conf import (
     render_slurmdbd_conf,
     render_tier_mounts,
 )
+from components.slurm.containers import ENROOT_TMPFILES, node_container_files, submit_files
 from components.spec.site import Site
 from components.spec.wellknown import COLD_FILESYSTEM, HPC_JOB_MAPPING_DIR
 from components.teams.plan import NFS_MOUNT_OPTIONS
@@ -78,6 +79,7 @@ def controller_files(site: Site, stack: str) -> dict[str, tuple[str, int]]:
     files = {"slurm.conf": (render_slurm_conf(site), 0o644), "gres.conf": (render_gres_conf(site), 0o644),
              "cgroup.conf": (render_cgroup_conf(), 0o644), "slurmdbd.conf": (render_slurmdbd_conf(site), 0o600)}
     return {**{f"{CONFIG_DIR}/{name}": content for name, content in files.items()},
+            **submit_files(),
             EXPORTER: (SLURM_EXPORTER.read_text(), 0o644),
             f"{SYSTEMD_UNIT_DIR}/{EXPORTER_UNIT}": (render_exporter_unit(site), 0o644),
             f"{SYSTEMD_UNIT_DIR}/{LENDING_UNIT}": (render_lending_unit(site, stack), 0o644)}
@@ -85,12 +87,14 @@ def controller_files(site: Site, stack: str) -> dict[str, tuple[str, int]]:
 
 def node_files(site: Site) -> dict[str, tuple[str, int]]:
     """What every Slurm node holds, the same on each: Debian's slurmd.service reads SLURMD_OPTIONS from
-    /etc/default/slurmd; the job scripts and the mover they start; the tier mount units."""
+    /etc/default/slurmd; the job scripts and the mover they start; the tier mount units; what containerised steps
+    need to get the GPU Operator's driver (components.slurm.containers)."""
     server = f"{site.slurm.controller_host}:{site.slurm.slurmctld_port}"
     files = {SLURMD_DEFAULTS: (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644),
              PROLOG: (render_prolog(HPC_JOB_MAPPING_DIR), 0o755),
              EPILOG: (render_epilog(site, HPC_JOB_MAPPING_DIR), 0o755),
-             MOVER: (CHECKPOINT_MOVER.read_text(), 0o644)}
+             MOVER: (CHECKPOINT_MOVER.read_text(), 0o644),
+             **node_container_files()}
     for unit, content in tier_mounts(site).items():
         files[f"{SYSTEMD_UNIT_DIR}/{unit}"] = (content, 0o644)
     return files
@@ -101,10 +105,11 @@ def tier_mounts(site: Site) -> dict[str, str]:
 
 
 def node_command(site: Site) -> str:
-    """Mounts the tiers (enabling a mounted unit again is a no-op), then (re)starts slurmd."""
+    """Mounts the tiers (enabling a mounted unit again is a no-op), makes enroot's directories, then (re)starts
+    slurmd."""
     units = " ".join(shlex.quote(unit) for unit in tier_mounts(site))
     return (f"systemctl daemon-reload && systemctl enable --now {units} "
-            "&& systemctl enable slurmd && systemctl restart slurmd")
+            f"&& systemd-tmpfiles --create {ENROOT_TMPFILES} && systemctl enable slurmd && systemctl restart slurmd")
 
 
 def admission_command(node: str, verdict: Verdict) -> str:

@@ -23,6 +23,7 @@ from components.monitoring.alerts import (
     render_rule_groups,
     runbook_url,
 )
+from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
 from components.spec.site import Site
 from tests.builders import REPO, parse, prod_values, with_changes
 
@@ -222,10 +223,33 @@ def gpu_alert_cases() -> list[Any]:
                      id="a mover run with a checksum error fires"),
         pytest.param(Case("CheckpointMoverFailing", "1m", [series(MOVER_ERRORS, {**MOVER, "kind": "checksum"}, "0 0")]),
                      id="a clean mover run stays quiet"),
+        pytest.param(Case("LendNotCompleted", "11m", [series(FLEX_NODES, {"owner": "lending"}, "1x11")],
+                          [({}, "1 flex nodes drained for inference have not been lent after 600 s: a job the table "
+                                "protects (or one Slurm cannot requeue) still runs on them")]),
+                     id="a node draining for a lend over 600 s fires"),
+        pytest.param(Case("LendNotCompleted", "11m", [series(FLEX_NODES, {"owner": "lending"}, "1x5 0x6")]),
+                     id="a lend that completes within 600 s stays quiet"),
+        pytest.param(Case("LendingFlapping", "4m", [series(FLEX_MOVES, {"action": "lend"}, "0 1 1 2 2"),
+                                                    series(FLEX_MOVES, {"action": "reclaim"}, "0 0 1 1 2")],
+                          [({}, "The lending controller moved flex nodes 4.0 times in 1h (at most 3 expected)")]),
+                     id="four moves within an hour fire"),
+        pytest.param(Case("LendingFlapping", "4m", [series(FLEX_MOVES, {"action": "lend"}, "0 1 1 2 2"),
+                                                    series(FLEX_MOVES, {"action": "reclaim"}, "0 0 1 1 1")]),
+                     id="three moves within an hour stay quiet"),
+        # Stale from 151 s on; pending for 5 m: fires from 8 m.
+        pytest.param(Case("LendingControllerDown", "9m", [series(FLEX_LAST, {}, "0x9")],
+                          [({}, "The lending controller has not decided for over 150 s: flex nodes stay where they "
+                                "are")]), id="a controller that stopped deciding fires"),
+        pytest.param(Case("LendingControllerDown", "6m", [series(HOT_FILL, MOVER, "0x6")],
+                          [({}, "The lending controller has not decided for over 150 s: flex nodes stay where they "
+                                "are")]), id="a controller never scraped fires"),
+        pytest.param(Case("LendingControllerDown", "10m", [series(FLEX_LAST, {}, "0+60x10")]),
+                     id="a controller deciding every minute stays quiet"),
     ]
 
 
 HOT_FILL, MOVER_ERRORS = "gpucluster_checkpoint_hot_fill_ratio", "gpucluster_checkpoint_last_run_errors"
+FLEX_NODES, FLEX_MOVES, FLEX_LAST = NODES, MOVES, LAST_DECISION
 MOVER = {"instance": "gpu-a800-01:9100"}
 
 

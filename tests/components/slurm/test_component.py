@@ -121,6 +121,7 @@ def test_should_install_the_job_scripts_and_the_mover_on_every_node(prod: dict[s
 def test_should_write_mount_units_despite_backslashes_and_mount_them_before_slurmd(tmp_path: Path,
                                                                                  prod: dict[str, Any]) -> None:
     fake(tmp_path, "systemctl", f'echo "$@" >> {tmp_path}/systemctl')
+    fake(tmp_path, "systemd-tmpfiles", f'echo "$@" >> {tmp_path}/tmpfiles')
     site = parse(prod)
     units = {f"{tmp_path}/{unit}": (content, 0o644) for unit, content in tier_mounts(site).items()}
     result = run(tmp_path, install_script(units, node_command(site)))
@@ -130,3 +131,4 @@ def test_should_write_mount_units_despite_backslashes_and_mount_them_before_slur
     assert calls[0] == "daemon-reload"
     assert calls[1] == f"enable --now {' '.join(tier_mounts(site))}"
     assert calls[2:] == ["enable slurmd", "restart slurmd"]
+    assert (tmp_path / "tmpfiles").read_text() == "--create /etc/tmpfiles.d/enroot.conf\n"  # enroot's directories
