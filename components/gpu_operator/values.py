@@ -3,7 +3,7 @@
 from typing import Any
 
 from components.spec.site import Site
-from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, UNVALIDATED_TAINT
+from components.spec.wellknown import DRIVER_ROOT, HPC_JOB_MAPPING_DIR, POOL_TAINT, TOOLKIT_DIR, UNVALIDATED_TAINT
 
 COUNTERS_CONFIGMAP = "dcgm-exporter-counters"
 COUNTERS_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"
@@ -25,8 +25,14 @@ def operator_values(site: Site) -> dict[str, Any]:
     ]
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, *ours]
     return {
+        # Slurm's container hook and the node check reach the driver and toolkit at these host paths: set here, not
+        # left to the chart's defaults, so a chart upgrade cannot move them unseen (docs/gpu-driver.md).
+        "hostPaths": {"driverInstallDir": DRIVER_ROOT},
         "driver": {"enabled": True, "version": site.gpu_operator.driver_version},
-        "toolkit": {"enabled": True},
+        "toolkit": {"enabled": True, "installDir": TOOLKIT_DIR},
+        # A standalone nv-hostengine (DaemonSet nvidia-dcgm) instead of the exporter's embedded one: the node check
+        # runs `dcgmi diag` in its container, where DCGM and its diagnostic plugins are; the exporter connects to it.
+        "dcgm": {"enabled": True},
         "devicePlugin": {"enabled": True},
         "gfd": {"enabled": True},
         "migManager": {"enabled": False},  # MIG off: whole GPUs for training and for inference

@@ -41,3 +41,11 @@ def test_should_deny_a_driver_older_than_the_node_check_requires(prod: dict[str,
         "gpu_operator.driver_version: 470.256.02 is older than node_check.min_driver_version 535.104.05, "
         "the oldest driver the site accepts"
     ]
+
+
+def test_should_pin_the_driver_root_and_toolkit_slurm_uses_and_run_dcgm_where_the_node_check_diagnoses(
+        prod: dict[str, Any]) -> None:
+    values = operator_values(parse(prod))
+    assert values["hostPaths"] == {"driverInstallDir": "/run/nvidia/driver"}
+    assert values["toolkit"] == {"enabled": True, "installDir": "/usr/local/nvidia"}
+    assert values["dcgm"] == {"enabled": True}

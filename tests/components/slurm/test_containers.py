@@ -1,0 +1,104 @@
+"""How an sbatch job gets the GPU driver (docs/gpu-driver.md): Pyxis and enroot on every Slurm node, enroot's GPU hook
+pointed at the driver root and toolkit the GPU Operator really uses, as the real Helm renders its ClusterPolicy."""
+
+import json
+import shlex
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.charts import GPU_OPERATOR
+from components.facility.admission import check_command
+from components.facility.power import node_loads
+from components.gpu_operator.values import operator_values
+from components.slurm.conf import render_slurm_conf
+from components.slurm.containers import (
+    CONTAINER_CLI,
+    ENROOT_CONF,
+    ENROOT_TMPFILES,
+    PLUGSTACK,
+    PYXIS_CONF,
+    PYXIS_PLUGIN,
+    submit_files,
+)
+from components.slurm.install import node_files
+from runbooks.plan.helm import chart_archive, find_helm
+from tests.builders import REPO, parse
+
+MIRROR = REPO.parent / "shared" / "charts"
+HELM = find_helm()
+
+
+def cluster_policy(site_values: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    """The ClusterPolicy the operator reconciles, as the pinned chart renders it from our values."""
+    assert HELM is not None
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps(site_values))
+    done = subprocess.run([HELM, "template", "gpu-operator", str(chart_archive(MIRROR, GPU_OPERATOR.name,
+                                                                               GPU_OPERATOR.version)),
+                           "--namespace", "gpu-operator", "--values", str(values)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    (policy,) = [o for o in yaml.safe_load_all(done.stdout) if isinstance(o, dict) and o["kind"] == "ClusterPolicy"]
+    return policy
+
+
+@pytest.mark.skipif(HELM is None or not MIRROR.is_dir(), reason="needs helm and the chart mirror ../shared/charts")
+def test_should_point_slurm_containers_and_the_node_check_at_the_driver_root_and_toolkit_the_operator_uses(
+        tmp_path: Path, prod: dict[str, Any]) -> None:
+    site = parse(prod)
+    spec = cluster_policy(operator_values(site), tmp_path)["spec"]
+    driver_root = spec["hostPaths"]["driverInstallDir"]
+    toolkit_cli = f"{spec['toolkit']['installDir']}/toolkit/nvidia-container-cli"
+    assert (driver_root, spec["dcgm"]["enabled"]) == ("/run/nvidia/driver", True)
+    # Every Slurm node runs the operator's toolkit against the operator's driver root when enroot asks for GPUs...
+    wrapper, mode = node_files(site)[CONTAINER_CLI]
+    assert shlex.split(wrapper.splitlines()[-1]) == ["exec", toolkit_cli, f"--root={driver_root}", "$@"]
+    assert mode == 0o755
+    # ...and the node check proves exactly that path works before the node takes a job.
+    argv = shlex.split(check_command(site, node_loads(site)[0]).split(";")[0])
+    assert argv[argv.index("--driver-root") + 1] == driver_root
+    assert argv[argv.index("--toolkit-cli") + 1] == toolkit_cli
+
+
+def test_should_hand_the_toolkit_the_driver_root_before_the_arguments_enroots_hook_passes(
+        tmp_path: Path, prod: dict[str, Any]) -> None:
+    wrapper = node_files(parse(prod))[CONTAINER_CLI][0]
+    toolkit = tmp_path / "nvidia-container-cli"
+    toolkit.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {tmp_path}/argv\n")
+    toolkit.chmod(0o755)
+    script = tmp_path / "wrapper"
+    script.write_text(wrapper.replace("/usr/local/nvidia/toolkit/nvidia-container-cli", str(toolkit)))
+    # enroot conf/hooks/98-nvidia.sh: exec nvidia-container-cli --user configure "${cli_args[@]}" "${ENROOT_ROOTFS}"
+    hook = ["--user", "configure", "--no-cgroups", "--ldconfig=@/sbin/ldconfig", "--device=0,1", "--compute",
+            "--utility", "/run/enroot/user-1000/job 42"]
+    subprocess.run(["sh", str(script), *hook], check=True, timeout=10)
+    assert (tmp_path / "argv").read_text().splitlines() == ["--root=/run/nvidia/driver", *hook]
+
+
+def test_should_load_pyxis_from_local_disk_wherever_jobs_are_submitted_or_run(prod: dict[str, Any]) -> None:
+    site = parse(prod)
+    assert f"PlugStackConfig={PLUGSTACK}" in render_slurm_conf(site).splitlines()
+    on_nodes = node_files(site)
+    for files in (submit_files(), on_nodes):
+        assert files[PLUGSTACK][0].splitlines()[-1] == "include /etc/slurm/plugstack.conf.d/*.conf"
+        pyxis = f"required {PYXIS_PLUGIN} runtime_path=/run/pyxis container_scope=job"
+        assert files[PYXIS_CONF][0].splitlines()[-1] == pyxis
+    # enroot under slurmstepd has no XDG session directories: everything on local disk, made at every boot.
+    assert "ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)" in on_nodes[ENROOT_CONF][0].splitlines()
+    assert "d /run/enroot 1777 root root -" in on_nodes[ENROOT_TMPFILES][0].splitlines()
+
+
+@pytest.mark.skipif(shutil.which("systemd-tmpfiles") is None, reason="needs systemd-tmpfiles")
+def test_should_make_enroots_directories_at_boot_as_systemd_reads_the_entry(tmp_path: Path,
+                                                                            prod: dict[str, Any]) -> None:
+    entry = tmp_path / ENROOT_TMPFILES.lstrip("/")
+    entry.parent.mkdir(parents=True)
+    entry.write_text(node_files(parse(prod))[ENROOT_TMPFILES][0])
+    subprocess.run(["systemd-tmpfiles", f"--root={tmp_path}", "--create", str(entry)], check=True, timeout=30)
+    for directory in ("run/enroot", "var/lib/enroot", "var/cache/enroot"):
+        assert stat.S_IMODE((tmp_path / directory).stat().st_mode) == 0o1777
