@@ -48,10 +48,11 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 # The LLM gateway the inference tests run in front of a test double: LiteLLM's proxy at the version litellm-helm 0.4.8
 # deploys, in a venv of its own so its ~100 pinned dependencies stay out of the project's (../shared/notes/litellm-offline.md).
-LITELLM_PACKAGE := litellm[proxy]==1.80.5
+# Its Prometheus callback imports prometheus_client, which litellm[proxy] does not pull in.
+LITELLM_PACKAGES := litellm[proxy]==1.80.5 prometheus-client==0.26.0
 $(VENV)/litellm/bin/litellm: | $(BIN)/python
 	rm -rf $(VENV)/litellm && $(PYTHON) -m venv $(VENV)/litellm
-	$(VENV)/litellm/bin/pip install --quiet '$(LITELLM_PACKAGE)'
+	$(VENV)/litellm/bin/pip install --quiet $(foreach p,$(LITELLM_PACKAGES),'$(p)')
 
 # Debian's packages start no services here; the tests start and stop the daemons they need.
 .apt-test-packages: Makefile
