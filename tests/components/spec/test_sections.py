@@ -24,8 +24,8 @@ FIVE_REPORTED = [
     'slack.approvals_required: Input should be a valid integer, unable to parse string as an integer (got "two")',
     'teams[6].stage: no stage named "beta" (known: canary, half, full)',
     "monitoring.cold_retention_days: the cold tier (10 days) must outlast the hot tier (30 days)",
-    "gpu_operator.driver_version: 470.1 is older than node_check.min_driver_version 535.104.05: every node would "
-    "fail its check",
+    "gpu_operator.driver_version: 470.1 is older than node_check.min_driver_version 535.104.05, the oldest driver "
+    "the site accepts",
 ]
 
 
