@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -35,6 +36,10 @@ cmd/nvidia-validator: defaultStatusPath /run/nvidia/validations, driverStatusFil
 the driver only to nodes node-feature-discovery labelled, so the file also means NFD has seen the node."""
 PROGRESS_EVERY_S = 60.0
 STOP_GRACE_S = 5.0
+STDIN_WAIT_S = 5.0
+"""How long the check waits for the BMC password on stdin: a run by hand with an open, silent stdin still ends."""
+DIAG_OUTPUT_MAX = 16 << 20
+"""Bytes of dcgmi's output read back: a level-3 document on 8 GPUs is some 100 KiB; a runaway tool is not read whole."""
 # nvidia-smi writes "[N/A]" (and "[Not Supported]" on some fields) where a GPU lacks the feature.
 NOT_REPORTED = {"[N/A]", "[Not Supported]", "N/A"}
 INVENTORY_FIELDS = (
@@ -394,7 +399,8 @@ def run_diag(args: argparse.Namespace, container: str, load: Load) -> tuple[int 
                 stop(proc)
         out.seek(0)
         err.seek(0)
-        return code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+        return (code, out.read(DIAG_OUTPUT_MAX).decode(errors="replace"),
+                err.read(DIAG_OUTPUT_MAX).decode(errors="replace"))
 
 
 def diag_document(stdout: str) -> dict[str, Any]:
@@ -520,9 +526,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--driver-wait-s", type=float, default=1800.0,
                         help="how long to wait for it: the operator builds and loads the driver first")
     args = parser.parse_args(argv)
-    # The BMC password arrives on stdin (first line), never in argv, where `ps` shows it to every user.
-    args.bmc_password = sys.stdin.readline().rstrip("\n") if not sys.stdin.isatty() else ""
+    args.bmc_password = read_bmc_password()
     return args
+
+
+def read_bmc_password() -> str:
+    """The BMC password arrives as stdin's first line, never in argv, where `ps` shows it to every user."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return ""
+    ready, _, _ = select.select([sys.stdin], [], [], STDIN_WAIT_S)
+    return sys.stdin.readline().rstrip("\n") if ready else ""
 
 
 def wait_for_driver(path: str, wait_s: float) -> Check:

@@ -131,8 +131,9 @@ class Node:
         self.toolkit_cli = tmp_path / "toolkit" / "nvidia-container-cli"
 
     def check(self, *, expect_name: str = A800, nvlinks: int = 8, power_limit_w: int = 400, diag_timeout_s: float = 20,
-              driver_wait_s: float = 1, bmc_password: str = BMC_PASSWORD) -> tuple[int, dict[str, Any]]:
-        proc = subprocess.run(
+              driver_wait_s: float = 1, bmc_password: str | None = BMC_PASSWORD) -> tuple[int, dict[str, Any]]:
+        """bmc_password None: stdin stays open and says nothing, as an interactive ssh session's may."""
+        proc = subprocess.Popen(
             [sys.executable, str(NODE_CHECK), "--node", "gpu-a800-01", "--rack", "a01",
              "--cooling", "in_row_chilled_water 45 kW", "--expect-name", expect_name, "--expect-count", "8",
              "--expect-nvlinks", str(nvlinks), "--driver-version", OPERATOR_DRIVER,
@@ -142,10 +143,17 @@ class Node:
              "--dcgm-container", "nvidia-dcgm-ctr", "--cri-endpoint", "unix:///run/containerd/containerd.sock",
              "--sample-s", "0.2", "--bmc-host", BMC_HOST, "--bmc-user", "ADMIN", "--record-dir", str(self.records),
              "--driver-ready", str(self.driver_ready), "--driver-wait-s", str(driver_wait_s)],
-            input=f"{bmc_password}\n", capture_output=True, text=True, env={"PATH": self.path}, timeout=60, check=False,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PATH": self.path},
         )  # fmt: skip
-        assert proc.stderr == "", proc.stderr  # never a traceback
-        return proc.returncode, json.loads(proc.stdout)
+        if bmc_password is not None:
+            stdout, stderr = proc.communicate(f"{bmc_password}\n", timeout=60)
+        else:  # the report (some 20 KiB) fits the pipe while the check runs
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            proc.wait(timeout=60)
+            stdout, stderr = proc.stdout.read(), proc.stderr.read()
+            proc.stdin.close()
+        assert stderr == "", stderr  # never a traceback
+        return proc.returncode, json.loads(stdout)
 
 
 def node_check(tmp_path: Path, scenario: dict[str, Any], **options: Any) -> tuple[int, dict[str, Any]]:
@@ -278,6 +286,9 @@ UNPROVEN = "PSU redundancy unproven"
                      id="should fail when the BMC cannot be reached"),
         pytest.param(HEALTHY_A800, {"bmc_password": ""}, {"psu-redundancy": f"no BMC password on stdin: {UNPROVEN}"},
                      id="should fail without the BMC password"),
+        pytest.param(HEALTHY_A800, {"bmc_password": None},
+                     {"psu-redundancy": f"no BMC password on stdin: {UNPROVEN}"},
+                     id="should not wait forever on a stdin that stays open and silent"),
         pytest.param({**HEALTHY_A800, "dcgm": "absent"}, {},
                      {"dcgm-diag": "no running nvidia-dcgm-ctr container: is the operator's DCGM deployed on this "
                                    "node?", "burn-in": "skipped: no diagnostic to load the GPUs"},
