@@ -452,8 +452,8 @@ def check_diag(args: argparse.Namespace, code: int | None, stdout: str, stderr: 
               if status.split(":")[0].strip().lower() not in DIAG_PASSED | DIAG_EXCUSED]
     if runtime_error:
         failed.insert(0, f"runtime error: {runtime_error}")
-    if not results and not runtime_error:
-        failed.append("no test results")
+    if not runtime_error and not any(status.split(":")[0].strip().lower() in DIAG_PASSED for _, _, status in results):
+        failed.append("no test passed" + (" (every one skipped)" if results else ": no test results"))
     tests = sorted({test for test, _, _ in results})
     evidence = {"exit_code": code, "tests": tests, "failures": failed, "results": len(results)}
     if failed:

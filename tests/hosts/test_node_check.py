@@ -61,7 +61,7 @@ os.execv(path, [tool, *rest])
 """
 
 FAKE_CRICTL = """\
-import sys, time
+import os, sys, time
 args = sys.argv[1:]
 assert args[:2] == ["--runtime-endpoint", "unix:///run/containerd/containerd.sock"], args
 if args[2] == "ps":
@@ -72,7 +72,7 @@ if args[2] == "ps":
 assert args[2:7] == ["exec", DCGM_ID, "dcgmi", "diag", "-r"] and args[8] == "-j", args
 if SCENARIO.get("diag") == "dcgmi-diag-timeout.txt":
     time.sleep(60)
-sys.stdout.write(open(RECORDS + "/" + SCENARIO["diag"]).read().split("# ---\\n", 1)[1])
+sys.stdout.write(open(os.path.join(RECORDS, SCENARIO["diag"])).read().split("# ---\\n", 1)[1])
 sys.exit(SCENARIO.get("diag_exit", 0))
 """
 
@@ -212,6 +212,14 @@ def test_should_fail_the_node_on_the_diagnostics_per_test_verdict(tmp_path: Path
         'dcgmi diag -r 3: software on GPU 3: Fail: Persistence Mode: Persistence mode for GPU 3 is disabled. Enable '
         'persistence mode by running "nvidia-smi -i <gpuId> -pm 1 " as root.')})
     assert evidence(report, "dcgm-diag")["exit_code"] == 226
+
+
+def test_should_not_admit_a_node_on_a_diagnostic_that_skipped_every_test(tmp_path: Path) -> None:
+    skipped = tmp_path / "skipped.json"
+    # The passing record with every status turned to Skip: a run that loaded and judged nothing.
+    skipped.write_text("# ---\n" + recorded("dcgmi-diag-r3-pass-dcgm4.json").replace('"Pass"', '"Skip"'))
+    code, report = node_check(tmp_path, {**HEALTHY_A800, "diag": str(skipped)})
+    assert (code, failed(report)) == (1, {"dcgm-diag": "dcgmi diag -r 3: no test passed (every one skipped)"})
 
 
 def test_should_stop_a_diagnostic_that_outlives_its_timeout_and_fail_the_node(tmp_path: Path) -> None:
