@@ -8,6 +8,7 @@ from tests.builders import prod_values
 from tests.harness.figures import FIGURES
 from tests.harness.slurm_cluster import (  # noqa: F401 (the real Slurm cluster's fixtures, for every module)
     cluster,
+    flex_slurm,
     slurm,
 )
 

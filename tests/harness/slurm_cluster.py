@@ -37,6 +37,7 @@ from components.slurm.conf import (
 )
 from components.spec.site import Site
 from hosts import CHECKPOINT_MOVER
+from runbooks.flex.lending import flex_nodes
 from tests.builders import parse, prod_values
 from tests.harness.daemons import free_ports, stop_all, wait_for
 from tests.harness.figures import FIGURES
@@ -284,3 +285,14 @@ def slurm_marks() -> list[pytest.MarkDecorator]:
     reason = _missing()
     return [pytest.mark.slurm, pytest.mark.usefixtures("module_timer"),
             *([pytest.mark.skip(reason=reason)] if reason else [])]
+
+
+@pytest.fixture
+def flex_slurm(slurm: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """The session cluster as an operator's shell sees it; the flex nodes are resumed afterwards (and the slurm
+    fixture then waits for every node to be idle)."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf_dir / "slurm.conf"))
+    yield slurm
+    slurm.run("scancel", "--full", "--user=root", check=False)
+    for name in flex_nodes(slurm.site):
+        slurm.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)

@@ -4,8 +4,7 @@ Slurm is real (tests/harness/slurm_cluster.py) and is reached the way an operato
 SLURM_CONF in the environment. kubectl is faked at its command line: each call is recorded and answered.
 """
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,13 @@ from runbooks.flex.lending import (
     Flex,
     FlexError,
     chosen,
+    elapsed_s,
     inference_preempts,
     run_command,
     unhealthy,
 )
 from tests.builders import copy_project, parse, prod_values
+from tests.harness.kubectl import FakeKubectl
 from tests.harness.slurm_cluster import Cluster, slurm_marks
 
 FLEX = ("gpu-a800-09", "gpu-a800-10")
@@ -58,41 +59,16 @@ def test_should_keep_unhealthy_nodes_out_of_lending_and_resuming(state: str, exp
     assert unhealthy(state) is expected
 
 
+@pytest.mark.parametrize(("used", "seconds"), [
+    ("0:00", 0), ("5:07", 307), ("2:05:07", 7507), ("1-02:03:04", 93784), ("INVALID", math.inf),
+])
+def test_should_read_squeues_time_used_as_the_most_a_requeue_loses(used: str, seconds: float) -> None:
+    assert elapsed_s(used) == seconds
+
+
 def test_should_name_a_missing_command() -> None:
     with pytest.raises(CommandError, match="^no-such-kubectl is not installed or not on PATH$"):
         run_command(["no-such-kubectl", "get", "nodes"])
-
-
-@dataclass
-class FakeKubectl:
-    """Records kubectl calls; `drain` fails while `pdb_blocks` (a PodDisruptionBudget holding pods)."""
-
-    calls: list[list[str]] = field(default_factory=list)
-    labelled: set[str] = field(default_factory=set)
-    pdb_blocks: bool = False
-
-    def __call__(self, args: Sequence[str], timeout_s: float = 30) -> str:
-        call = list(args)
-        self.calls.append(call)
-        if call[1:3] == ["label", "node"]:
-            (self.labelled.add if call[4].endswith("=true") else self.labelled.discard)(call[3])
-        if call[1] == "drain" and self.pdb_blocks:
-            raise CommandError(f"{' '.join(call)} exited 1: Cannot evict pod as it would violate the pod's "
-                               "disruption budget")
-        if call[1] == "get":
-            return "".join(f"node/{node}\n" for node in sorted(self.labelled))
-        return ""
-
-
-@pytest.fixture
-def flex_slurm(slurm: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    """The session cluster as an operator's shell sees it; the flex nodes are resumed afterwards (and the slurm
-    fixture then waits for every node to be idle)."""
-    monkeypatch.setenv("SLURM_CONF", str(slurm.conf_dir / "slurm.conf"))
-    yield slurm
-    slurm.run("scancel", "--full", "--user=root", check=False)
-    for name in FLEX:
-        slurm.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
 
 
 def flex(cluster: Cluster, kubectl: FakeKubectl, said: list[str]) -> Flex:
