@@ -30,20 +30,27 @@ class Lending(Spec):
     """s a peak must last before the controller lends."""
     trough_s: Seconds = defaults.RECLAIM_TROUGH_S
     """s a trough must last before the controller reclaims."""
+    # Compared with time.time() differences by decide(); 0 turns the cooldown off.
     cooldown_s: Annotated[Int, Field(ge=0, le=86_400)] = defaults.LEND_COOLDOWN_S
     """s after a move during which no other move starts."""
+    # Slices decide()'s node list; a thousand flex nodes is past any site.
     max_step_nodes: Annotated[Int, Field(ge=1, le=1000)] = defaults.LEND_MAX_STEP_NODES
     """Flex nodes one decision lends or reclaims, at most."""
+    # Compared with the flex pool's node count (components.spec.rules.check_training_floor).
     training_floor_nodes: Annotated[Int, Field(ge=0, le=1000)] = defaults.TRAINING_FLOOR_NODES
     """Flex nodes Slurm always keeps: the controller never lends the pool below it."""
     interval_s: Seconds = defaults.LENDING_INTERVAL_S
-    """s between two decisions."""
+    """s between two decisions; also Prometheus's scrape interval of the controller, and how long one lend waits for
+    a node to empty before later decisions finish it."""
     lend_wait_s: Seconds = defaults.LEND_WAIT_S
     """s a lend may wait for jobs it may not requeue to leave a node; past it LendNotCompleted fires."""
+    # The alert's PromQL threshold; one move is no flapping.
     flapping_moves: Annotated[Int, Field(ge=2, le=1000)] = defaults.FLAPPING_MOVES
     """Moves within flapping_window_h that raise LendingFlapping."""
     # The alert's PromQL range `[<h>h]`: a day at most.
     flapping_window_h: Annotated[Int, Field(ge=1, le=24)] = defaults.FLAPPING_WINDOW_H
+    """hours over which LendingFlapping counts moves."""
+    # A TCP port in the unit's command line and Prometheus's static target.
     metrics_port: Annotated[Int, Field(gt=0, lt=65536)] = defaults.LENDING_METRICS_PORT
     """TCP port of the controller's /metrics on the Slurm controller; Prometheus scrapes it."""
     prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (

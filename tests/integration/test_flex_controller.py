@@ -122,10 +122,12 @@ def test_should_lend_at_the_recorded_shock_and_reclaim_in_the_trough_never_touch
     lines = [json.loads(line) for line in (tmp_path / AUDIT).read_text().splitlines()]
     assert len(lines) == len(decisions) and all(line["reason"] and line["detail"] for line in lines)
     decided = next(at for at, d in decisions if d.action == Action.LEND and d.reason == Reason.PEAK)
+    step = kubectl.lent_at[FLEX[1]] - decided
     FIGURES.append(f"lending controller, recorded 3x shock ({len(curve)} hours at {SHOCK_STEP_S:g} s each): "
                    f"{len(moves(decisions))} moves; preemptible node: demand crossing to lend decision "
                    f"{decided - crossing:.1f} s (peak_s {SCALED['peak_s']} s + scrape and decision intervals), "
-                   f"lend step (requeue, drain, label) {kubectl.lent_at[FLEX[1]] - decided:.1f} s")
+                   f"lend step (requeue, drain, label) {step:.1f} s")
+    assert step < 5
 
 
 def test_should_move_no_more_than_the_hysteresis_allows_on_an_oscillating_curve(
