@@ -106,14 +106,13 @@ class Controller:
 
     def __post_init__(self) -> None:
         try:
-            last = self.store.last()
-        except ValueError as error:
+            last = self.store.last() or {}
+            self.memory = Memory(**last.get("memory", {}))
+            self.lend_started = {str(node): float(at) for node, at in last.get("lend_started", {}).items()}
+        except (ValueError, TypeError, AttributeError) as error:
             # Starting with no memory only restarts the hysteresis clocks: the safe side.
             self.say(f"starting afresh: {error}")
-            last = None
-        if last:
-            self.memory = Memory(**last.get("memory", {}))
-            self.lend_started = dict(last.get("lend_started", {}))
+            self.memory, self.lend_started = Memory(), {}
 
     def step(self) -> Decision:
         signals = self.demand()

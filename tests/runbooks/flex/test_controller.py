@@ -143,6 +143,16 @@ def test_should_hold_when_slurm_cannot_be_read(tmp_path: Path) -> None:
     assert "gpucluster_flex_errors_total 21" in c.metrics.render()
 
 
+@pytest.mark.parametrize("record", [{"memory": {"peak_since": 1, "surprise": 2}}, {"memory": []},
+                                    {"memory": {}, "lend_started": {"gpu-a800-09": "soon"}}])
+def test_should_start_afresh_from_a_last_decision_it_cannot_take(tmp_path: Path, record: dict[str, Any]) -> None:
+    (tmp_path / LAST).write_text(json.dumps(record))
+    said: list[str] = []
+    c = Controller(SITE, PoolDouble(), Curve(), Store(tmp_path), say=said.append)  # type: ignore[arg-type]
+    assert len(said) == 1 and said[0].startswith("starting afresh: ")
+    assert (c.memory.peak_since, c.lend_started) == (None, {})
+
+
 def test_should_start_afresh_from_an_unreadable_last_decision(tmp_path: Path) -> None:
     (tmp_path / LAST).write_text("{torn")
     said: list[str] = []
