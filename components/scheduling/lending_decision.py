@@ -56,10 +56,14 @@ class Signals:
     """Model server replicas reporting that gauge."""
     pending_pods: float | None
     """Inference pods pending (no node with free GPUs)."""
+    ttft_p95_s: float | None = None
+    """s; p95 time to first token, read only when the spec sets an objective. NaN: no first token in the window."""
 
-    def missing(self) -> list[str]:
+    def missing(self, latency: bool) -> list[str]:
+        """The signals the decision cannot use; latency: whether it reads the time to first token."""
         values = {"waiting": self.waiting, "replicas": self.replicas, "pending_pods": self.pending_pods}
-        return [name for name, value in values.items() if value is None or not math.isfinite(value)]
+        unusable = [name for name, value in values.items() if value is None or not math.isfinite(value)]
+        return unusable + (["ttft_p95_s"] if latency and self.ttft_p95_s is None else [])
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,8 @@ class Decision:
 
 def decide(signals: Signals, state: State, settings: Lending) -> Decision:
     memory, at = state.memory, signals.at
-    missing = signals.missing() + (["the flex pool"] if state.nodes is None else [])
+    objective = settings.ttft_objective_s
+    missing = signals.missing(objective is not None) + (["the flex pool"] if state.nodes is None else [])
     if missing or state.nodes is None:
         # A gap in the data breaks "has lasted": both clocks start again once data is back.
         return Decision(Action.HOLD, (), Reason.NO_DATA, f"no data for {', '.join(missing)}: holding",
@@ -120,8 +125,12 @@ def decide(signals: Signals, state: State, settings: Lending) -> Decision:
         math.inf if signals.waiting > 0 else 0.0)
     demand = (f"{signals.waiting:g} waiting over {signals.replicas:g} replicas ({per_replica:.1f} each), "
               f"{signals.pending_pods:g} inference pods pending")
-    peak = signals.pending_pods > 0 or per_replica >= settings.lend_waiting_per_replica
-    trough = signals.pending_pods == 0 and per_replica <= settings.reclaim_waiting_per_replica
+    # NaN compares false: a window without a first token was not slow.
+    slow = objective is not None and signals.ttft_p95_s is not None and signals.ttft_p95_s > objective
+    if objective is not None:
+        demand += f", p95 time to first token {signals.ttft_p95_s:.2f} s (objective {objective:g} s)"
+    peak = signals.pending_pods > 0 or per_replica >= settings.lend_waiting_per_replica or slow
+    trough = signals.pending_pods == 0 and per_replica <= settings.reclaim_waiting_per_replica and not slow
     memory = replace(memory, peak_since=_since(memory.peak_since, at) if peak else None,
                      trough_since=_since(memory.trough_since, at) if trough else None)
 
@@ -148,7 +157,8 @@ def decide(signals: Signals, state: State, settings: Lending) -> Decision:
             return hold(Reason.NOTHING_LENDABLE, f"peak for {lasted:.0f} s, but no flex node is lendable above the "
                                                  f"training floor of {settings.training_floor_nodes}")
         return move(Action.LEND, chosen, Reason.PEAK, f"peak for {lasted:.0f} s (lend at >= "
-                                                      f"{settings.lend_waiting_per_replica:g} each or a pod pending)")
+                                                      f"{settings.lend_waiting_per_replica:g} each, a pod pending or "
+                                                      "the latency objective missed)")
     if trough:
         assert memory.trough_since is not None
         lent = reclaimable(state.nodes, settings)

@@ -2,9 +2,9 @@
 Kubernetes inference and takes them back (components/scheduling/lending_decision.py decides; runbooks/flex/
 controller.py acts; docs/scheduling.md, "The lending controller").
 
-Demand is read from vLLM's `vllm:num_requests_waiting` per serving replica and from inference pods pending; the
-thresholds, durations and steps here turn it into moves. Rules across sections (the floor against the flex pool's
-size) are in components.spec.rules.
+Demand is read from vLLM's `vllm:num_requests_waiting` per serving replica, from inference pods pending and, with an
+objective set, from the p95 time to first token; the thresholds, durations and steps here turn it into moves. Rules
+across sections (the floor against the flex pool's size) are in components.spec.rules.
 """
 
 from typing import Annotated, Self
@@ -26,6 +26,11 @@ class Lending(Spec):
     an inference pod pending is a peak too."""
     reclaim_waiting_per_replica: WaitingPerReplica = defaults.RECLAIM_WAITING_PER_REPLICA
     """Requests waiting per replica at or under which (with no inference pod pending) inference is in a trough."""
+    # Compared with a p95 of vLLM's time-to-first-token histogram in seconds; ten minutes is past any objective.
+    ttft_objective_s: Annotated[Float, Field(gt=0, le=600)] | None = None
+    """s; the serving objective for the p95 time to first token (vLLM's `vllm:time_to_first_token_seconds`, over
+    the last components.inference.demand.LATENCY_WINDOW): over it inference is at a peak, and no trough is called
+    while it is. None: the queues and pending pods decide alone."""
     peak_s: Seconds = defaults.LEND_PEAK_S
     """s a peak must last before the controller lends."""
     trough_s: Seconds = defaults.RECLAIM_TROUGH_S

@@ -125,7 +125,8 @@ def control(ctx: typer.Context, dry_run: Annotated[bool, typer.Option(help="Deci
     Lease(store.directory / LOCK).acquire(lambda line: err.print(escape(line), highlight=False))
     metrics = Metrics()
     serve(metrics, listen, port or flex.site.lending.metrics_port)
-    reader = PrometheusDemand(flex.site.lending.prometheus_url)
+    lending = flex.site.lending
+    reader = PrometheusDemand(lending.prometheus_url, latency=lending.ttft_objective_s is not None)
 
     def demand() -> Signals:
         signals = reader.read()

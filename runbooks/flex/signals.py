@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
-from components.inference.demand import DEMAND_QUERIES
+from components.inference.demand import DEMAND_QUERIES, LATENCY_QUERY
 from components.scheduling.lending_decision import Signals
 
 QUERY_TIMEOUT_S = 5.0
@@ -19,8 +19,10 @@ QUERY_TIMEOUT_S = 5.0
 
 
 class PrometheusDemand:
-    def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, url: str, latency: bool = False, clock: Callable[[], float] = time.time) -> None:
+        """latency: read the p95 time to first token too (the spec sets lending.ttft_objective_s)."""
         self.url = url.rstrip("/")
+        self.queries = {**DEMAND_QUERIES, **({"ttft_p95_s": LATENCY_QUERY} if latency else {})}
         self.clock = clock
         self.errors: list[str] = []
         """Why each signal of the last read is missing."""
@@ -28,7 +30,7 @@ class PrometheusDemand:
     def read(self) -> Signals:
         at = self.clock()
         self.errors = []
-        values = {name: self._scalar(name, query) for name, query in DEMAND_QUERIES.items()}
+        values = {name: self._scalar(name, query) for name, query in self.queries.items()}
         return Signals(at=at, **values)
 
     def _scalar(self, name: str, query: str) -> float | None:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import promql_parser
 import yaml
 
-from components.inference.demand import DEMAND_QUERIES
+from components.inference.demand import DEMAND_QUERIES, LATENCY_QUERY
 from components.monitoring.dashboards import VARIABLE, as_sent, panels, targets
 from components.monitoring.gate_queries import gate_queries
 from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
@@ -153,7 +153,7 @@ def metric_reads(deployed: Deployed) -> Iterator[tuple[str, str]]:
             yield f"dashboard {board.get('uid')} panel {panel.get('title')!r}", as_sent(target["expr"], board)
     for gate, query in gate_queries(60).items():
         yield f"rollout gate {gate}", query
-    for signal, query in DEMAND_QUERIES.items():
+    for signal, query in {**DEMAND_QUERIES, "ttft_p95_s": LATENCY_QUERY}.items():
         yield f"lending controller {signal}", query
 
 

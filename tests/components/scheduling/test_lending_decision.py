@@ -199,6 +199,37 @@ def test_should_not_call_a_trough_while_a_pod_is_pending() -> None:
     assert decision.memory.trough_since is None and decision.action != Action.RECLAIM
 
 
+SLO = tuned(ttft_objective_s=2.0)
+
+
+@pytest.mark.parametrize(("demand", "expected"), [
+    pytest.param({**TROUGH, "ttft_p95_s": 2.5}, Action.LEND, id="should lend when the latency objective is missed"),
+    pytest.param({**TROUGH, "ttft_p95_s": 2.0}, Action.HOLD, id="should not lend at the objective exactly"),
+    pytest.param({**STEADY, "ttft_p95_s": math.nan}, Action.HOLD,
+                 id="should read no first token in the window as nothing slow"),
+])
+def test_should_read_a_peak_from_the_latency_objective(demand: dict[str, float], expected: Action) -> None:
+    decision = decide(signals(T0, **demand), State(POOL, Memory(peak_since=T0 - 1000)), SLO)
+    assert decision.action == expected, decision.detail
+
+
+def test_should_not_call_a_trough_while_the_latency_objective_is_missed() -> None:
+    nodes = (idle("flex-1", Owner.LENT), idle("flex-2"))
+    slow = decide(signals(T0, **{**TROUGH, "ttft_p95_s": 3.0}), State(nodes, Memory(trough_since=T0 - 5000)), SLO)
+    assert slow.action != Action.RECLAIM and slow.memory.trough_since is None
+    assert slow.detail.startswith("2 waiting over 4 replicas (0.5 each), 0 inference pods pending, p95 time to first "
+                                  "token 3.00 s (objective 2 s): ")
+    fast = decide(signals(T0, **{**TROUGH, "ttft_p95_s": 0.4}), State(nodes, Memory(trough_since=T0 - 5000)), SLO)
+    assert (fast.action, fast.nodes) == (Action.RECLAIM, ("flex-1",))
+
+
+def test_should_hold_when_the_latency_it_needs_is_unreadable_and_ignore_it_without_an_objective() -> None:
+    state = State(POOL, Memory(peak_since=T0 - 1000))
+    held = decide(signals(T0, **PEAK, ttft_p95_s=None), state, SLO)
+    assert (held.action, held.detail) == (Action.HOLD, "no data for ttft_p95_s: holding")
+    assert decide(signals(T0, **PEAK, ttft_p95_s=None), state, SETTINGS).action == Action.LEND
+
+
 # Demand per step: peak, trough, steady or unreadable; nodes move as the decision says, at once.
 DEMAND = st.lists(st.sampled_from([PEAK, TROUGH, STEADY, {"waiting": None}]), min_size=1, max_size=200)
 
@@ -251,6 +282,8 @@ def test_should_move_no_more_than_the_hysteresis_allows_on_a_fast_oscillation() 
                  id="should refuse a boolean step"),
     pytest.param({"lending": {"peak_s": 0}}, "lending.peak_s: Input should be greater than 0",
                  id="should refuse a peak that need not last"),
+    pytest.param({"lending": {"ttft_objective_s": 0}}, "lending.ttft_objective_s: Input should be greater than 0",
+                 id="should refuse a latency objective of no time"),
     pytest.param({"lending": {"flapping_window_h": 25}}, "lending.flapping_window_h: Input should be less than or "
                  "equal to 24", id="should refuse a flapping window over a day"),
 ])

@@ -19,6 +19,7 @@ from runbooks.flex.controller import AUDIT, LAST, Controller, Store
 from runbooks.flex.lease import Lease
 from runbooks.flex.lending import CommandError, NodeOutcome
 from runbooks.flex.metrics import Metrics, serve
+from runbooks.flex.signals import PrometheusDemand
 from tests.builders import copy_project, parse, prod_values, with_changes
 from tests.harness.daemons import free_ports
 
@@ -89,7 +90,7 @@ def test_should_lend_after_the_peak_and_audit_every_decision_with_its_reason(tmp
     lines = audit(tmp_path)
     assert [(line["action"], line["reason"]) for line in lines] == [("hold", "peak-too-short")] * 6 + [("lend", "peak")]
     assert lines[-1]["detail"] == ("100 waiting over 2 replicas (50.0 each), 0 inference pods pending: peak for 60 s "
-                                   "(lend at >= 10 each or a pod pending)")
+                                   "(lend at >= 10 each, a pod pending or the latency objective missed)")
     assert lines[-1]["outcomes"] == [{"node": "gpu-a800-09", "done": True, "detail": "lent"}]
     assert lines[-1]["mode"] == "live" and lines[-1]["at"] == "2023-11-14T22:14:20+00:00"
     rendered = c.metrics.render()
@@ -220,3 +221,14 @@ def test_should_serve_exactly_the_metrics_gpuctl_plan_counts_on() -> None:
     assert served == set(LENDING_METRICS)
     assert 'gpucluster_flex_lend_seconds_bucket{le="10"} 0' in metrics.render()
     assert 'gpucluster_flex_lend_seconds_bucket{le="30"} 1' in metrics.render()
+
+
+@pytest.mark.parametrize("latency", [False, True])
+def test_should_read_every_signal_as_missing_from_a_prometheus_that_does_not_answer(latency: bool) -> None:
+    (port,) = free_ports(1)
+    reader = PrometheusDemand(f"http://127.0.0.1:{port}", latency=latency)
+    signals = reader.read()
+    assert (signals.waiting, signals.replicas, signals.pending_pods, signals.ttft_p95_s) == (None, None, None, None)
+    names = [error.split(":")[0] for error in reader.errors]
+    assert names == ["waiting", "replicas", "pending_pods", *(["ttft_p95_s"] if latency else [])]
+    assert all(f"Prometheus at http://127.0.0.1:{port}: " in error for error in reader.errors)
