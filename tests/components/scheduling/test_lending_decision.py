@@ -269,6 +269,24 @@ def test_should_move_no_more_than_the_hysteresis_allows_on_a_fast_oscillation() 
     assert moves == 0
 
 
+def test_should_move_once_per_peak_and_once_per_trough_on_a_slow_oscillation() -> None:
+    """Two-hour peaks and troughs for a day, with the production settings (5 min peak, 30 min trough, 10 min
+    cooldown): each peak lends one node, each trough takes it back, and nothing else moves."""
+    owners = {"flex-1": Owner.SLURM, "flex-2": Owner.SLURM}
+    memory, moves = Memory(), []
+    for minute in range(24 * 60):
+        demand = PEAK if (minute // 120) % 2 == 0 else TROUGH
+        nodes = tuple(FlexNode(n, o) for n, o in owners.items())
+        decision = decide(signals(T0 + minute * 60, **demand), State(nodes, memory), Lending())
+        memory = decision.memory
+        if decision.action != Action.HOLD:
+            moves.append((minute, decision.action))
+            for name in decision.nodes:
+                owners[name] = Owner.LENT if decision.action == Action.LEND else Owner.SLURM
+    assert moves == [(cycle * 240 + offset, action) for cycle in range(6)
+                     for offset, action in ((5, Action.LEND), (150, Action.RECLAIM))]
+
+
 @pytest.mark.parametrize(("change", "expected"), [
     pytest.param({"lending": {"reclaim_waiting_per_replica": 10}},
                  "lending: Value error, reclaim_waiting_per_replica (10) must be under lend_waiting_per_replica "
