@@ -226,7 +226,7 @@ def move_textfile_directory(arg: str) -> str:
 def move_slurm_scrape(deployed: Deployed) -> None:
     secret = find(deployed, "Secret", "prometheus-scrape-confg")
     (key,) = secret["data"]
-    text = base64.b64decode(secret["data"][key]).decode().replace(":9341", ":9342")
+    text = base64.b64decode(secret["data"][key]).decode().replace(":9341", ":9399")
     secret["data"][key] = base64.b64encode(text.encode()).decode()
 
 
@@ -286,14 +286,14 @@ RAW_UTIL = "DCGM_FI_DEV_GPU_UTIL (read by rule gpu:dcgm_gpu_util:max, rule gpu_t
     pytest.param(move_slurm_scrape, "metrics-have-producers",
                  "slurm_nodes_down (read by rule SlurmNodesUnavailable) has no producer the stack deploys and "
                  "scrapes (Slurm exporter (hosts/slurm_exporter.py): it listens on port 9341; Prometheus scrapes "
-                 "no static target on that port (slurm-controller:9342))",
+                 "no static target on that port (slurm-controller:9399, slurm-controller:9342))",
                  id="should hold the Slurm exporter scraped on the wrong port"),
     pytest.param(drop_gateway_callback, "metrics-have-producers",
                  "litellm_input_tokens_metric_total (read by rule team_model_token_type:llm_tokens:rate1h) has no "
                  "producer the stack deploys and scrapes (LLM gateway (LiteLLM proxy): the proxy's mounted config "
                  "enables no 'prometheus' callback)", id="should hold a gateway that exports no metrics"),
     pytest.param(drop_engine_scrape, "metrics-have-producers",
-                 "vllm:num_requests_waiting (read by dashboard inference panel 'Requests waiting per model') has no "
+                 "vllm:num_requests_running (read by dashboard inference panel 'Requests running per model') has no "
                  "producer the stack deploys and scrapes (model servers (vLLM): vllm-qwen2-5-72b-deployment-vllm: "
                  "no ServiceMonitor that a Prometheus selects scrapes it; vllm-llama-3-1-8b-deployment-vllm: no "
                  "ServiceMonitor that a Prometheus selects scrapes it)", id="should hold model servers unscraped"),
