@@ -205,27 +205,22 @@ def gateway_values(site: Site) -> dict[str, Any]:
         "proxy_config": gateway_config(site),
         # The cost map ships in the image; an air-gapped proxy must not try to fetch it at start-up.
         "envVars": {"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        # deployStandalone is the condition of the chart's bundled (withdrawn) Bitnami PostgreSQL: off.
         "db": {"useExisting": True, "deployStandalone": False, "endpoint": database_service(),
                "database": DATABASE_NAME,
                "secret": {"name": database_secret(), "usernameKey": "username", "passwordKey": "password"}},
-        "postgresql": {"enabled": False},
         "pdb": {"enabled": gateway.replicas > 1, "minAvailable": 1},
     }
 
 
 def database_values(site: Site) -> dict[str, Any]:
     db = site.inference.gateway.database
-    return {
-        "type": "postgresql", "mode": "standalone",
-        "cluster": {"instances": db.instances, "imageName": POSTGRES_IMAGE,
-                    "storage": {"size": f"{db.storage_gib}Gi", "storageClass": db.storage_class},
-                    "initdb": {"database": DATABASE_NAME, "owner": DATABASE_NAME},
-                    "monitoring": {"enabled": False}},
-        "backups": {"enabled": False},
-    }
+    return {"cluster": {"instances": db.instances, "imageName": POSTGRES_IMAGE,
+                        "storage": {"size": f"{db.storage_gib}Gi", "storageClass": db.storage_class},
+                        "initdb": {"database": DATABASE_NAME, "owner": DATABASE_NAME}}}
 
 
-KEDA_VALUES: dict[str, Any] = {"prometheus": {"operator": {"enabled": False}}}
+KEDA_VALUES: dict[str, Any] = {}
 """KEDA as shipped: its operator and metrics server; the ScaledObjects come with the model servers."""
 
 

@@ -92,7 +92,7 @@ def rendered_config(site: Site, directory: Path) -> dict[str, Any]:
     return config
 
 
-def test_config(rendered: dict[str, Any], api_base: str, auth_hook: str) -> dict[str, Any]:
+def behind(rendered: dict[str, Any], api_base: str, auth_hook: str) -> dict[str, Any]:
     """The stack's proxy config with every model behind `api_base` and the custom_auth hook for the database."""
     config: dict[str, Any] = json.loads(json.dumps(rendered))
     for entry in config["model_list"]:
@@ -107,7 +107,7 @@ def running_gateway(directory: Path, rendered: dict[str, Any], api_base: str,
     """The proxy on a free port; yields its URL. keys: API key -> team name."""
     assert LITELLM.exists(), f"{LITELLM} is missing: `make test` installs the LiteLLM proxy"
     (directory / "auth_hook.py").write_text(AUTH_HOOK.format(keys=json.dumps(keys)))
-    config = test_config(rendered, api_base, "auth_hook.user_api_key_auth")
+    config = behind(rendered, api_base, "auth_hook.user_api_key_auth")
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
     (port,) = free_ports(1)
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": "unused-by-the-double"}
