@@ -94,6 +94,9 @@ def test_should_open_a_gateway_account_per_onboarded_team_and_close_it_on_rollba
         assert f"--team {team} " in account.inputs["create"]
         assert account.inputs["delete"].endswith(f"remove-team --url http://llm-gateway-litellm.inference.svc:4000 "
                                                  f"--team {team}")
+        # A budget change updates the account in place; a trigger would replace it, and the old account's delete
+        # would then remove the team.
+        assert account.inputs["update"] == account.inputs["create"] and "triggers" not in account.inputs
         assert account.inputs["environment"] == Secret()  # the master key: the whole map is a secret
         # After the gateway and the team's namespace; the key it prints lands in that namespace as a Secret.
         namespace = next(r for r in graph.resources.values() if r.name == f"prod-team-{team}-namespace")

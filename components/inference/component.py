@@ -73,8 +73,9 @@ class InferencePath(pulumi.ComponentResource):
             f"{name}-gateway-team-{team}",
             create=ensure, update=ensure, delete=f"gpuctl gateway remove-team --url {url} --team {team}",
             environment={"LITELLM_MASTER_KEY": master_key},
+            # No triggers: a change of budget or models runs `update` in place. A replacement would create the new
+            # account and then run the old one's delete, removing the team it had just updated.
             logging=command.local.Logging.STDERR,  # stdout is the key
-            triggers=[ensure],
             opts=pulumi.ResourceOptions(parent=self, depends_on=after, additional_secret_outputs=["stdout"]))
         manifest = team_key_secret(site, team)
         manifest["stringData"] = {**manifest["stringData"], "api-key": account.stdout}
