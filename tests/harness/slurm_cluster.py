@@ -9,6 +9,7 @@ a module using them marks itself with `slurm_marks()`.
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import secrets
@@ -237,6 +238,9 @@ def bring_up(cluster: Cluster) -> dict[str, float]:
     return phases
 
 
+LOOPBACK_LOCK = Path("/tmp/gpucluster-loopback-slurm.lock")
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     site = parse(prod_values())
@@ -256,17 +260,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     conf_dir = root / "etc"
     conf_dir.mkdir()
     cluster = Cluster(site, overlay, conf_dir)
-    started = time.monotonic()
-    try:
-        phases = bring_up(cluster)
-        steps, last = [], started
-        for phase, ended in phases.items():
-            steps.append(f"{phase} {ended - last:.1f} s")
-            last = ended
-        FIGURES.append(f"slurm cluster up in {last - started:.1f} s with {len(nodes)} slurmd: {', '.join(steps)}")
-        yield cluster
-    finally:
-        cluster.stop()
+    # Every loopback cluster names its nodes alike, and slurmd names its cgroups after the node: two test runs on
+    # one machine take turns.
+    with open(LOOPBACK_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = time.monotonic()
+        try:
+            phases = bring_up(cluster)
+            steps, last = [], started
+            for phase, ended in phases.items():
+                steps.append(f"{phase} {ended - last:.1f} s")
+                last = ended
+            FIGURES.append(f"slurm cluster up in {last - started:.1f} s with {len(nodes)} slurmd: {', '.join(steps)}")
+            yield cluster
+        finally:
+            cluster.stop()
 
 
 @pytest.fixture
