@@ -9,12 +9,14 @@ parent, dependencies, property dependencies, options, inputs and outputs, secret
 """
 
 import asyncio
+import gc
 import json
 import re
 import runpy
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,7 +160,8 @@ def run_program(project_dir: Path, stack: str, config: StackConfig | None = None
     sys.path.insert(0, str(project_dir))
     loop = asyncio.new_event_loop()
     try:
-        loop.run_until_complete(run_in_stack(program))
+        with _no_collection():
+            loop.run_until_complete(run_in_stack(program))
     except ModuleNotFoundError as error:
         raise ProgramError(missing_module(error.name or str(error)), monitor.recorded()) from error
     except Exception as error:
@@ -167,6 +170,27 @@ def run_program(project_dir: Path, stack: str, config: StackConfig | None = None
         loop.close()
         sys.path.remove(str(project_dir))
     return ResourceGraph(config.project, stack, monitor.recorded())
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """Run a program without the cyclic garbage collector, then collect as before.
+
+    A program run allocates hundreds of thousands of objects (resources, Outputs, futures, protobuf messages) that
+    all live until the run ends; each of the collector's passes walks them to free almost nothing, and took 58-72 %
+    of the run's CPU at 1,024 and 8,192 GPUs (issue 22). What the imports made is frozen (never garbage), nothing
+    is collected during the run (cycles wait, for tens of MiB at 8,192 GPUs), and collection resumes after it, as
+    the caller had it, so the plan's later steps and the process that runs several programs collect normally.
+    """
+    collecting = gc.isenabled()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if collecting:
+            gc.enable()
 
 
 MAX_STACK_FILE_BYTES = 1 << 20
@@ -297,8 +321,10 @@ class _RecordingMonitor(mocks.MockMonitor):
             parent=request.parent,
             inputs=inputs,
             outputs=outputs,
-            dependencies=list(request.dependencies),
-            property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            # The SDK gathers dependencies in sets, so their order changes from run to run; the engine reads them
+            # as sets. Sorted, the recorded graph (and every file a plan writes from it) is the same each run.
+            dependencies=sorted(request.dependencies),
+            property_dependencies={k: sorted(v.urns) for k, v in sorted(request.propertyDependencies.items())},
             options=_options(request),
         )
         with self._lock:

@@ -1,5 +1,6 @@
 """The offline engine records what the real engine would see: URNs, parents, dependencies, options, secrets."""
 
+import gc
 import textwrap
 from pathlib import Path
 
@@ -78,8 +79,9 @@ def test_should_record_dependencies_options_and_outputs(project: Path) -> None:
     after = graph.resources["urn:pulumi:dev::boxes::test:index:Thing::after"]
     outer_thing = "urn:pulumi:dev::boxes::test:box:Box$test:index:Thing::outer-thing"
     inner_thing = "urn:pulumi:dev::boxes::test:box:Box$test:box:Box$test:index:Thing::inner-thing"
-    # The SDK sends a dependency on a component as its custom descendants, as the engine sees it.
-    assert set(after.dependencies) == {inner_thing, outer_thing}
+    # The SDK sends a dependency on a component as its custom descendants, as the engine sees it; in a set, so the
+    # graph keeps them sorted (a plan written twice is byte-identical).
+    assert after.dependencies == sorted([inner_thing, outer_thing])
     assert after.property_dependencies == {"ref": [outer_thing]}
     assert after.parent == graph.stack_urn
     thing = graph.resources[outer_thing]
@@ -104,6 +106,19 @@ def test_should_report_a_failing_program_with_what_it_registered(tmp_path: Path)
     with pytest.raises(ProgramError, match="told to fail") as caught:
         run_program(project, "dev")
     assert "urn:pulumi:dev::boxes::test:index:Thing::after" in caught.value.registered
+
+
+def test_should_run_the_program_without_collection_and_collect_again_after(tmp_path: Path) -> None:
+    project = make_project(tmp_path, "config:\n  boxes:token: plain\n")
+    (project / "__main__.py").write_text("import gc\nimport pulumi\npulumi.export('collecting', gc.isenabled())\n")
+    assert gc.isenabled()
+    assert run_program(project, "dev").stack_outputs == {"collecting": False}
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+    (project / "__main__.py").write_text("raise RuntimeError('broken program')\n")
+    with pytest.raises(ProgramError, match="broken program"):
+        run_program(project, "dev")
+    assert gc.isenabled()
 
 
 @pytest.mark.parametrize(
