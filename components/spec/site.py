@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from components.spec import defaults
+from components.spec.acceptance import Acceptance
 from components.spec.catalog import GPU_CATALOG, GpuClass
 from components.spec.inference import Inference
 from components.spec.lending import Lending
@@ -488,6 +489,8 @@ class Site(Spec):
     inference: Inference = Inference()
     lending: Lending = Lending()
     """When the flex controller lends flex nodes to Kubernetes inference and takes them back."""
+    acceptance: Acceptance = Acceptance()
+    """The acceptance campaign (soak, shock, drills) that must pass before any team is onboarded."""
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+$")] = defaults.KUBERNETES_VERSION
     """Minor version of the cluster's Kubernetes (`1.30`): charts are rendered and their objects validated for it."""
 
