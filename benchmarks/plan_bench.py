@@ -1,55 +1,68 @@
-"""Benchmark the offline plan against the engine's floor.
+"""Benchmark the offline plan against two floors of the Pulumi SDK, in CPU time, in the same run.
 
-Measures what `gpuctl plan` does minus printing (parse_site, then run_program under the offline
-engine) for the prod site (Pulumi.prod.yaml) and for generated sites of 1,024 and 8,192 A800 GPUs,
-and two floors under the same engine, each registering as many ComponentResources nested as deep
-as GpuCluster > Facility > Rack > GpuNode: a bare one (the SDK's own floor) and a payload one whose
-resources carry as many props and outputs as a GpuNode (what the SDK costs for that payload).
-Each run is a child process of its own, so its wall time (taken by the child around the run;
-start-up, imports and config excluded) and its peak RSS (ru_maxrss from os.wait4) are that run's alone.
+Per size (GPUs; 128 is the prod site, Pulumi.prod.yaml; a larger size is that many GPUs / 128 copies of the
+prod site's racks and nodes, so the mix of Slurm, flex and Kubernetes nodes stays prod's), three programs run
+under the offline engine, each in a child process of its own:
 
-Run from the repo root: `make bench` or `.venv/bin/python benchmarks/plan_bench.py`.
-Targets, printed and not asserted: prod plan under 5 s; cost linear in GPUs; plan/floor at most 1.5.
+- plan: what `gpuctl plan` does minus printing and policies (parse_site, then run_program of __main__.py);
+- replay floor: a bare program that re-registers the plan's own recorded graph (every resource with its type,
+  name, parent, dependencies, provider and inputs, components with their outputs) as plain values: what the SDK
+  costs for exactly this graph, so plan/replay is what the project's own code adds;
+- bare floor: as many empty ComponentResources, nested as deep as GpuCluster > Facility > Rack > GpuNode.
+
+A first child per size runs the plan once to record its graph (for the replay), the modules it imported (every
+later child imports them before its clock, so no one pays the ~110 Pulumi submodules loaded lazily during the
+run) and, with --policy, the policy pack's wall time on that graph (over its real gRPC entry point). Then
+--samples rounds run plan, replay and bare one after the other (paired, so a noisy machine slows all three
+alike). Each child times its run in CPU time (process_time: every thread of the SDK's pool) and wall time; peak
+RSS comes from os.wait4. min and median are printed.
+
+Run from the repo root: `make bench` or `.venv/bin/python benchmarks/plan_bench.py [--sizes 128,1024]`.
+Targets, printed and not asserted: plan at most 1.5x the replay floor at each size; the largest size's plan
+plus policy pack under 20 s; prod plan under 5 s.
 """
 
+import argparse
+import importlib
 import json
 import os
-import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import types
 from dataclasses import replace
 from pathlib import Path
-from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runbooks.offline.engine import StackConfig
+    from runbooks.offline.engine import ResourceGraph, StackConfig
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = "gpu-cluster"
-SITES = ("prod", "1024", "8192")
+PROD_GPUS = 128
+"""The prod site's GPUs (Pulumi.prod.yaml): size 128 is the prod site itself."""
+SIZES = (PROD_GPUS, 1024, 8192)
+"""Issue 22's sizes."""
+SAMPLES = 3
 NODES_PER_RACK = 4
-"""8 x A800 draw ~6.49 kW a node, so 4 fit a 40 kW rack (components/facility/power.py)."""
-GPU_NODE_FACTS = 7
-"""Props (and outputs) a GpuNode carries (components/facility/component.py): the payload floor carries as many."""
+"""The bare floor's nesting: as many nodes to a rack as the prod site's racks hold."""
+REPLAY_TARGET = 1.5
+LARGEST_WITH_POLICY_TARGET_S = 20.0
 PROD_PLAN_TARGET_S = 5.0
-FLOOR_RATIO_TARGET = 1.5
+REPLAY_MODULE = "plan_bench_replay"
+"""The module the replay program reads its graph from; the child fills it before the clock."""
 
-FLOOR_PROGRAM = """\
+BARE_PROGRAM = """\
 import pulumi
 
-
 config = pulumi.Config()
-# The bare floor carries nothing; the payload floor as many facts as a GpuNode, as props and outputs.
-FACTS = {f"fact_{i}": float(i) for i in range(config.require_int("facts"))}
 
 
 class Trivial(pulumi.ComponentResource):
     def __init__(self, name, parent=None):
-        super().__init__("bench:floor:Trivial", name, FACTS or None, pulumi.ResourceOptions(parent=parent))
-        if FACTS:
-            self.register_outputs(FACTS)
+        super().__init__("bench:floor:Trivial", name, None, pulumi.ResourceOptions(parent=parent))
 
 
 # As deep as the plan: root > facility > (rack > nodes_per_rack nodes)...; count excludes the Stack.
@@ -62,111 +75,225 @@ for i in range(count - 2):
         Trivial(f"node-{i}", rack)
 """
 
+REPLAY_PROGRAM = f"""\
+import pulumi
+from {REPLAY_MODULE} import RESOURCES, STACK_OUTPUTS
+
+made = {{}}
+for r in RESOURCES:  # parents, dependencies and providers first
+    opts = pulumi.ResourceOptions(
+        parent=made.get(r["parent"]), depends_on=[made[d] for d in r["dependencies"]],
+        provider=made.get(r["provider"]), protect=r["protect"], ignore_changes=r["ignore_changes"])
+    if r["type"].startswith("pulumi:providers:"):
+        made[r["urn"]] = pulumi.ProviderResource(r["type"].split(":")[2], r["name"], r["inputs"], opts)
+    elif r["custom"]:
+        made[r["urn"]] = pulumi.CustomResource(r["type"], r["name"], r["inputs"], opts)
+    else:
+        component = made[r["urn"]] = pulumi.ComponentResource(r["type"], r["name"], r["inputs"], opts)
+        component.register_outputs(r["outputs"])
+for key, value in STACK_OUTPUTS.items():
+    pulumi.export(key, value)
+"""
+
 
 def generated_site(prod: "StackConfig", gpus: int) -> "StackConfig":
-    """The prod config with its racks and node groups replaced by `gpus` A800s, 4 nodes to a prod-like rack."""
-    rack_template = json.loads(prod.values[f"{PROJECT}:racks"])[0]  # a01: 40 kW, in-row 40 kW, PDUs on A and B
-    group_template = json.loads(prod.values[f"{PROJECT}:node_groups"])[0]  # a800-train: 8 x A800, Slurm
-    nodes = gpus // group_template["gpus_per_node"]
-    rack_names = [f"a{r + 1:03d}" for r in range(-(-nodes // NODES_PER_RACK))]
-    racks = [
-        {**rack_template, "name": rack,
-         "pdus": [{**pdu, "name": f"{rack}-pdu-{pdu['feed'].lower()}"} for pdu in rack_template["pdus"]]}
-        for rack in rack_names
+    """The prod site copied gpus / 128 times: each copy of its racks and node groups (Slurm, flex and Kubernetes
+    nodes, A800 and RTX 4090) renamed, with hosts of their own; everything else (teams, models, stage) as prod's."""
+    copies, rest = divmod(gpus, PROD_GPUS)
+    if rest or copies < 1:
+        raise SystemExit(f"--sizes: {gpus} GPUs is no multiple of the prod site's {PROD_GPUS}")
+    racks, groups = json.loads(prod.values[f"{PROJECT}:racks"]), json.loads(prod.values[f"{PROJECT}:node_groups"])
+    scaled_racks = [
+        {**rack, "name": f"{rack['name']}{copy:03d}",
+         "pdus": [{**pdu, "name": f"{rack['name']}{copy:03d}-{pdu['name']}"} for pdu in rack["pdus"]]}
+        for copy in range(copies) for rack in racks
     ]
-    group = {**group_template, "nodes": [
-        {"name": f"gpu-a800-{n + 1:04d}", "rack": rack_names[n // NODES_PER_RACK],
-         "ssh_host": f"10.20.{1 + n // 250}.{1 + n % 250}", "bmc_host": f"10.20.{101 + n // 250}.{1 + n % 250}"}
-        for n in range(nodes)
-    ]}
-    values = {**prod.values, f"{PROJECT}:racks": json.dumps(racks), f"{PROJECT}:node_groups": json.dumps([group])}
+    hosts = iter(range(1 << 16))
+    scaled_groups = [
+        {**group, "nodes": [
+            {**node, "name": f"{node['name']}-{copy:03d}", "rack": f"{node['rack']}{copy:03d}",
+             "ssh_host": f"10.20.{(host := next(hosts)) // 250}.{1 + host % 250}",
+             "bmc_host": f"10.21.{host // 250}.{1 + host % 250}"}
+            for copy in range(copies) for node in group["nodes"]
+        ]}
+        for group in groups
+    ]
+    values = {**prod.values, f"{PROJECT}:racks": json.dumps(scaled_racks),
+              f"{PROJECT}:node_groups": json.dumps(scaled_groups)}
     return replace(prod, values=values)
 
 
-def measure(kind: str, arg: str) -> dict[str, Any]:
-    """In the child: one plan (arg: a site) or one floor (arg: "resources/facts"), timed apart from imports."""
-    started = perf_counter()
-    import components.cluster  # noqa: F401 (what __main__.py imports: loaded before the clock, as for the floor)
+def replayable(graph: "ResourceGraph") -> dict[str, Any]:
+    """The recorded graph as plain JSON, each resource after its parent, dependencies and provider."""
+    from runbooks.offline.engine import STACK_TYPE, Secret
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Secret):
+            return "[secret]"
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    def before(r: Any) -> list[str]:
+        provider = r.options.get("provider", "").rsplit("::", 1)[0]
+        return [u for u in [r.parent, provider, *r.dependencies] if u in graph.resources and u != graph.stack_urn]
+
+    ordered: list[dict[str, Any]] = []
+    placed: set[str] = set()
+    for urn in graph.resources:  # depth-first, so every resource follows what it needs
+        stack = [urn]
+        while stack:
+            current = graph.resources[stack[-1]]
+            if current.urn in placed or current.type == STACK_TYPE:
+                stack.pop()
+                continue
+            missing = [u for u in before(current) if u not in placed]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            placed.add(current.urn)
+            provider = current.options.get("provider", "").rsplit("::", 1)[0]
+            ordered.append({
+                "urn": current.urn, "type": current.type, "name": current.name, "custom": current.custom,
+                "parent": current.parent, "dependencies": [u for u in current.dependencies if u in graph.resources],
+                "provider": provider, "protect": bool(current.options.get("protect")),
+                "ignore_changes": current.options.get("ignore_changes", []),
+                "inputs": plain(current.inputs), "outputs": plain(current.outputs),
+            })
+    return {"resources": ordered, "stack_outputs": plain(graph.stack_outputs)}
+
+
+def measure(kind: str, gpus: int, work: Path) -> dict[str, Any]:
+    """In the child: one run of `kind` at `gpus`, its imports before the clock."""
+    import components.cluster  # noqa: F401 (what __main__.py imports)
     from components.validate import parse_site
     from runbooks.offline.engine import StackConfig, load_stack_config, run_program
-    imports_s, imports_mib = perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if kind == "plan":
-        prod = load_stack_config(REPO, "prod")
-        config = prod if arg == "prod" else generated_site(prod, int(arg))
-        started = perf_counter()
+
+    modules = work / "modules.json"
+    # What the recording plan loaded during its run, parents first. The SDKs load subpackages lazily (a module in
+    # sys.modules that runs on first attribute access): touching one loads it as the program would.
+    for name in sorted(json.loads(modules.read_text()) if modules.exists() else [], key=lambda n: (n.count("."), n)):
+        getattr(sys.modules.get(name) or importlib.import_module(name), "loaded_before_the_clock", None)
+    prod = load_stack_config(REPO, "prod")
+    config = prod if gpus == PROD_GPUS else generated_site(prod, gpus)
+    project, figures = REPO, {}
+    if kind == "replay":
+        recorded = json.loads((work / "graph.json").read_text())
+        replay = types.ModuleType(REPLAY_MODULE)
+        replay.RESOURCES, replay.STACK_OUTPUTS = recorded["resources"], recorded["stack_outputs"]  # type: ignore[attr-defined]
+        sys.modules[REPLAY_MODULE] = replay
+        project = work / "replay"
+    elif kind == "bare":
+        count = len(json.loads((work / "graph.json").read_text())["resources"])
+        config = StackConfig(PROJECT, {f"{PROJECT}:count": str(count), f"{PROJECT}:nodes_per_rack":
+                                       str(NODES_PER_RACK)}, frozenset())
+        project = work / "bare"
+    cpu, wall = time.process_time(), time.perf_counter()
+    if kind in ("plan", "record"):
         parse_site(*config.project_values())
-        graph = run_program(REPO, f"bench-{arg}", config)
-    else:
-        count, facts = arg.split("/")
-        values = {f"{PROJECT}:count": str(int(count) - 1), f"{PROJECT}:nodes_per_rack": str(NODES_PER_RACK),
-                  f"{PROJECT}:facts": facts}
-        with tempfile.TemporaryDirectory(prefix="floor-") as project:
-            (Path(project) / "Pulumi.yaml").write_text(f"name: {PROJECT}\nruntime: python\n")
-            (Path(project) / "__main__.py").write_text(FLOOR_PROGRAM)
-            started = perf_counter()
-            graph = run_program(Path(project), "floor", StackConfig(PROJECT, values, frozenset()))
-    seconds = perf_counter() - started
-    return {"resources": len(graph.resources), "gpus": int(graph.stack_outputs.get("gpu_count", 0)), "seconds": seconds,
-            "imports_s": imports_s, "imports_mib": imports_mib}
+    graph = run_program(project, "prod", config)  # the stack the generated sites derive from
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if kind == "record":
+        (work / "graph.json").write_text(json.dumps(replayable(graph)))
+        modules.write_text(json.dumps(sorted(n for n in sys.modules if n.startswith(("pulumi", "components")))))
+        if os.environ.get("PLAN_BENCH_POLICY") == "1":
+            from runbooks.offline.policy_pack import check_policies
+            started = time.perf_counter()
+            results = check_policies(graph)
+            figures["policy_s"] = time.perf_counter() - started
+            figures["policy_failed"] = sorted(r.name for r in results if not r.passed)
+    return {"resources": len(graph.resources) - 1, "gpus": int(graph.stack_outputs.get("gpu_count", 0)),
+            "cpu_s": cpu, "wall_s": wall, **figures}
 
 
-def run_child(kind: str, arg: str) -> dict[str, Any]:
+def run_child(kind: str, gpus: int, work: Path, policy: bool = False) -> dict[str, Any]:
     """One run in a fresh interpreter; its peak RSS comes from wait4, its figures from its JSON line."""
-    child = subprocess.Popen([sys.executable, __file__, "--one", kind, arg], stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "PLAN_BENCH_POLICY": "1" if policy else "0"}
+    child = subprocess.Popen([sys.executable, __file__, "--one", kind, str(gpus), str(work)],
+                             stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
     assert child.stdout is not None
     line = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise SystemExit(f"{kind} {arg} failed with exit code {child.returncode}")
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{kind} at {gpus} GPUs failed with exit code {os.waitstatus_to_exitcode(status)}")
     return {**json.loads(line), "mib": usage.ru_maxrss / 1024}
 
 
+def spread(values: list[float], unit: str = "s") -> str:
+    return f"{min(values):.2f}/{statistics.median(values):.2f} {unit}"
+
+
+def bench_size(gpus: int, samples: int, policy: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"plan-bench-{gpus}-") as folder:
+        work = Path(folder)
+        for kind, program in (("replay", REPLAY_PROGRAM), ("bare", BARE_PROGRAM)):
+            (work / kind).mkdir()
+            (work / kind / "Pulumi.yaml").write_text(f"name: {PROJECT}\nruntime: python\n")
+            (work / kind / "__main__.py").write_text(program)
+        print(f"{gpus:,} GPUs: recording the plan's graph and imports...", file=sys.stderr, flush=True)
+        record = run_child("record", gpus, work, policy)
+        runs: dict[str, list[dict[str, Any]]] = {"plan": [], "replay": [], "bare": []}
+        for sample in range(samples):
+            print(f"{gpus:,} GPUs: sample {sample + 1} of {samples}...", file=sys.stderr, flush=True)
+            for kind, found in runs.items():
+                found.append(run_child(kind, gpus, work))
+        counts = {kind: {r["resources"] for r in found} for kind, found in runs.items()}
+        assert counts["plan"] == counts["replay"] == {record["resources"]}, counts
+        return {"gpus": gpus, "record": record, **runs}
+
+
 def main() -> None:
-    rows = []
-    for site in SITES:
-        print(f"running {site if site == 'prod' else site + '-GPU'} plan...", file=sys.stderr, flush=True)
-        plan = run_child("plan", site)
-        print(f"running floors of {plan['resources']} resources...", file=sys.stderr, flush=True)
-        floor = run_child("floor", f"{plan['resources']}/0")
-        payload = run_child("floor", f"{plan['resources']}/{GPU_NODE_FACTS}")
-        assert floor["resources"] == payload["resources"] == plan["resources"], (floor, payload, plan)
-        rows.append((site, plan["gpus"], plan, floor, payload))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                        help=f"GPUs per site, comma-separated; {PROD_GPUS} is the prod site (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=SAMPLES, help="rounds of plan, replay and bare per size")
+    parser.add_argument("--no-policy", action="store_true", help="skip timing the policy pack at the largest size")
+    args = parser.parse_args()
+    sizes = sorted({int(s) for s in args.sizes.split(",")})
+    if args.samples < 1 or any(s < 8 or s % 8 for s in sizes):
+        parser.error("--samples must be at least 1 and every size a multiple of 8 GPUs (8 A800s a node)")
+    rows = [bench_size(gpus, args.samples, policy=not args.no_policy and gpus == sizes[-1]) for gpus in sizes]
 
-    imports = rows[0][2]
-    print(f"imports (pulumi, engine, components): {imports['imports_s']:.2f} s, excluded from the times below; "
-          f"{imports['imports_mib']:.1f} MiB, included in every peak RSS below\n")
-    header = ("site", "GPUs", "resources", "plan s", "ms/GPU", "plan MiB", "floor s", "floor MiB", "time x", "mem x",
-              "payload floor s", "time x payload")
-    table = [header] + [
-        (site, f"{gpus:,}", f"{plan['resources']:,}", f"{plan['seconds']:.3f}", f"{plan['seconds'] * 1000 / gpus:.2f}",
-         f"{plan['mib']:.1f}", f"{floor['seconds']:.3f}", f"{floor['mib']:.1f}",
-         f"{plan['seconds'] / floor['seconds']:.2f}", f"{plan['mib'] / floor['mib']:.2f}",
-         f"{payload['seconds']:.3f}", f"{plan['seconds'] / payload['seconds']:.2f}")
-        for site, gpus, plan, floor, payload in rows
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for site, *figures in table:
-        print("  ".join([site.ljust(widths[0]), *(f.rjust(w) for f, w in zip(figures, widths[1:], strict=True))]))
+    print("CPU seconds, min/median of the samples; ratios of medians (and of minimums); peak RSS median")
+    header = ("GPUs", "resources", "plan", "replay floor", "bare floor", "plan/replay", "plan/bare", "plan MiB",
+              "replay MiB", "bare MiB")
+    table = [header]
+    for row in rows:
+        cpu = {kind: [r["cpu_s"] for r in row[kind]] for kind in ("plan", "replay", "bare")}
+        mib = {kind: statistics.median(r["mib"] for r in row[kind]) for kind in ("plan", "replay", "bare")}
+        row["ratio"] = statistics.median(cpu["plan"]) / statistics.median(cpu["replay"])
+        table.append((
+            f"{row['gpus']:,}", f"{row['record']['resources']:,}", spread(cpu["plan"]), spread(cpu["replay"]),
+            spread(cpu["bare"]), f"{row['ratio']:.2f}x ({min(cpu['plan']) / min(cpu['replay']):.2f}x)",
+            f"{statistics.median(cpu['plan']) / statistics.median(cpu['bare']):.2f}x",
+            f"{mib['plan']:.0f}", f"{mib['replay']:.0f}", f"{mib['bare']:.0f}"))
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
 
-    prod_s = rows[0][2]["seconds"]
-    per_gpu = [plan["seconds"] * 1000 / gpus for _, gpus, plan, _, _ in rows]
-    worst_time = max(plan["seconds"] / floor["seconds"] for *_, plan, floor, _ in rows)
-    worst_mem = max(plan["mib"] / floor["mib"] for *_, plan, floor, _ in rows)
-    worst_payload = max(plan["seconds"] / payload["seconds"] for *_, plan, _, payload in rows)
-    *_, plan, floor, _ = rows[-1]  # the largest site: the one whose memory growth is more than noise
-    growth = (plan["mib"] - plan["imports_mib"]) / (floor["mib"] - floor["imports_mib"])
     print("\ntargets (not asserted):")
-    print(f"  prod plan under {PROD_PLAN_TARGET_S:g} s: {prod_s:.3f} s")
-    print(f"  cost linear in GPUs: ms/GPU {' -> '.join(f'{ms:.2f}' for ms in per_gpu)} "
-          f"(8,192 vs 1,024 GPUs: x{per_gpu[2] / per_gpu[1]:.2f}; 1.00 is linear)")
-    print(f"  plan/floor at most {FLOOR_RATIO_TARGET:g}: worst time x{worst_time:.2f}, worst memory x{worst_mem:.2f} "
-          f"(8,192 GPUs, growth above the imports alone: x{growth:.2f})")
-    print(f"  plan/payload floor (same {GPU_NODE_FACTS} props + outputs per resource): worst time x{worst_payload:.2f}")
+    for row in rows:
+        print(f"  {row['gpus']:,} GPUs: plan/replay floor {row['ratio']:.2f}x "
+              f"({'within' if row['ratio'] <= REPLAY_TARGET else 'over'} {REPLAY_TARGET:g}x)")
+    if PROD_GPUS in sizes:
+        prod_wall = statistics.median(r["wall_s"] for r in rows[0]["plan"])
+        print(f"  prod plan under {PROD_PLAN_TARGET_S:g} s: {prod_wall:.2f} s wall (median)")
+    largest = rows[-1]
+    if "policy_s" in largest["record"]:
+        plan_wall = statistics.median(r["wall_s"] for r in largest["plan"])
+        total = plan_wall + largest["record"]["policy_s"]
+        failed = ", ".join(largest["record"]["policy_failed"]) or "none"
+        print(f"  {largest['gpus']:,} GPUs plan + policy pack under {LARGEST_WITH_POLICY_TARGET_S:g} s: "
+              f"{plan_wall:.2f} + {largest['record']['policy_s']:.2f} = {total:.2f} s wall "
+              f"(policies failed: {failed})")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
-        print(json.dumps(measure(*sys.argv[2:4])))
+        sys.path.insert(0, str(REPO))
+        print(json.dumps(measure(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))))
     else:
         main()
