@@ -8,6 +8,7 @@ import typer
 from runbooks.flex.cli import app as flex_app
 from runbooks.gateway.cli import app as gateway_app
 from runbooks.plan.cli import plan
+from runbooks.report.cli import report
 from runbooks.rollout.cli import app as rollout_app
 
 app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
@@ -15,6 +16,7 @@ app.command()(plan)
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(flex_app, name="flex")
 app.add_typer(gateway_app, name="gateway")
+app.command()(report)
 
 
 @app.callback()

@@ -16,6 +16,7 @@ import yaml
 from components.inference.demand import DEMAND_QUERIES, LATENCY_QUERY
 from components.monitoring.dashboards import VARIABLE, as_sent, panels, targets
 from components.monitoring.gate_queries import gate_queries
+from components.monitoring.report_queries import report_queries
 from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
 from runbooks.plan.producers import Deployed, producers
 
@@ -140,9 +141,9 @@ def datasources(deployed: Deployed) -> list[dict[str, Any]]:
 
 
 def metric_reads(deployed: Deployed) -> Iterator[tuple[str, str]]:
-    """(reader, PromQL) of every query the stack's own rules, its dashboards, the rollout's gates and the lending
-    controller run. The charts' bundled rules and dashboards read Kubernetes' own components and ship with their
-    producers' scrape jobs."""
+    """(reader, PromQL) of every query the stack's own rules, its dashboards, the rollout's gates, the lending
+    controller and gpuctl report run. The charts' bundled rules and dashboards read Kubernetes' own components and
+    ship with their producers' scrape jobs."""
     for rule_object in deployed.registered:
         if rule_object.get("kind") == "PrometheusRule":
             for group in rule_object["spec"].get("groups", []):
@@ -155,6 +156,8 @@ def metric_reads(deployed: Deployed) -> Iterator[tuple[str, str]]:
         yield f"rollout gate {gate}", query
     for signal, query in {**DEMAND_QUERIES, "ttft_p95_s": LATENCY_QUERY}.items():
         yield f"lending controller {signal}", query
+    for figure, query in report_queries(step_s=300, window_s=7 * 86_400).items():
+        yield f"gpuctl report {figure}", query
 
 
 def _selectors(expr: str) -> Iterator[promql_parser.VectorSelector]:

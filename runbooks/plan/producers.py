@@ -41,6 +41,7 @@ LITELLM_METRICS = frozenset({
     "litellm_proxy_failed_requests_metric_total", "litellm_llm_api_failed_requests_metric_total",
     "litellm_deployment_success_responses_total", "litellm_deployment_failure_responses_total",
     "litellm_deployment_total_requests_total",
+    *(f"litellm_request_total_latency_metric{suffix}" for suffix in ("_bucket", "_sum", "_count")),
 })
 LITELLM_CALLBACK = "prometheus"
 LITELLM_CONFIG_KEY = "config.yaml"

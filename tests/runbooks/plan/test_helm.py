@@ -249,7 +249,8 @@ def drop_engine_scrape(deployed: Deployed) -> None:
     deployed.objects.remove(find(deployed, "ServiceMonitor", "engine-servicemonitor"))
 
 
-RAW_UTIL = "DCGM_FI_DEV_GPU_UTIL (read by rule gpu:dcgm_gpu_util:max, rule gpu_team:dcgm_owner:group)"
+RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule gpu:dcgm_gpu_util:max, "
+            "rule gpu_team:dcgm_owner:group)")
 
 
 @pytest.mark.parametrize(("mutate", "invariant", "violation"), [

@@ -1,0 +1,1 @@
+"""gpuctl report: the outcome measured on a real cluster, a window against a baseline (docs/report.md)."""

@@ -1,0 +1,229 @@
+"""`gpuctl report` end to end: the real Slurm accounting of the loopback cluster after a known job mix, and a real
+Prometheus holding known backfilled series; every figure is checked against what went in."""
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from runbooks.cli import app
+from runbooks.report.accounting import sacct_jobs
+from runbooks.report.measure import WEEK_S
+from runbooks.report.render import FIGURES as FIGURES_JSON
+from runbooks.report.render import PLOTS, SUMMARY
+from runbooks.report.window import Window
+from tests.builders import REPO
+from tests.harness.figures import FIGURES
+from tests.harness.slurm_cluster import Cluster, slurm_marks
+from tests.runbooks.report.world import A800, RTX4090, Gpus, Period, Traffic, start_prometheus
+
+pytestmark = slurm_marks()
+
+RUN_S = 2
+"""Each job sleeps this long."""
+PINNED = "gpu-a800-08"
+"""The node of the job still running at the window's end, and of the one waiting behind it."""
+SCHEDULING_S = 4.0
+"""Tolerance of a wait beyond the known time a job was held: sacct keeps whole seconds (Submit and Start each
+truncated, < 1 s apiece) and the controller starts a released job at its next scheduling pass (measured here:
+0 to 3 s after the release)."""
+RUN_TOLERANCE_S = 2.0
+"""Tolerance of a job's time on its GPUs beyond RUN_S: whole seconds again, plus launching the batch step and
+reaping it (measured here: 0-1 s)."""
+
+
+@dataclass
+class Submitted:
+    job_id: str
+    account: str
+    gpus: int
+    submitted: float
+    released: float | None = None
+
+    @property
+    def wait_s(self) -> float:
+        assert self.released is not None
+        return self.released - self.submitted
+
+
+def _submit(slurm: Cluster, account: str, gpus: int, *args: str, run_s: int = RUN_S) -> Submitted:
+    submitted = time.time()
+    job = slurm.sbatch("--hold", "-A", account, "--qos=train_normal", "-p", "a800-train", f"--gres=gpu:a800:{gpus}",
+                       *args, f"--wrap=sleep {run_s}")
+    return Submitted(job, account, gpus, submitted)
+
+
+def _release(slurm: Cluster, job: Submitted) -> None:
+    job.released = time.time()
+    slurm.run("scontrol", "release", job.job_id)
+
+
+def _run_mix(slurm: Cluster, mix: list[tuple[str, int, float]]) -> list[Submitted]:
+    """Submit every (account, GPUs, release after s) job held, release each at its time, wait until all ended."""
+    jobs = [(_submit(slurm, account, gpus), after) for account, gpus, after in mix]
+    began = time.time()
+    for job, after in sorted(jobs, key=lambda j: j[1]):
+        time.sleep(max(0.0, began + after - time.time()))
+        _release(slurm, job)
+    ids = ",".join(j.job_id for j, _ in jobs)
+    slurm.wait(f"jobs {ids} to end", lambda: not slurm.run("squeue", "--noheader", f"--jobs={ids}", "--format=%i",
+                                                           check=False).stdout.strip(), timeout_s=30)
+    return [j for j, _ in jobs]
+
+
+def _whole_second_after(t: float) -> datetime:
+    return datetime.fromtimestamp(math.floor(t) + 1, UTC)
+
+
+def _expected_percentile(jobs: list[Submitted], q: float) -> float:
+    # numpy's default interpolation is what the report states it uses; written here from the known waits.
+    return float(np.percentile([j.wait_s for j in jobs], q)) / 60 if jobs else math.nan
+
+
+def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Cluster, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf_dir / "slurm.conf"))
+    began = time.monotonic()
+    baseline_start = _whole_second_after(time.time())
+    time.sleep(max(0.0, baseline_start.timestamp() - time.time()))
+    # Baseline: speech waits 0 and 5 s, nlp-foundation 0 s.
+    before = _run_mix(slurm, [("speech", 1, 0), ("speech", 2, 5), ("nlp-foundation", 8, 0)])
+    window_start = _whole_second_after(time.time())
+    time.sleep(max(0.0, window_start.timestamp() - time.time()))
+    # Window: nlp-foundation's long job takes one node's 8 GPUs and still runs at the window's end, where its next
+    # job on that node still waits; speech waits 0, 5 and 10 s, nlp-foundation's 4-GPU job 1 s.
+    running = _submit(slurm, "nlp-foundation", 8, "-w", PINNED, run_s=120)
+    _release(slurm, running)
+    slurm.wait_state(running.job_id, "RUNNING")
+    after = _run_mix(slurm, [("speech", 1, 0), ("speech", 1, 5), ("speech", 1, 10), ("nlp-foundation", 4, 1)])
+    # Submitted last: a job pending for resources holds back lower-priority ones until the backfill pass.
+    waiting = _submit(slurm, "nlp-foundation", 8, "-w", PINNED)
+    _release(slurm, waiting)
+    assert slurm.job(waiting.job_id)["JobState"] == "PENDING"
+    # The controller sends a pending job's record to slurmdbd a moment later; the window closes once it is there.
+    slurm.wait(f"slurmdbd to record pending job {waiting.job_id}", lambda: bool(slurm.run(
+        "sacct", "--noheader", "--allocations", f"--jobs={waiting.job_id}", "--format=JobIDRaw").stdout.strip()),
+               timeout_s=15)
+    window_end = _whole_second_after(time.time())
+    time.sleep(max(0.0, window_end.timestamp() - time.time()))
+    slurm_s = time.monotonic() - began
+    baseline, window = Window(baseline_start, window_start), Window(window_start, window_end)
+
+    # Known history: the window runs busier GPUs, one host's exporter down half the time, a Running inference pod
+    # (a Pending one requests GPUs it does not hold), slower and more failing gateway traffic.
+    half = window.seconds // 2
+    periods = [
+        Period(baseline, (Gpus("gpu-a800-01", A800, 8, 50.0), Gpus("gpu-4090-01", RTX4090, 4, 20.0)),
+               (("speech", "infer-0", 2, "Running"), ("speech", "infer-1", 8, "Pending")),
+               Traffic(requests=100, server_errors=1, client_errors=3, latency_bucket="1.0")),
+        Period(window, (*(Gpus(f"gpu-a800-0{i}", A800, 8, 80.0) for i in range(1, 5)),
+                        Gpus("gpu-4090-01", RTX4090, 8, 60.0),
+                        Gpus("gpu-4090-02", RTX4090, 8, 100.0, present=lambda f: f < half / window.seconds)),
+               (("speech", "infer-0", 4, "Running"), ("speech", "infer-1", 8, "Pending")),
+               Traffic(requests=20, server_errors=1, client_errors=2, latency_bucket="1.5")),
+    ]
+    started = time.monotonic()
+    prometheus = start_prometheus(tmp_path / "prometheus", periods)
+    try:
+        prometheus_s = time.monotonic() - started
+        out = tmp_path / "report"
+        result = CliRunner().invoke(app, [
+            "report", "--project-dir", str(REPO), "--window", str(window), "--baseline", str(baseline),
+            "--out", str(out), "--prometheus-url", prometheus.url, "--resolution", "1s"])
+        assert result.exit_code == 0, result.output
+    finally:
+        prometheus.stop()
+    FIGURES.append(f"gpuctl report test world: Slurm job mix {slurm_s:.1f} s, Prometheus backfilled and ready "
+                   f"{prometheus_s:.1f} s, report {time.monotonic() - started - prometheus_s:.1f} s")
+
+    # What the report reads back from accounting is what was submitted.
+    jobs = {j.job_id: j for j in sacct_jobs(baseline.start, window.end)}
+    assert {j.job_id for j in [*before, *after, running, waiting]} <= set(jobs)
+    for job in [*before, *after, running]:
+        recorded = jobs[job.job_id]
+        assert recorded.start is not None
+        assert abs(recorded.start - recorded.submit - job.wait_s) <= SCHEDULING_S, (job, recorded)
+    assert jobs[running.job_id].end is None and jobs[waiting.job_id].start is None
+
+    def held_s(job: Submitted, period: Window) -> tuple[float, float]:
+        """The known seconds a job held its GPUs in the period, low and high."""
+        if job is running:
+            return (period.end.timestamp() - job.released - SCHEDULING_S,  # type: ignore[operator]
+                    period.end.timestamp() - job.released)  # type: ignore[operator]
+        return RUN_S - 1, RUN_S + RUN_TOLERANCE_S
+
+    def gpu_hours(mix: list[Submitted], period: Window) -> tuple[float, float]:
+        low, high = zip(*(held_s(j, period) for j in mix), strict=True)
+        return (sum(j.gpus * s for j, s in zip(mix, low, strict=True)) / 3600,
+                sum(j.gpus * s for j, s in zip(mix, high, strict=True)) / 3600)
+
+    report = json.loads((out / FIGURES_JSON).read_text())
+    assert (report["window"], report["baseline"], report["capacity_gpus"]) == (str(window), str(baseline), 128)
+    values = {key: (f["baseline"], f["window"]) for key, f in report["figures"].items()}
+
+    # Capacity-weighted utilization over the 128 GPUs; the doubled pod-labelled GPU counted once; the host whose
+    # exporter was down half the window counts as idle then. Exact but for float sums.
+    assert values["gpu_utilization_pct"] == pytest.approx(
+        ((8 * 50 + 4 * 20) / 128, (32 * 80 + 8 * 60 + 8 * 100 * half / window.seconds) / 128))
+    assert values["gpu_utilization_pct_slurm"] == pytest.approx((8 * 50 / 64, 32 * 80 / 64))
+    assert values["gpu_utilization_pct_kubernetes"] == pytest.approx(
+        (4 * 20 / 48, (8 * 60 + 8 * 100 * half / window.seconds) / 48))
+    assert values["gpu_utilization_pct_flex"] == (0.0, 0.0)
+
+    # Allocation: Slurm GPU-seconds within the run tolerance (the running job's clipped at the window's end), plus
+    # the Running pod's requests (never the Pending one's), exactly.
+    started_w = [*after, running]
+    for index, (mix, period) in enumerate(((before, baseline), (started_w, window))):
+        low, high = gpu_hours(mix, period)
+        assert low <= values["slurm_gpu_hours"][index] <= high, (period, values["slurm_gpu_hours"])
+    assert values["kubernetes_gpu_hours"] == pytest.approx((2 * baseline.seconds / 3600, 4 * window.seconds / 3600))
+    assert values["gpu_allocation_pct"] == pytest.approx(
+        tuple(100 * (slurm_h + k8s_h) / (128 * p.seconds / 3600) for slurm_h, k8s_h, p in
+              zip(values["slurm_gpu_hours"], values["kubernetes_gpu_hours"], (baseline, window), strict=True)))
+
+    # Queue wait from accounting, over all teams and per team, within the scheduling tolerance.
+    for q in (50, 95):
+        assert values[f"queue_wait_p{q}_min"] == pytest.approx(
+            (_expected_percentile(before, q), _expected_percentile(started_w, q)), abs=SCHEDULING_S / 60)
+    assert values["jobs_started"] == (3, 5)
+
+    # The gateway: the one latency bucket's interpolated p95, and server-side failures of the teams' requests only.
+    assert values["inference_latency_p95_s"] == pytest.approx((0.5 + 0.5 * 0.95, 1.0 + 0.5 * 0.95))
+    assert values["inference_error_pct"] == pytest.approx((1.0, 5.0))
+
+    # Per team: jobs, waits, still waiting, weekly jobs, GPU-hours and active users.
+    assert set(report["teams"]) == {"speech", "nlp-foundation"}
+    for team, figures in report["teams"].items():
+        mine = {"baseline": [j for j in before if j.account == team],
+                "window": [j for j in started_w if j.account == team]}
+        for name, period in (("baseline", baseline), ("window", window)):
+            got, jobs_in = figures[name], mine[name]
+            assert got["jobs"] == len(jobs_in)
+            for q in (50, 95):
+                assert got[f"p{q}_min"] == pytest.approx(_expected_percentile(jobs_in, q), abs=SCHEDULING_S / 60)
+            submitted = len(jobs_in) + (name == "window" and team == waiting.account)
+            assert got["weekly_jobs"] == pytest.approx(submitted * WEEK_S / period.seconds)
+            low, high = gpu_hours(jobs_in, period)
+            assert low <= got["gpu_hours"] <= high, (team, name, got)
+            assert got["still_waiting"] == (name == "window" and team == waiting.account)
+            assert got["active_users"] == 1
+
+    # The markdown shows the same figures.
+    summary = (out / SUMMARY).read_text()
+    assert (f"| GPU utilization (DCGM, capacity-weighted) [%] | {values['gpu_utilization_pct'][0]:.2f} | "
+            f"{values['gpu_utilization_pct'][1]:.2f} |") in summary
+    assert "| training jobs started | 3.00 | 5.00 | +67 % |" in summary
+
+    # The plots are PNGs matplotlib reads back, and the summary links each one.
+    for name in PLOTS:
+        image = matplotlib.image.imread(out / name)
+        assert image.shape[0] > 100 and image.shape[1] > 100, name
+        assert f"]({name})" in summary
+    assert "GPU utilization (DCGM, capacity-weighted)" in result.output
