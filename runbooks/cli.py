@@ -10,9 +10,11 @@ from runbooks.gateway.cli import app as gateway_app
 from runbooks.plan.cli import plan
 from runbooks.report.cli import report
 from runbooks.rollout.cli import app as rollout_app
+from runbooks.simulate.cli import simulate
 
 app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
 app.command()(plan)
+app.command()(simulate)
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(flex_app, name="flex")
 app.add_typer(gateway_app, name="gateway")

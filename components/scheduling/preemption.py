@@ -58,6 +58,13 @@ def team_qos(site: Site) -> list[str]:
     return [q.name for q in slurm_qos(site) if q.for_teams]
 
 
+def inference_preempts(site: Site) -> set[str]:
+    """The Slurm QoS an inference class of the table preempts: the only jobs a flex lend may requeue (gpuctl flex and
+    its controller lend; gpuctl simulate replays them)."""
+    inference = {c.name for c in site.scheduling.classes if c.workload == Workload.INFERENCE}
+    return {victim for qos in slurm_qos(site) if qos.name in inference for victim in qos.preempts}
+
+
 def priority_classes(site: Site) -> list[PriorityClass]:
     """The Kubernetes PriorityClasses, highest first. Only the lowest is the global default, so a pod that names
     no class is the first to go; every other class preempts the ones below it (see the module docstring)."""

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from components.scheduling.lending_decision import FlexNode, Job, Owner
-from components.scheduling.preemption import slurm_qos
-from components.spec.site import Pool, Site, Workload
+from components.scheduling.preemption import inference_preempts
+from components.spec.site import Pool, Site
 from components.spec.wellknown import FLEX_LENT_LABEL as LENT_LABEL
 
 LEND_REASON = "gpuctl flex: lent to kubernetes inference"
@@ -89,12 +89,6 @@ def elapsed_s(used: str) -> float:
 
 def flex_nodes(site: Site) -> list[str]:
     return [node.name for group in site.node_groups if group.pool == Pool.FLEX for node in group.nodes]
-
-
-def inference_preempts(site: Site) -> set[str]:
-    """The Slurm QoS an inference class of the table preempts: the only jobs lending may requeue."""
-    inference = {c.name for c in site.scheduling.classes if c.workload == Workload.INFERENCE}
-    return {victim for qos in slurm_qos(site) if qos.name in inference for victim in qos.preempts}
 
 
 def chosen(site: Site, nodes: Sequence[str]) -> list[str]:

@@ -1,0 +1,111 @@
+"""`gpuctl simulate`: replay a public workload trace on the stack's site under the static "before" policy and this
+stack's, and print the figures side by side with the difference (docs/simulate.md)."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from runbooks.console import err, out
+from runbooks.exit_codes import ExitCode
+from runbooks.options import StackOption, find_project_dir, site_or_exit
+from runbooks.simulate.compare import CHECKPOINT_MINUTES, Comparison, at_stage, compare
+from runbooks.simulate.engine import Policy
+from runbooks.simulate.plots import write_plots
+from runbooks.simulate.results import Figures, figures
+from runbooks.simulate.traces import Trace, TraceError
+from runbooks.simulate.workload import Mapping
+
+DEFAULTS = Mapping()
+TRACES = Path("..") / "shared" / "traces"
+"""Default trace folder, relative to the project directory (as the Makefile's chart mirror ../shared/charts)."""
+
+
+def simulate(
+    stack: StackOption = "prod",
+    trace: Annotated[Trace, typer.Option(help="Training workload: a folder of the trace directory.")] = DEFAULTS.trace,
+    traces: Annotated[Path | None, typer.Option(
+        help="Trace directory; default: ../shared/traces beside the project directory.")] = None,
+    days: Annotated[float, typer.Option(min=0.01, max=365, help="Days of the trace replayed.")] = DEFAULTS.days,
+    training_load: Annotated[float, typer.Option(
+        min=0.01, max=10, help="Training GPU-hours offered, as a share of the site's GPU-hours (jobs thinned or "
+                               "copied at random to reach it).")] = DEFAULTS.training_load,
+    short_job_hours: Annotated[float, typer.Option(
+        min=0, max=10_000, help="Jobs running at most this many hours go to Kubernetes, longer ones to Slurm.")
+    ] = DEFAULTS.short_job_hours,
+    inference_peak: Annotated[float, typer.Option(
+        min=0.01, max=100, help="Share of each model's replicas.max the request-rate series' peak asks for.")
+    ] = DEFAULTS.inference_peak,
+    team_map: Annotated[list[str] | None, typer.Option(
+        help="team=group (repeatable): the team takes that trace group's jobs (a Philly VC; openb for Alibaba). "
+             "Default: team i takes group i modulo the number of groups.")] = None,
+    stage: Annotated[str | None, typer.Option(help="Rollout stage whose teams submit; default: the last.")] = None,
+    checkpoint_minutes: Annotated[float, typer.Option(
+        min=0.1, max=10_000, help="Minutes of run time between a job's checkpoints: a preemption loses the work "
+                                  "since the last one.")] = CHECKPOINT_MINUTES,
+    seed: Annotated[int, typer.Option(help="Seed of the thinning and copying of trace jobs.")] = DEFAULTS.seed,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Write the PNG plots here.")] = None,
+    project_dir: Annotated[
+        Path | None, typer.Option(help="Directory holding Pulumi.yaml; default: found from the working directory.")
+    ] = None,
+) -> None:
+    """Replay a workload trace on the site: static slices against this stack, side by side."""
+    project = project_dir or find_project_dir(Path.cwd())
+    site = site_or_exit(project, stack)
+    try:
+        mapping = Mapping(trace, days, training_load, short_job_hours, inference_peak, _pairs(team_map or []), seed)
+        with err.status("simulating static and this stack"):
+            comparison = compare(at_stage(site, stage), traces or project / TRACES, mapping, checkpoint_minutes)
+    except (TraceError, ValueError) as error:
+        err.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
+        raise typer.Exit(ExitCode.INVALID) from None
+    results = {policy: figures(outcome) for policy, outcome in comparison.outcomes.items()}
+    out.print(_table(comparison, results, stack, mapping))
+    if out_dir is not None:
+        try:
+            written = write_plots(comparison.outcomes, out_dir)
+        except OSError as error:
+            err.print(f"[red]error:[/] cannot write the plots to {escape(str(out_dir))}: {escape(str(error))}")
+            raise typer.Exit(ExitCode.FAILED) from None
+        out.print("plots: " + ", ".join(escape(str(p)) for p in written))
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        team, sep, group = item.partition("=")
+        if not sep or not team or not group:
+            raise ValueError(f"--team-map: {item!r} is not team=group")
+        pairs[team] = group
+    return pairs
+
+
+def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, mapping: Mapping) -> Table:
+    static, ours = results[Policy.STATIC], results[Policy.STACK]
+    workload = comparison.workload
+    table = Table("figure", "static", "this stack", "difference",
+                  title=f"gpuctl simulate --stack {stack}: {mapping.trace}, {mapping.days:g} days, "
+                        f"{len(workload.jobs):,} training jobs (x{workload.scale:.2f} of the trace)")
+
+    def row(name: str, a: float, b: float, unit: str, digits: int = 1, points: bool = False) -> None:
+        # A difference of percentages is in points.
+        table.add_row(name, f"{a:.{digits}f}{unit}", f"{b:.{digits}f}{unit}",
+                      f"{b - a:+.{digits}f}{' pt' if points else unit}")
+
+    row("GPU utilization", static.utilization_pct, ours.utilization_pct, " %", points=True)
+    for pool in static.pool_utilization_pct:
+        row(f"  {pool} pool", static.pool_utilization_pct[pool], ours.pool_utilization_pct[pool], " %", points=True)
+    for team in sorted(static.waits, key=lambda t: t != "all"):
+        a, b = static.waits[team], ours.waits[team]
+        name = "all teams" if team == "all" else team
+        row(f"queue wait p50, {name}", a.p50_h, b.p50_h, " h")
+        row(f"queue wait p95, {name}", a.p95_h, b.p95_h, " h")
+    row("jobs never started", static.waits["all"].never_started, ours.waits["all"].never_started, "", 0)
+    row("jobs finished", static.jobs_done, ours.jobs_done, "", 0)
+    row("inference served in full (% of time)", static.inference_covered_pct, ours.inference_covered_pct, " %",
+        points=True)
+    row("GPU-hours lost to preemption", static.lost_gpu_h, ours.lost_gpu_h, "")
+    row("GPUs lent at peak", static.lent_peak_gpus, ours.lent_peak_gpus, "", 0)
+    return table

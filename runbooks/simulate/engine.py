@@ -1,0 +1,554 @@
+"""The discrete-event replay of a workload on a site under one policy, on SimPy: arrivals, runs, the inference demand
+steps and the lending controller's ticks are SimPy processes; a run preempted is a process interrupted.
+
+- Slurm: jobs in priority order (QoS, then the team's GPUs held over its fairshare, then arrival; static: each team's
+  own queue in arrival order), started wherever GPUs are free, with EASY backfill: the first job that does not fit
+  holds a reservation, and a later one starts only if it ends before it or leaves it its GPUs. The stack preempts by
+  QoS (`Preempt=` lists of the one table); static never does.
+- Kubernetes (Kueue): team jobs in priority order, each on the first of its team's flavors with room within its
+  limit (stack: the ClusterQueue quota, borrowing from the cohort; static: its fixed slice); the stack preempts
+  lower-priority work of the team itself or of teams over their guarantee.
+- Inference: replicas as demand asks, on the model's flavor and, in the stack, on flex nodes lent to it; the stack's
+  inference pods preempt what the inference class lists; static inference owns a fixed slice.
+- Lending (stack): every lending.interval_s, `decide` (components/scheduling/lending_decision.py, the live
+  controller's own function) gets the flex pool and the pending inference pods; a lend requeues what it may.
+- A preempted job loses the work since its last checkpoint (every checkpoint_s of run time) and queues again.
+"""
+
+import math
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import simpy
+
+from components.scheduling.lending_decision import Action, FlexNode, Job, Memory, Owner, Signals, State, decide
+from components.spec.lending import Lending
+from components.spec.site import Pool
+from runbooks.simulate.site_model import SiteModel, StaticSlices
+from runbooks.simulate.workload import InferenceDemand, Side, SimJob, Workload
+
+MAX_WAITING = 10_000.0
+"""Requests waiting per replica reported for a model with more load than replicas: the spec's bound on the lend
+threshold (components/spec/lending.py), so such a model is always a peak."""
+
+
+class Policy(StrEnum):
+    STATIC = "static"
+    STACK = "stack"
+
+
+@dataclass(eq=False)
+class Run:
+    job: SimJob
+    side: Side
+    gpus: int
+    """GPUs it runs on: its gang, or the most its team can ever hold there (then it runs longer, same GPU-hours)."""
+    work_s: float
+    """s of run time still to do."""
+    first_start: float | None = None
+    started: float | None = None
+    held: dict[str, int] = field(default_factory=dict)
+    """Slurm node or Kubernetes flavor -> GPUs, while it runs."""
+    done_gpu_s: float = 0.0
+    lost_gpu_s: float = 0.0
+    finished: float | None = None
+    process: Any = None
+
+    team: str = ""
+    qos: str = ""
+    """The Slurm QoS or the PriorityClass it runs under, by side."""
+
+    def __post_init__(self) -> None:
+        self.team = self.job.team
+        self.qos = self.job.slurm_qos if self.side == Side.SLURM else self.job.priority_class
+
+
+@dataclass
+class Node:
+    name: str
+    pool: Pool
+    gpu_model: str
+    gpus: int
+    free: int
+    owner: Owner = Owner.SLURM
+    runs: set[Run] = field(default_factory=set)
+
+
+@dataclass
+class Served:
+    demand: InferenceDemand
+    replicas: int = 0
+    """Replicas the autoscaler asks for now."""
+    load: float = 0.0
+    """Replicas' worth of requests now."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Flavor, or `flex` (lent nodes), -> GPUs it serves on."""
+
+    @property
+    def served_replicas(self) -> int:
+        return sum(self.held.values()) // self.demand.gpus_per_replica
+
+
+@dataclass
+class Outcome:
+    policy: Policy
+    window_s: float
+    capacity: dict[str, int]
+    """Pool -> GPUs."""
+    allocated_gpu_s: dict[str, float]
+    """Pool -> GPU-seconds allocated (training and inference) within the window."""
+    training_gpu_s: float
+    runs: list[Run]
+    covered_s: dict[str, float]
+    """Model -> s with as many replicas as demand asked; `all` when every model had them."""
+    lent_peak_gpus: int
+    timeline: list[tuple[float, int, int, int]]
+    """(s, GPUs allocated on slurm, flex and kubernetes pools) at every change."""
+    coverage_timeline: list[tuple[float, bool]]
+    unrunnable: int
+    """Jobs no GPU of their team could ever hold."""
+
+
+class Simulation:
+    def __init__(self, model: SiteModel, workload: Workload, policy: Policy, lending: Lending, checkpoint_s: float,
+                 slices: StaticSlices) -> None:
+        self.env = simpy.Environment()
+        self.model, self.workload, self.policy, self.lending = model, workload, policy, lending
+        self.checkpoint_s, self.slices = checkpoint_s, slices
+        self.stack = policy == Policy.STACK
+        self.nodes = [Node(n.name, n.pool, n.gpu_model, n.gpus, n.gpus) for n in model.nodes]
+        self.by_name = {n.name: n for n in self.nodes}
+        self.flavor_jobs = dict.fromkeys(model.flavors, 0)
+        self.slurm_used = dict.fromkeys(model.teams, 0)
+        self.kube_used = {(t, f): 0 for t in model.teams for f in model.flavors}
+        self.queue: list[Run] = []
+        self.running: set[Run] = set()
+        self.running_slurm: set[Run] = set()
+        self.runs: list[Run] = []
+        self.served = [Served(d) for d in workload.inference]
+        self.memory = Memory()
+        self.wake: simpy.Event | None = None
+        """Triggered when inference is placed afresh while the controller sleeps (see _controller)."""
+        self.pool_jobs = {Pool.SLURM: 0, Pool.FLEX: 0}
+        """GPUs training jobs hold on each Slurm pool."""
+        self.free_owned = sum(n.gpus for n in self.nodes)
+        """Free GPUs on nodes Slurm owns (not lent or being lent)."""
+        self.unrunnable = 0
+        self.last = 0.0
+        self.allocated = {"slurm": 0.0, "flex": 0.0, "kubernetes": 0.0}
+        self.training_gpu_s = 0.0
+        self.covered = {**{s.demand.model: 0.0 for s in self.served}, "all": 0.0}
+        self.lent_peak = 0
+        self.timeline: list[tuple[float, int, int, int]] = [(0.0, 0, 0, 0)]
+        self.coverage: list[tuple[float, bool]] = []
+
+    # --- accounting ---------------------------------------------------------------------------------------------
+
+    def _pools_now(self) -> tuple[int, int, int, int]:
+        """(GPUs allocated on slurm, flex and kubernetes pools, GPUs of training jobs)."""
+        slurm, flex_jobs = self.pool_jobs[Pool.SLURM], self.pool_jobs[Pool.FLEX]
+        flex_served = sum(s.held.get("flex", 0) for s in self.served)
+        jobs = sum(self.flavor_jobs.values())
+        served = sum(g for s in self.served for f, g in s.held.items() if f != "flex")
+        return slurm, flex_jobs + flex_served, jobs + served, slurm + flex_jobs + jobs
+
+    def _advance(self) -> None:
+        """Integrates the state since the last change up to now; call before every change."""
+        now = self.env.now
+        dt = now - self.last
+        if dt > 0:
+            slurm, flex, kube, training = self._pools_now()
+            self.allocated["slurm"] += slurm * dt
+            self.allocated["flex"] += flex * dt
+            self.allocated["kubernetes"] += kube * dt
+            self.training_gpu_s += training * dt
+            covered = [s.served_replicas >= s.replicas for s in self.served]
+            for s, ok in zip(self.served, covered, strict=True):
+                self.covered[s.demand.model] += dt * ok
+            self.covered["all"] += dt * all(covered)
+        self.last = now
+
+    def _record(self) -> None:
+        slurm, flex, kube, _ = self._pools_now()
+        if self.timeline[-1][1:] != (slurm, flex, kube):
+            self.timeline.append((self.env.now, slurm, flex, kube))
+        covered = all(s.served_replicas >= s.replicas for s in self.served)
+        if not self.coverage or self.coverage[-1][1] != covered:
+            self.coverage.append((self.env.now, covered))
+        lent = sum(n.gpus for n in self.nodes if n.owner == Owner.LENT)
+        self.lent_peak = max(self.lent_peak, lent)
+
+    # --- processes ----------------------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        self.env.process(self._arrivals())
+        if self.served:
+            self.env.process(self._inference())
+        if self.stack and self.served and any(n.pool == Pool.FLEX for n in self.nodes):
+            self.env.process(self._controller())
+        self.env.run(until=self.workload.window_s)
+        self._advance()
+        for run in self.running:
+            assert run.started is not None
+            run.done_gpu_s += (self.env.now - run.started) * run.gpus  # progress so far, not lost
+        capacity = {"slurm": sum(n.gpus for n in self.nodes if n.pool == Pool.SLURM),
+                    "flex": sum(n.gpus for n in self.nodes if n.pool == Pool.FLEX),
+                    "kubernetes": sum(g for _, g in self.model.flavors.values())}
+        return Outcome(self.policy, self.workload.window_s, capacity, self.allocated, self.training_gpu_s, self.runs,
+                       self.covered, self.lent_peak, self.timeline, self.coverage, self.unrunnable)
+
+    def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+        for job in self.workload.jobs:
+            if job.arrival_s > self.env.now:
+                yield self.env.timeout(job.arrival_s - self.env.now)
+            self._advance()
+            self._submit(job)
+            self._schedule()
+            self._record()
+
+    def _inference(self) -> Generator[simpy.Event, Any, None]:
+        step_s = self.served[0].demand.step_s
+        for step in range(math.ceil(self.workload.window_s / step_s)):
+            self._advance()
+            for s in self.served:
+                s.replicas, s.load = s.demand.asked(step), s.demand.load[step]
+            self._serve()
+            self._schedule()
+            self._record()
+            yield self.env.timeout(step_s)
+
+    def _running(self, run: Run) -> Generator[simpy.Event, Any, None]:
+        try:
+            yield self.env.timeout(run.work_s)
+        except simpy.Interrupt:
+            return  # preempted: _stop has already requeued it
+        self._advance()
+        run.done_gpu_s += run.work_s * run.gpus
+        run.work_s = 0.0
+        run.finished = self.env.now
+        self._release(run)
+        self._schedule()
+        self._record()
+
+    def _pending(self) -> int:
+        return sum(s.replicas - s.served_replicas for s in self.served if s.replicas > s.served_replicas)
+
+    def _waiting(self) -> float:
+        """Requests waiting at the model servers, summed: each served model's replicas as M/M/1 queues sharing its
+        load, L = rho / (1 - rho) per replica at utilization rho (so the spec's defaults, lend at 10 waiting per replica
+        and reclaim at 1, are 91 % and 50 % busy); a model with more load than replicas counts MAX_WAITING each."""
+        waiting = 0.0
+        for s in self.served:
+            replicas = s.served_replicas
+            rho = s.load / replicas if replicas else (math.inf if s.load > 0 else 0.0)
+            waiting += MAX_WAITING * max(replicas, 1) if rho >= 1 else replicas * rho / (1 - rho)
+        return waiting
+
+    def _controller(self) -> Generator[simpy.Event, Any, None]:
+        """Ticks every lending.interval_s from 0. Its inputs change only when inference is placed afresh (_serve): while
+        there is no peak and every flex node is Slurm's, the ticks until then would all hold with no effect on any
+        later decision, so they are skipped and the next one runs at its place on the grid."""
+        interval = self.lending.interval_s
+        while True:
+            yield self.env.timeout(0)  # after every demand step of this instant: the controller reads what it left
+            self._advance()
+            pending = self._pending()
+            # No latency in the model: with an objective set, no window is slow (NaN, as a window without a first
+            # token reads to decide()).
+            signals = Signals(self.env.now, self._waiting(), float(sum(s.served_replicas for s in self.served)),
+                              float(pending), math.nan if self.lending.ttft_objective_s is not None else None)
+            decision = decide(signals, State(self._flex_nodes(), self.memory), self.lending)
+            self.memory = decision.memory
+            if decision.action != Action.HOLD:
+                self._move(decision.action, decision.nodes)
+                self._serve()
+                self._schedule()
+                self._record()
+            if (decision.action == Action.HOLD and decision.memory.peak_since is None
+                    and all(n.owner == Owner.SLURM for n in self.nodes)):
+                self.wake = self.env.event()
+                yield self.wake
+                self.wake = None
+                yield self.env.timeout(math.ceil(self.env.now / interval) * interval - self.env.now)
+            else:
+                yield self.env.timeout(interval)
+
+    # --- jobs ---------------------------------------------------------------------------------------------------
+
+    def _most(self, team: str, side: Side) -> int:
+        """The most GPUs a team's job can ever hold on a side."""
+        if side == Side.SLURM:
+            return self.slices.slurm[team] if not self.stack else sum(n.gpus for n in self.nodes)
+        return max((self._kube_limit(team, f) if not self.stack else min(self._kube_limit(team, f), gpus)
+                    for f, (_, gpus) in self.model.flavors.items()), default=0)
+
+    def _submit(self, job: SimJob) -> None:
+        side = job.side
+        if self._most(job.team, side) == 0:
+            side = Side.SLURM if side == Side.KUBERNETES else Side.KUBERNETES  # the team has nothing on that side
+        most = self._most(job.team, side)
+        if most == 0:
+            self.unrunnable += 1
+            return
+        gpus = min(job.gpus, most)
+        run = Run(job, side, gpus, job.duration_s * job.gpus / gpus)
+        self.runs.append(run)
+        self.queue.append(run)
+
+    def _start(self, run: Run, held: dict[str, int]) -> None:
+        run.held, run.started = held, self.env.now
+        if run.first_start is None:
+            run.first_start = self.env.now
+        for place, gpus in held.items():
+            if run.side == Side.SLURM:
+                node = self.by_name[place]
+                node.free -= gpus
+                node.runs.add(run)
+                self.pool_jobs[node.pool] += gpus
+                self.free_owned -= gpus if node.owner == Owner.SLURM else 0
+            else:
+                self.flavor_jobs[place] += gpus
+                self.kube_used[run.team, place] += gpus
+        if run.side == Side.SLURM:
+            self.slurm_used[run.team] += run.gpus
+        self.queue.remove(run)
+        self.running.add(run)
+        if run.side == Side.SLURM:
+            self.running_slurm.add(run)
+        run.process = self.env.process(self._running(run))
+
+    def _release(self, run: Run) -> None:
+        for place, gpus in run.held.items():
+            if run.side == Side.SLURM:
+                node = self.by_name[place]
+                node.free += gpus
+                node.runs.discard(run)
+                self.pool_jobs[node.pool] -= gpus
+                self.free_owned += gpus if node.owner == Owner.SLURM else 0
+            else:
+                self.flavor_jobs[place] -= gpus
+                self.kube_used[run.team, place] -= gpus
+        if run.side == Side.SLURM:
+            self.slurm_used[run.team] -= run.gpus
+        run.held = {}
+        self.running.discard(run)
+        self.running_slurm.discard(run)
+
+    def _preempt(self, run: Run) -> None:
+        """Requeue a running job: it keeps the work up to its last checkpoint and loses the rest."""
+        assert run.started is not None
+        ran = self.env.now - run.started
+        lost = ran % self.checkpoint_s
+        run.done_gpu_s += (ran - lost) * run.gpus
+        run.lost_gpu_s += lost * run.gpus
+        run.work_s -= ran - lost
+        run.started = None
+        self._release(run)
+        run.process.interrupt()
+        self.queue.append(run)
+
+    def _schedule(self) -> None:
+        self._slurm_pass()
+        self._kube_pass()
+
+    # --- Slurm --------------------------------------------------------------------------------------------------
+
+    def _slurm_free(self, team: str | None) -> int:
+        free = self.free_owned
+        return free if team is None else min(free, self.slices.slurm[team] - self.slurm_used[team])
+
+    def _slurm_pass(self) -> None:
+        waiting = [r for r in self.queue if r.side == Side.SLURM]
+        if not waiting:
+            return
+        if self.stack:
+            # Multifactor: QoS first (its weight is the larger), then fairshare: the team's GPUs held over its shares.
+            waiting.sort(key=lambda r: (-self.model.qos_priority[r.qos],
+                                        self.slurm_used[r.team] / self.model.fairshare[r.team], r.job.arrival_s,
+                                        r.job.id))
+            groups: dict[str | None, list[Run]] = {None: waiting}
+        else:
+            groups = {}
+            for r in sorted(waiting, key=lambda r: (r.job.arrival_s, r.job.id)):
+                groups.setdefault(r.team, []).append(r)
+        for team, runs in groups.items():
+            self._easy(team, runs)
+
+    def _easy(self, team: str | None, runs: list[Run]) -> None:
+        now, free = self.env.now, self._slurm_free(team)
+        shadow: float | None = None
+        extra = 0
+        for run in runs:
+            if shadow is None:
+                if run.gpus <= free or (self.stack and self._slurm_preempt_for(run, free)):
+                    self._start(run, self._place(run.gpus))
+                    free = self._slurm_free(team)
+                    continue
+                shadow, extra = self._shadow(team, run.gpus, free)
+            elif run.gpus <= free:
+                ends_before = now + run.work_s <= shadow
+                if ends_before or run.gpus <= extra:
+                    self._start(run, self._place(run.gpus))
+                    free -= run.gpus
+                    extra -= 0 if ends_before else run.gpus
+
+    def _shadow(self, team: str | None, need: int, free: int) -> tuple[float, int]:
+        """When the first blocked job can start as running jobs end (their remaining run time is known here; Slurm
+        reads time limits), and the GPUs left over then."""
+        ends = sorted((r.started + r.work_s, r.gpus) for r in self.running_slurm  # type: ignore[operator]
+                      if team is None or r.team == team)
+        available = free
+        for end, gpus in ends:
+            available += gpus
+            if available >= need:
+                return end, available - need
+        return math.inf, 0
+
+    def _place(self, gpus: int) -> dict[str, int]:
+        held: dict[str, int] = {}
+        for node in self.nodes:
+            if node.owner == Owner.SLURM and node.free > 0 and gpus > 0:
+                take = min(node.free, gpus)
+                held[node.name], gpus = take, gpus - take
+        assert gpus == 0, "placed more GPUs than were free"
+        return held
+
+    def _slurm_preempt_for(self, run: Run, free: int) -> bool:
+        preempts = self.model.qos_preempts.get(run.qos, set())
+        if not preempts:
+            return False
+        victims = sorted((r for r in self.running_slurm if r.qos in preempts),
+                         key=lambda r: (self.model.qos_priority[r.qos], -(r.started or 0.0)))
+        chosen, freed = [], free
+        for victim in victims:
+            if freed >= run.gpus:
+                break
+            chosen.append(victim)
+            freed += sum(g for n, g in victim.held.items() if self.by_name[n].owner == Owner.SLURM)
+        if freed < run.gpus:
+            return False
+        for victim in chosen:
+            self._preempt(victim)
+        return True
+
+    # --- Kubernetes ---------------------------------------------------------------------------------------------
+
+    def _kube_limit(self, team: str, flavor: str) -> int:
+        return self.model.quota[team, flavor] if self.stack else self.slices.kubernetes[team, flavor]
+
+    def _flavor_free(self, flavor: str) -> int:
+        gpus = self.model.flavors[flavor][1]
+        serving = sum(s.held.get(flavor, 0) for s in self.served)
+        reserved = serving if self.stack else self.slices.inference[flavor]
+        return gpus - reserved - self.flavor_jobs[flavor]
+
+    def _kube_pass(self) -> None:
+        waiting = [r for r in self.queue if r.side == Side.KUBERNETES]
+        waiting.sort(key=lambda r: (-self.model.class_priority[r.qos], r.job.arrival_s, r.job.id))
+        for run in waiting:
+            for flavor in self.model.flavors:
+                if (self.kube_used[run.team, flavor] + run.gpus <= self._kube_limit(run.team, flavor)
+                        and self._flavor_free(flavor) >= run.gpus):
+                    self._start(run, {flavor: run.gpus})
+                    break
+            else:
+                if self.stack:
+                    self._kueue_preempt_for(run)
+
+    def _kueue_preempt_for(self, run: Run) -> None:
+        """Kueue's withinClusterQueue (the team's own lower-priority work) and reclaimWithinCohort/borrowWithinCohort
+        (other teams' lower-priority work while they hold more than their guarantee)."""
+        preempts = self.model.class_preempts.get(run.qos, set())
+        for flavor in self.model.flavors:
+            limit = self._kube_limit(run.team, flavor)
+            if run.gpus > limit:
+                continue
+            victims = sorted((r for r in self.running if r.side == Side.KUBERNETES and flavor in r.held
+                              and r.qos in preempts and (r.team == run.team or self.kube_used[r.team, flavor]
+                                                         > self.model.guaranteed[r.team, flavor])),
+                             key=lambda r: (self.model.class_priority[r.qos], -(r.started or 0.0)))
+            free, used, chosen = self._flavor_free(flavor), self.kube_used[run.team, flavor], []
+            for victim in victims:
+                if free >= run.gpus and used + run.gpus <= limit:
+                    break
+                chosen.append(victim)
+                free += victim.gpus
+                used -= victim.gpus if victim.team == run.team else 0
+            if free >= run.gpus and used + run.gpus <= limit:
+                for victim in chosen:
+                    self._preempt(victim)
+                self._start(run, {flavor: run.gpus})
+                return
+
+    # --- inference and lending ----------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        """Every model's replicas placed afresh: free flavor GPUs, then lent flex GPUs, then (stack) GPUs of work the
+        inference class preempts; static inference stays within its slice."""
+        for s in self.served:
+            s.held = {}
+        for s in self.served:
+            flavor = self.model.flavor_of(s.demand.gpu_model)
+            want = s.replicas * s.demand.gpus_per_replica
+            if flavor is not None:
+                room = (self.model.flavors[flavor][1] - self.flavor_jobs[flavor] if self.stack
+                        else self.slices.inference[flavor])
+                room -= sum(o.held.get(flavor, 0) for o in self.served)
+                s.held[flavor] = min(want, room)
+            if self.stack:
+                lent = sum(n.gpus for n in self.nodes if n.owner == Owner.LENT and n.gpu_model == s.demand.gpu_model)
+                lent -= sum(o.held.get("flex", 0) for o in self.served)
+                s.held["flex"] = min(want - sum(s.held.values()), lent)
+                if flavor is not None and sum(s.held.values()) < want:
+                    s.held[flavor] += self._evict_for_inference(flavor, want - sum(s.held.values()))
+            # Whole replicas only: a replica needs all its GPUs.
+            spare = sum(s.held.values()) % s.demand.gpus_per_replica
+            for place in list(s.held)[::-1]:
+                take = min(spare, s.held[place])
+                s.held[place] -= take
+                spare -= take
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    def _evict_for_inference(self, flavor: str, need: int) -> int:
+        preempts = self.model.class_preempts.get(self.model.inference_class or "", set())
+        victims = sorted((r for r in self.running if r.side == Side.KUBERNETES and flavor in r.held
+                          and r.qos in preempts),
+                         key=lambda r: (self.model.class_priority[r.qos], -(r.started or 0.0)))
+        freed = 0
+        for victim in victims:
+            if freed >= need:
+                break
+            freed += victim.gpus
+            self._preempt(victim)
+        return min(freed, need)
+
+    def _flex_nodes(self) -> tuple[FlexNode, ...]:
+        now = self.env.now
+        return tuple(FlexNode(n.name, n.owner, True, tuple(
+            Job(str(r.job.id), r.qos, r.qos in self.model.lending_preempts, now - (r.started or now))
+            for r in sorted(n.runs, key=lambda r: r.job.id)))
+            for n in self.nodes if n.pool == Pool.FLEX)
+
+    def _move(self, action: Action, names: Iterable[str]) -> None:
+        for name in names:
+            node = self.by_name[name]
+            if action == Action.RECLAIM:
+                if node.owner != Owner.SLURM:
+                    node.owner = Owner.SLURM
+                    self.free_owned += node.free
+                continue
+            if node.owner == Owner.SLURM:
+                node.owner = Owner.LENDING  # drained: no new job starts on it
+                self.free_owned -= node.free
+            for run in [r for r in node.runs if r.qos in self.model.lending_preempts]:
+                self._preempt(run)
+            if not node.runs:
+                node.owner = Owner.LENT
+
+
+def simulate(model: SiteModel, workload: Workload, policy: Policy, lending: Lending, checkpoint_s: float,
+             slices: StaticSlices) -> Outcome:
+    return Simulation(model, workload, policy, lending, checkpoint_s, slices).run()

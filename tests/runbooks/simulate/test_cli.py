@@ -1,0 +1,46 @@
+"""`gpuctl simulate` end to end on a short slice of a real trace: the table, the plots, and bad input refused."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from runbooks.cli import app
+from runbooks.exit_codes import ExitCode
+from runbooks.simulate.plots import FILES
+
+REPO = Path(__file__).resolve().parents[3]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def gpuctl(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["simulate", "--project-dir", str(REPO), *args])
+    return result.exit_code, result.output
+
+
+def test_prints_both_policies_and_writes_real_pngs(tmp_path: Path) -> None:
+    code, output = gpuctl("--stack", "prod", "--trace", "alibaba-gpu-2023", "--days", "2", "--out", str(tmp_path))
+    assert code == ExitCode.DONE, output
+    assert "static" in output and "this stack" in output and "difference" in output
+    for figure in ("GPU utilization", "slurm pool", "flex pool", "kubernetes pool", "queue wait p50, all teams",
+                   "queue wait p95, speech", "inference served in full", "GPU-hours lost to preemption",
+                   "GPUs lent at peak"):
+        assert figure in output
+    for name in FILES:
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 10_000, name  # a drawn figure, not an empty canvas
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--days", "0"], "--days"),
+    (["--trace", "philly"], "--trace"),
+    (["--team-map", "speech"], "--team-map: 'speech' is not team=group"),
+    (["--team-map", "nobody=2869ce"], "names no team of the site"),
+    (["--stage", "beta"], "--stage: no stage named 'beta'"),
+    (["--traces", "/nonexistent"], "unreadable"),
+], ids=["rejects a window of no days", "rejects an unknown trace", "rejects a team map without =",
+        "rejects a team map naming no team", "rejects an unknown stage", "rejects a missing trace folder"])
+def test_rejects_bad_input_naming_the_option(args: list[str], message: str) -> None:
+    code, output = gpuctl("--days", "1", *args)
+    assert code == ExitCode.INVALID
+    assert message in " ".join(output.split()), output

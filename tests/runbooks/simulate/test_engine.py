@@ -1,0 +1,141 @@
+"""The simulator against cases worked out by hand, and against itself."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from components.spec.lending import Lending
+from components.spec.site import Pool, Site
+from runbooks.simulate.compare import at_stage
+from runbooks.simulate.engine import Outcome, Policy, simulate
+from runbooks.simulate.results import figures
+from runbooks.simulate.site_model import SiteModel, SlurmNode, StaticSlices, site_model, static_slices
+from runbooks.simulate.traces import Trace
+from runbooks.simulate.workload import InferenceDemand, Mapping, Side, SimJob, Workload, build
+from tests.builders import parse, prod_values
+
+TRACES = Path(__file__).resolve().parents[4] / "shared" / "traces"
+FLAVOR = "a800-kubernetes"
+HOUR = 3600.0
+
+
+def small_site(nodes: list[SlurmNode], flavor_gpus: int = 0) -> SiteModel:
+    """Two teams, a and b, with equal fairshare; the default table's QoS and classes, cut to what the cases use."""
+    return SiteModel(
+        nodes=nodes, flavors={FLAVOR: ("A800", flavor_gpus)} if flavor_gpus else {}, teams=["a", "b"],
+        fairshare={"a": 1, "b": 1}, quota={("a", FLAVOR): 8, ("b", FLAVOR): 8},
+        guaranteed={("a", FLAVOR): 0, ("b", FLAVOR): 0},
+        qos_priority={"train_normal": 1000, "train_preemptible": 100},
+        qos_preempts={"train_normal": {"train_preemptible"}, "train_preemptible": set()},
+        class_priority={"inference": 10_000_000, "dev": 1000}, class_preempts={"inference": {"dev"}, "dev": set()},
+        inference_class="inference", lending_preempts={"train_preemptible"})
+
+
+def job(id: int, team: str, at_h: float, gpus: int, hours: float, qos: str = "train_normal") -> SimJob:
+    return SimJob(id, team, at_h * HOUR, gpus, hours * HOUR, Side.SLURM, qos, "dev")
+
+
+def waits_h(outcome: Outcome) -> dict[int, float]:
+    return {r.job.id: (r.first_start - r.job.arrival_s) / HOUR for r in outcome.runs if r.first_start is not None}
+
+
+def conserved(outcome: Outcome) -> None:
+    """Every GPU-second allocated to training is either kept as progress or lost to a preemption."""
+    assert outcome.training_gpu_s == pytest.approx(sum(r.done_gpu_s + r.lost_gpu_s for r in outcome.runs))
+
+
+# Team a holds 4 of 8 GPUs for 2 h; team b's 8-GPU gang arrives at 0.5 h, its 4-GPU 3-h job at 1 h.
+GANG = Workload([job(0, "a", 0, 4, 2), job(1, "b", 0.5, 8, 1), job(2, "b", 1, 4, 3)], [], 48 * HOUR, 1.0)
+ONE_NODE = [SlurmNode("s1", Pool.SLURM, "A800", 8)]
+
+
+def test_gang_waits_for_the_gpus_and_backfill_keeps_its_reservation() -> None:
+    """This stack: the gang waits until a's job ends at 2 h (1.5 h); b's 4-GPU job would fit at 1 h, but ends after
+    the gang's reservation, so EASY backfill holds it until the gang ends at 3 h (2 h)."""
+    outcome = simulate(small_site(ONE_NODE), GANG, Policy.STACK, Lending(), 1800, StaticSlices({}, {}, {}))
+    assert waits_h(outcome) == {0: 0.0, 1: 1.5, 2: 2.0}
+    conserved(outcome)
+
+
+def test_static_slice_runs_the_gang_narrower_for_longer() -> None:
+    """Static, 4 GPUs each: b's gang runs at once on its 4 GPUs for 2 h (same GPU-hours), b's next job waits until it
+    ends at 2.5 h (1.5 h)."""
+    outcome = simulate(small_site(ONE_NODE), GANG, Policy.STATIC, Lending(), 1800,
+                       StaticSlices({"a": 4, "b": 4}, {}, {}))
+    assert waits_h(outcome) == {0: 0.0, 1: 0.0, 2: 1.5}
+    gang = next(r for r in outcome.runs if r.job.id == 1)
+    assert (gang.gpus, gang.finished) == (4, 2.5 * HOUR)
+    conserved(outcome)
+
+
+# Two 8-GPU preemptible jobs fill the Slurm node and the flex node; inference (4 GPUs a replica, 8 GPUs of flavor)
+# needs 2.5 replicas' worth from 1200 s to 3000 s, 0.4 otherwise.
+LENDING = Lending(peak_s=60, trough_s=600, cooldown_s=0, interval_s=30, max_step_nodes=1, training_floor_nodes=0)
+MODEL = InferenceDemand("m", "A800", 4, 1, 4, 600, [0.4, 0.4, 2.5, 2.5, 2.5, 0.4, 0.4])
+LEND_WORKLOAD = Workload([job(0, "a", 0, 8, 10, "train_preemptible"), job(1, "a", 0, 8, 10, "train_preemptible")],
+                         [MODEL], 4200, 1.0)
+FLEX_SITE = [SlurmNode("s1", Pool.SLURM, "A800", 8), SlurmNode("f1", Pool.FLEX, "A800", 8)]
+
+
+def test_lending_serves_the_peak_with_the_flex_node_and_gives_it_back() -> None:
+    """At 1200 s the model asks 3 replicas and gets 2 (a pod pending); the peak has lasted peak_s at 1260 s, decide()
+    lends f1, requeueing its preemptible job (1260 s run, last checkpoint at 1200 s: 60 s x 8 GPUs lost), and the
+    third replica runs there. The trough starts at 3000 s (0.4 of 1 replica: 0.67 waiting each) and has lasted
+    trough_s at 3600 s: f1 goes back and the requeued job starts again on it."""
+    outcome = simulate(small_site(FLEX_SITE, 8), LEND_WORKLOAD, Policy.STACK, LENDING, 600, StaticSlices({}, {}, {}))
+    result = figures(outcome)
+    assert outcome.covered_s == {"m": 4140, "all": 4140}  # uncovered 1200-1260 s
+    assert result.lent_peak_gpus == 8
+    assert result.lost_gpu_h == pytest.approx(480 / HOUR)
+    requeued = next(r for r in outcome.runs if r.job.id == 1)
+    assert requeued.started == 3600 and requeued.lost_gpu_s == 480
+    assert outcome.allocated_gpu_s == {"slurm": 8 * 4200,
+                                       "flex": 8 * 1260 + 4 * (3000 - 1260) + 8 * (4200 - 3600),
+                                       "kubernetes": 4 * 1200 + 8 * 1800 + 4 * 1200}
+    conserved(outcome)
+
+
+def test_static_inference_is_held_to_its_slice() -> None:
+    """Static: 8 GPUs serve 2 of the 3 replicas asked from 1200 s to 3000 s; nothing is lent or lost."""
+    outcome = simulate(small_site(FLEX_SITE, 8), LEND_WORKLOAD, Policy.STATIC, LENDING, 600,
+                       StaticSlices({"a": 16, "b": 0}, {("a", FLAVOR): 0, ("b", FLAVOR): 0}, {FLAVOR: 8}))
+    result = figures(outcome)
+    assert outcome.covered_s["all"] == 4200 - 1800
+    assert (result.lent_peak_gpus, result.lost_gpu_h) == (0, 0)
+    conserved(outcome)
+
+
+@pytest.fixture(scope="module")
+def prod_site() -> Site:
+    """Prod with every team onboarded, as gpuctl simulate replays it by default."""
+    return at_stage(parse(prod_values()), None)
+
+
+def test_static_with_room_for_everything_never_queues(prod_site: Site) -> None:
+    """Static slices as large as any demand: every job of three days of the Gavel trace starts as it arrives."""
+    model = site_model(prod_site)
+    workload = build(prod_site, model.teams, TRACES, Mapping(Trace.GAVEL, days=3))
+    huge = 10_000
+    big = replace(model, nodes=[SlurmNode(f"n{i}", Pool.SLURM, "A800", 8) for i in range(huge)],
+                  flavors={f: (m, huge) for f, (m, _) in model.flavors.items()})
+    slices = StaticSlices(dict.fromkeys(model.teams, huge), {(t, f): huge for t in model.teams for f in model.flavors},
+                          dict.fromkeys(model.flavors, huge))
+    outcome = simulate(big, workload, Policy.STATIC, prod_site.lending, 1800, slices)
+    assert len(outcome.runs) == len(workload.jobs) > 20
+    assert all(r.first_start == r.job.arrival_s and r.gpus == r.job.gpus for r in outcome.runs)
+    assert figures(outcome).inference_covered_pct == 100
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_gpu_hours_are_conserved_on_prod(prod_site: Site, policy: Policy) -> None:
+    """Alibaba's pods for two days on prod: training GPU-hours are progress or preemption losses, and what the pools
+    allocated is training plus the GPUs inference held."""
+    model = site_model(prod_site)
+    workload = build(prod_site, model.teams, TRACES, Mapping(Trace.ALIBABA, days=2))
+    outcome = simulate(model, workload, policy, prod_site.lending, 1800, static_slices(model, prod_site))
+    conserved(outcome)
+    inference = sum(outcome.allocated_gpu_s.values()) - outcome.training_gpu_s
+    assert 0 < inference <= 40 * outcome.window_s  # prod's models ask at most 4 x 4 A800s and 24 RTX 4090s
+    if policy == Policy.STACK:
+        assert figures(outcome).lost_gpu_h > 0  # inference evicted Kubernetes jobs at its peaks
