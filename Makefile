@@ -73,6 +73,7 @@ test: $(VENV)/.installed-test .apt-test-packages $(BIN)/helm $(VENV)/litellm/bin
 bench: $(VENV)/.installed-base
 	$(BIN)/python benchmarks/plan_bench.py
 	$(BIN)/python benchmarks/checkpoint_bench.py --scale 0.25
+	$(BIN)/python benchmarks/simulate_bench.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .apt-test-packages

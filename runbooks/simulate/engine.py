@@ -123,7 +123,9 @@ class Simulation:
         self.flavor_jobs = dict.fromkeys(model.flavors, 0)
         self.slurm_used = dict.fromkeys(model.teams, 0)
         self.kube_used = {(t, f): 0 for t in model.teams for f in model.flavors}
-        self.queue: list[Run] = []
+        self.queue: dict[Side, list[Run]] = {side: [] for side in Side}
+        self.changed: set[Side] = set()
+        """Sides whose queue or room changed since their last pass; a pass over an unchanged side starts nothing."""
         self.running: set[Run] = set()
         self.running_slurm: set[Run] = set()
         self.runs: list[Run] = []
@@ -295,7 +297,8 @@ class Simulation:
         gpus = min(job.gpus, most)
         run = Run(job, side, gpus, job.duration_s * job.gpus / gpus)
         self.runs.append(run)
-        self.queue.append(run)
+        self.queue[side].append(run)
+        self.changed.add(side)
 
     def _start(self, run: Run, held: dict[str, int]) -> None:
         run.held, run.started = held, self.env.now
@@ -313,7 +316,7 @@ class Simulation:
                 self.kube_used[run.team, place] += gpus
         if run.side == Side.SLURM:
             self.slurm_used[run.team] += run.gpus
-        self.queue.remove(run)
+        self.queue[run.side].remove(run)
         self.running.add(run)
         if run.side == Side.SLURM:
             self.running_slurm.add(run)
@@ -333,6 +336,7 @@ class Simulation:
         if run.side == Side.SLURM:
             self.slurm_used[run.team] -= run.gpus
         run.held = {}
+        self.changed.add(run.side)
         self.running.discard(run)
         self.running_slurm.discard(run)
 
@@ -347,11 +351,15 @@ class Simulation:
         run.started = None
         self._release(run)
         run.process.interrupt()
-        self.queue.append(run)
+        self.queue[run.side].append(run)
 
     def _schedule(self) -> None:
-        self._slurm_pass()
-        self._kube_pass()
+        if Side.SLURM in self.changed:
+            self.changed.discard(Side.SLURM)
+            self._slurm_pass()
+        if Side.KUBERNETES in self.changed:
+            self.changed.discard(Side.KUBERNETES)
+            self._kube_pass()
 
     # --- Slurm --------------------------------------------------------------------------------------------------
 
@@ -360,7 +368,7 @@ class Simulation:
         return free if team is None else min(free, self.slices.slurm[team] - self.slurm_used[team])
 
     def _slurm_pass(self) -> None:
-        waiting = [r for r in self.queue if r.side == Side.SLURM]
+        waiting = list(self.queue[Side.SLURM])
         if not waiting:
             return
         if self.stack:
@@ -445,8 +453,8 @@ class Simulation:
         return gpus - reserved - self.flavor_jobs[flavor]
 
     def _kube_pass(self) -> None:
-        waiting = [r for r in self.queue if r.side == Side.KUBERNETES]
-        waiting.sort(key=lambda r: (-self.model.class_priority[r.qos], r.job.arrival_s, r.job.id))
+        waiting = sorted(self.queue[Side.KUBERNETES],
+                         key=lambda r: (-self.model.class_priority[r.qos], r.job.arrival_s, r.job.id))
         for run in waiting:
             for flavor in self.model.flavors:
                 if (self.kube_used[run.team, flavor] + run.gpus <= self._kube_limit(run.team, flavor)
@@ -499,8 +507,8 @@ class Simulation:
                 s.held[flavor] = min(want, room)
             if self.stack:
                 lent = sum(n.gpus for n in self.nodes if n.owner == Owner.LENT and n.gpu_model == s.demand.gpu_model)
-                lent -= sum(o.held.get("flex", 0) for o in self.served)
-                s.held["flex"] = min(want - sum(s.held.values()), lent)
+                lent -= sum(o.held.get("flex", 0) for o in self.served if o.demand.gpu_model == s.demand.gpu_model)
+                s.held["flex"] = max(0, min(want - sum(s.held.values()), lent))
                 if flavor is not None and sum(s.held.values()) < want:
                     s.held[flavor] += self._evict_for_inference(flavor, want - sum(s.held.values()))
             # Whole replicas only: a replica needs all its GPUs.
@@ -509,6 +517,7 @@ class Simulation:
                 take = min(spare, s.held[place])
                 s.held[place] -= take
                 spare -= take
+        self.changed.add(Side.KUBERNETES)
         if self.wake is not None and not self.wake.triggered:
             self.wake.succeed()
 
@@ -533,6 +542,7 @@ class Simulation:
             for n in self.nodes if n.pool == Pool.FLEX)
 
     def _move(self, action: Action, names: Iterable[str]) -> None:
+        self.changed.add(Side.SLURM)
         for name in names:
             node = self.by_name[name]
             if action == Action.RECLAIM:

@@ -139,3 +139,16 @@ def test_gpu_hours_are_conserved_on_prod(prod_site: Site, policy: Policy) -> Non
     assert 0 < inference <= 40 * outcome.window_s  # prod's models ask at most 4 x 4 A800s and 24 RTX 4090s
     if policy == Policy.STACK:
         assert figures(outcome).lost_gpu_h > 0  # inference evicted Kubernetes jobs at its peaks
+
+
+def test_lent_gpus_serve_only_models_of_their_gpu() -> None:
+    """A second model on another GPU, served from its own flavor, keeps every replica while the A800 model uses the
+    lent A800 node: lent GPUs are counted per GPU model."""
+    site = small_site(FLEX_SITE, 8)
+    site = replace(site, flavors={**site.flavors, "rtx4090-kubernetes": ("RTX-4090", 4)},
+                   quota={**site.quota, ("a", "rtx4090-kubernetes"): 0, ("b", "rtx4090-kubernetes"): 0})
+    small = InferenceDemand("small", "RTX-4090", 1, 1, 4, 600, [1.5] * 7)
+    workload = replace(LEND_WORKLOAD, inference=[MODEL, small])
+    outcome = simulate(site, workload, Policy.STACK, LENDING, 600, StaticSlices({}, {}, {}))
+    assert outcome.covered_s == {"m": 4140, "small": 4200, "all": 4140}
+    assert figures(outcome).lent_peak_gpus == 8
