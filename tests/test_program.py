@@ -43,8 +43,9 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         "pulumi:pulumi:Stack": 1, "pulumi:providers:kubernetes": 1,
         CLUSTER_TYPE: 1, FACILITY_TYPE: 1, RACK_TYPE: 4, GPU_NODE_TYPE: 16,
         COPY_TYPE: 16, PATCH_TYPE: 16,
-        # 16 node checks; Slurm: controller config, accounting, and config + admission for each of 10 nodes
-        CHECK_TYPE: 16 + 2 + 2 * 10,
+        # 16 node checks; Slurm: controller config, accounting, the lending controller's release, and config +
+        # admission for each of 10 nodes
+        CHECK_TYPE: 16 + 3 + 2 * 10,
         GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1, STORAGE_TYPE: 1, SLURM_TYPE: 1, SCHEDULING_TYPE: 1,
         INFERENCE_TYPE: 1,
         TEAM_TYPE: 2,  # the 2 canary teams

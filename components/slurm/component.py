@@ -33,6 +33,7 @@ from components.slurm.install import (
     node_files,
     slurm_facts,
 )
+from components.slurm.release import release, release_command
 from components.spec.site import Site
 from components.spec.wellknown import SLURM_TYPE
 
@@ -42,7 +43,7 @@ class Slurm(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions) -> None:
         facts = slurm_facts(site)
         super().__init__(SLURM_TYPE, name, facts, opts)
-        on_controller, on_nodes = controller_files(site, pulumi.get_stack()), node_files(site)
+        on_controller, on_nodes = controller_files(site), node_files(site)
 
         def connection(host: str) -> command.remote.ConnectionArgs:
             return command.remote.ConnectionArgs(host=host, user=site.ssh_user, private_key=ssh_private_key)
@@ -56,6 +57,12 @@ class Slurm(pulumi.ComponentResource):
         command.remote.Command(
             f"{name}-accounting", connection=controller, create=accounting_script(site),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[configured]),
+        )
+        shipped = release(pulumi.get_stack())
+        command.remote.Command(
+            f"{name}-lending-controller", connection=controller,
+            create=release_command(site, pulumi.get_stack(), shipped.digest), stdin=shipped.archive,
+            triggers=[shipped.digest], opts=pulumi.ResourceOptions(parent=self, depends_on=[configured]),
         )
         by_name = {node.node_name: node for node in nodes}
         for node in slurm_nodes(site):

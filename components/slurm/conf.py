@@ -413,18 +413,19 @@ def render_tier_mounts(site: Site, nfs_options: list[str], cold_filesystem: str)
 
 
 def render_lending_unit(site: Site, stack: str) -> str:
-    """systemd.service(5) unit running the lending controller on the Slurm controller: gpuctl from the project's
-    checkout at lending.project_dir, reading the stack's spec there. It runs as root, as `scontrol update` and
-    `scontrol requeue` need SlurmUser or root; kubectl authenticates with lending.kubeconfig."""
+    """systemd.service(5) unit running the lending controller on the Slurm controller: gpuctl from the release the
+    stack installed (components.slurm.release), reading the stack's spec there. It runs as root, as `scontrol update`
+    and `scontrol requeue` need SlurmUser or root; kubectl authenticates with lending.kubeconfig."""
     lending = site.lending
-    gpuctl = f"{lending.project_dir}/.venv/bin/gpuctl"
+    current = f"{lending.project_dir}/current"
+    gpuctl = f"{current}/.venv/bin/gpuctl"
     return "\n".join([
         "# Generated from the site spec by gpu-cluster: edit Pulumi.<stack>.yaml.",
         "[Unit]", "Description=Lends flex nodes to Kubernetes inference at a peak and takes them back (gpu-cluster)",
         "Wants=network-online.target", "After=network-online.target slurmctld.service", "",
         "[Service]",
         f"Environment=KUBECONFIG={lending.kubeconfig}",
-        f"ExecStart={gpuctl} flex --project-dir {lending.project_dir} --stack {stack} control "
+        f"ExecStart={gpuctl} flex --project-dir {current} --stack {stack} control "
         f"--port {lending.metrics_port}",
         # A crash mid-move is finished by the next start: lend and reclaim read the live state first.
         "Restart=always", "RestartSec=10", "",

@@ -13,7 +13,6 @@ from components.slurm.conf import (
     EPILOG,
     EXPORTER,
     EXPORTER_UNIT,
-    LENDING_UNIT,
     MOVER,
     PROLOG,
     partitions,
@@ -21,7 +20,6 @@ from components.slurm.conf import (
     render_epilog,
     render_exporter_unit,
     render_gres_conf,
-    render_lending_unit,
     render_prolog,
     render_slurm_conf,
     render_slurmdbd_conf,
@@ -42,9 +40,8 @@ SLURMD_DEFAULTS = "/etc/default/slurmd"
 SYSTEMD_UNIT_DIR = "/etc/systemd/system"
 
 
-CONTROLLER_RESTART = (f"systemctl daemon-reload && systemctl enable {EXPORTER_UNIT} {LENDING_UNIT} "
-                      f"&& systemctl restart slurmdbd slurmctld {EXPORTER_UNIT} {LENDING_UNIT} "
-                      "&& scontrol reconfigure")
+CONTROLLER_RESTART = (f"systemctl daemon-reload && systemctl enable {EXPORTER_UNIT} "
+                      f"&& systemctl restart slurmdbd slurmctld {EXPORTER_UNIT} && scontrol reconfigure")
 
 
 def install_script(files: dict[str, tuple[str, int]], then: str) -> str:
@@ -73,16 +70,15 @@ def installed_files(script: str) -> tuple[dict[str, str], str]:
     return files, script[steps[-1].end():].removeprefix(" && ") if steps else script
 
 
-def controller_files(site: Site, stack: str) -> dict[str, tuple[str, int]]:
-    """The daemons' configuration, the Slurm exporter with its service unit, and the lending controller's unit (it
-    runs gpuctl from the project's checkout on the controller, lending.project_dir, for the stack)."""
+def controller_files(site: Site) -> dict[str, tuple[str, int]]:
+    """The daemons' configuration and the Slurm exporter with its service unit. The lending controller comes with its
+    code, in a release of its own (components.slurm.release)."""
     files = {"slurm.conf": (render_slurm_conf(site), 0o644), "gres.conf": (render_gres_conf(site), 0o644),
              "cgroup.conf": (render_cgroup_conf(), 0o644), "slurmdbd.conf": (render_slurmdbd_conf(site), 0o600)}
     return {**{f"{CONFIG_DIR}/{name}": content for name, content in files.items()},
             **submit_files(),
             EXPORTER: (SLURM_EXPORTER.read_text(), 0o644),
-            f"{SYSTEMD_UNIT_DIR}/{EXPORTER_UNIT}": (render_exporter_unit(site), 0o644),
-            f"{SYSTEMD_UNIT_DIR}/{LENDING_UNIT}": (render_lending_unit(site, stack), 0o644)}
+            f"{SYSTEMD_UNIT_DIR}/{EXPORTER_UNIT}": (render_exporter_unit(site), 0o644)}
 
 
 def node_files(site: Site) -> dict[str, tuple[str, int]]:

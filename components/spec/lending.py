@@ -62,8 +62,11 @@ class Lending(Spec):
         "http://prometheus-operated.monitoring.svc:9090")
     """Prometheus the controller reads demand from, as the Slurm controller reaches it (example host: set it)."""
     project_dir: AbsolutePath = "/opt/gpu-cluster"
-    """This project's checkout on the Slurm controller, with gpuctl in its .venv: the controller reuses gpuctl
-    flex's lend and reclaim and reads the site from the stack file there."""
+    """Where the stack installs this project's code and the stack file on the Slurm controller (releases/<digest>,
+    `current` the one running): the controller runs gpuctl flex's lend and reclaim and reads the site from there."""
+    package_index: Annotated[str, Field(pattern=r"^(https?|file)://\S+$")] = "https://pypi.org/simple"
+    """The package index (PEP 503) the Slurm controller installs the project's pinned dependencies from: PyPI, or the
+    site's mirror of it where the controller has no internet."""
     kubeconfig: AbsolutePath = "/etc/gpucluster/flex-controller.kubeconfig"
     """kubectl's credentials on the Slurm controller: an identity that may label, cordon, drain and uncordon the flex
     nodes (the platform team provides it; never in the stack file)."""

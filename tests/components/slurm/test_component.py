@@ -93,11 +93,11 @@ def test_should_keep_a_nodes_command_the_same_however_many_nodes(prod: dict[str,
     assert node_files(site) == node_files(fewer) and node_command(site) == node_command(fewer)
     server = f"{site.slurm.controller_host}:{site.slurm.slurmctld_port}"
     assert node_files(site)["/etc/default/slurmd"] == (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644)
-    assert "SlurmctldParameters=enable_configless" in controller_files(site, "prod")["/etc/slurm/slurm.conf"][0]
+    assert "SlurmctldParameters=enable_configless" in controller_files(site)["/etc/slurm/slurm.conf"][0]
 
 
 def test_should_install_and_start_the_exporter_on_the_controller(tmp_path: Path, prod: dict[str, Any]) -> None:
-    files = controller_files(parse(prod), "prod")
+    files = controller_files(parse(prod))
     assert files["/usr/local/lib/gpucluster/slurm_exporter.py"] == (SLURM_EXPORTER.read_text(), 0o644)
     unit = files["/etc/systemd/system/gpucluster-slurm-exporter.service"][0]
     assert "--port 9341" in unit
@@ -105,11 +105,8 @@ def test_should_install_and_start_the_exporter_on_the_controller(tmp_path: Path,
     fake(tmp_path, "scontrol", "exit 0")
     assert run(tmp_path, CONTROLLER_RESTART).returncode == 0
     assert (tmp_path / "systemctl").read_text().splitlines() == [
-        "daemon-reload", "enable gpucluster-slurm-exporter.service gpucluster-flex-controller.service",
-        "restart slurmdbd slurmctld gpucluster-slurm-exporter.service gpucluster-flex-controller.service"]
-    lending = files["/etc/systemd/system/gpucluster-flex-controller.service"][0]
-    assert ("ExecStart=/opt/gpu-cluster/.venv/bin/gpuctl flex --project-dir /opt/gpu-cluster --stack prod control "
-            "--port 9342") in lending.splitlines()
+        "daemon-reload", "enable gpucluster-slurm-exporter.service",
+        "restart slurmdbd slurmctld gpucluster-slurm-exporter.service"]
 
 
 def test_should_install_the_job_scripts_and_the_mover_on_every_node(prod: dict[str, Any]) -> None:

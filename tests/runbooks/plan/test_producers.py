@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from components.monitoring.lending_metrics import METRICS as LENDING_METRICS
-from components.slurm.install import CONTROLLER_RESTART, controller_files, install_script, installed_files
+from components.slurm.conf import LENDING_UNIT, render_lending_unit
+from components.slurm.install import SYSTEMD_UNIT_DIR, controller_files, install_script, installed_files
+from components.slurm.release import release_command
 from hosts import CHECKPOINT_MOVER
 from hosts.checkpoint_mover import METRIC_PREFIX, METRICS
 from runbooks.plan.producers import Deployed, Producer, producers, selects
@@ -103,8 +105,13 @@ def _controller_deployed(then: str, targets: list[str]) -> Deployed:
     secret = {"kind": "Secret", "metadata": {"name": "extra", "namespace": "monitoring"},
               "stringData": {"scrape.yaml": yaml.safe_dump([{"job_name": "x", "static_configs": [
                   {"targets": targets}]}])}}
-    files, _ = installed_files(install_script(controller_files(site, "prod"), then))
+    unit = {f"{SYSTEMD_UNIT_DIR}/{LENDING_UNIT}": (render_lending_unit(site, "prod"), 0o644)}
+    files, _ = installed_files(install_script(controller_files(site) | unit, then))
     return Deployed([prometheus, secret], [], {"controller": (files, then)})
+
+
+# What the stack's command for the lending controller runs once it has written the unit.
+RELEASE_THEN = installed_files(release_command(parse(prod_values()), "prod", "0123456789abcdef"))[1]
 
 
 def _lending(deployed: Deployed) -> Producer:
@@ -112,7 +119,7 @@ def _lending(deployed: Deployed) -> Producer:
 
 
 def test_should_count_the_lending_controller_as_a_producer_when_started_and_scraped() -> None:
-    lending = _lending(_controller_deployed(CONTROLLER_RESTART, ["slurm-controller:9341", "slurm-controller:9342"]))
+    lending = _lending(_controller_deployed(RELEASE_THEN, ["slurm-controller:9341", "slurm-controller:9342"]))
     assert (lending.absent, lending.metrics) == ("", frozenset(LENDING_METRICS))
 
 
@@ -121,7 +128,7 @@ def test_should_count_the_lending_controller_as_a_producer_when_started_and_scra
                  "gpucluster-slurm-exporter.service", ["slurm-controller:9342"],
                  "no remote command installs, enables and starts gpucluster-flex-controller.service",
                  id="should not count a controller the stack never starts"),
-    pytest.param(CONTROLLER_RESTART, ["slurm-controller:9341"],
+    pytest.param(RELEASE_THEN, ["slurm-controller:9341"],
                  "it listens on port 9342; Prometheus scrapes no static target on that port (slurm-controller:9341)",
                  id="should not count a controller no prometheus scrapes"),
 ])
