@@ -6,8 +6,8 @@ producer the stack deploys). Pure. Where their series come from:
   GPU changes tenant its old and new pod-labelled series overlap), averaged over each step, summed per host. The
   report divides by the site's GPU capacity, so a GPU with no series counts as idle, not as absent.
 - Kubernetes allocation: kube-state-metrics' kube_pod_container_resource_requests for the GPU resource (the device
-  plugin's `nvidia.com/gpu`, which kube-state-metrics sanitizes to `nvidia_com_gpu`) of pods whose
-  kube_pod_status_phase is Running: a Pending pod requests a GPU it does not hold.
+  plugin's `nvidia.com/gpu`, which kube-state-metrics sanitizes to `nvidia_com_gpu`), per node (its `node` label), of
+  pods whose kube_pod_status_phase is Running: a Pending pod requests a GPU it does not hold.
 - inference latency: LiteLLM's litellm_request_total_latency_metric histogram (seconds from the request's arrival
   at the gateway to its answer; litellm/integrations/prometheus.py, 1.80.5), of the requests a team's key
   authenticated, as the rollout gate counts them.
@@ -28,9 +28,9 @@ def gpu_util_by_host(step_s: int) -> str:
             f"(avg_over_time(DCGM_FI_DEV_GPU_UTIL[{window(step_s / 60)}])))")
 
 
-def pod_gpu_requests_by_namespace() -> str:
-    """Per namespace, the GPUs that Running pods request now."""
-    return (f'sum by (namespace) (kube_pod_container_resource_requests{{resource="{GPU_RESOURCE}"}}\n'
+def pod_gpu_requests_by_node() -> str:
+    """Per node, the GPUs that Running pods on it request now."""
+    return (f'sum by (node) (kube_pod_container_resource_requests{{resource="{GPU_RESOURCE}"}}\n'
             f"  * on (namespace, pod) group_left ()\n"
             f'  max by (namespace, pod) (kube_pod_status_phase{{phase="Running"}} == 1))')
 
@@ -50,7 +50,7 @@ def report_queries(step_s: int, window_s: int) -> dict[str, str]:
     """Every query the report runs, by the figure it makes."""
     return {
         "gpu_utilization": gpu_util_by_host(step_s),
-        "kubernetes_gpu_requests": pod_gpu_requests_by_namespace(),
+        "kubernetes_gpu_requests": pod_gpu_requests_by_node(),
         "inference_latency_p95": inference_latency_p95(window_s),
         "inference_error_rate": inference_error_pct(window_s),
     }

@@ -14,7 +14,7 @@ from runbooks.report.window import Window
 
 SACCT_TIMEOUT_S = 120.0
 """seconds sacct may take: a month of a busy cluster's allocations is a few hundred thousand rows from slurmdbd."""
-FIELDS = ("JobIDRaw", "Account", "User", "Submit", "Start", "End", "AllocTRES")
+FIELDS = ("JobIDRaw", "Account", "User", "Partition", "Submit", "Start", "End", "AllocTRES")
 GPU_TRES = "gres/gpu"
 """The GPU TRES the stack's slurm.conf accounts (AccountingStorageTRES=gres/gpu, components/slurm/conf.py)."""
 NOT_YET = {"Unknown", "None", ""}
@@ -30,6 +30,7 @@ class Job:
     job_id: str
     account: str
     user: str
+    partition: str
     submit: float
     """epoch seconds, as are start and end."""
     start: float | None
@@ -43,8 +44,13 @@ class Job:
             return 0.0
         return window.overlap_s(self.start, now if self.end is None else self.end)
 
-    def wait_s(self) -> float | None:
-        return None if self.start is None else self.start - self.submit
+    def wait_s(self, window: Window) -> float:
+        """From submission to start, or to the window's end for a job not started by then (a lower bound)."""
+        end = window.end.timestamp()
+        return (end if self.start is None or self.start > end else self.start) - self.submit
+
+    def started_by(self, window: Window) -> bool:
+        return self.start is not None and self.start <= window.end.timestamp()
 
 
 def _time(text: str, field: str, line: str) -> float | None:
@@ -76,8 +82,8 @@ def parse_sacct(text: str) -> list[Job]:
         submit = _time(row["Submit"], "Submit", line)
         if submit is None:
             raise AccountingError(f"sacct printed no Submit time in {line!r}")
-        jobs.append(Job(row["JobIDRaw"], row["Account"], row["User"], submit, _time(row["Start"], "Start", line),
-                        _time(row["End"], "End", line), _gpus(row["AllocTRES"])))
+        jobs.append(Job(row["JobIDRaw"], row["Account"], row["User"], row["Partition"], submit,
+                        _time(row["Start"], "Start", line), _time(row["End"], "End", line), _gpus(row["AllocTRES"])))
     return jobs
 
 
@@ -98,16 +104,6 @@ def sacct_jobs(since: datetime, until: datetime) -> list[Job]:
     if done.returncode != 0:
         raise AccountingError(f"sacct exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
     return parse_sacct(done.stdout)
-
-
-def started_in(jobs: Iterable[Job], window: Window) -> list[Job]:
-    return [j for j in jobs if j.start is not None and window.holds(j.start)]
-
-
-def waiting_at_end(jobs: Iterable[Job], window: Window) -> list[Job]:
-    """Jobs submitted before the window ended that had not started by then: their wait is not over."""
-    end = window.end.timestamp()
-    return [j for j in jobs if j.submit < end and (j.start is None or j.start >= end)]
 
 
 def submitted_in(jobs: Iterable[Job], window: Window) -> list[Job]:

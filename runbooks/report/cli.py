@@ -62,11 +62,11 @@ def report(
     table = Table("figure", "baseline", "window", "change", title=f"Stack {stack}: window {measured} against "
                                                                    f"baseline {before}")
     for row in figure_rows(*periods):
-        table.add_row(*row)
+        table.add_row(*map(escape, row))  # "[%]" is a unit, not rich markup
     out.print(table)
     teams = Table(*TEAM_COLUMNS, title="Training by team (Slurm accounting), baseline -> window")
     for team_row in team_rows(*periods):
-        teams.add_row(*team_row)
+        teams.add_row(*map(escape, team_row))
     out.print(teams)
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,10 @@
 """The report's figures for one period, from Prometheus (DCGM, kube-state-metrics, the gateway) and Slurm accounting.
 
-Names follow `gpuctl simulate`'s results where they measure the same thing, so a prediction and a measurement sit
-side by side: GPU utilization, training queue wait p50/p95 per team, inference latency and errors.
+Names and definitions follow `gpuctl simulate`'s results (runbooks/simulate/results.py) where they measure the same
+thing, so a prediction and a measurement sit side by side: `utilization_pct` and `pool_utilization_pct` are allocated
+GPU-hours over capacity; `waits` are per team and `all`, over the jobs submitted in the period, nearest-rank p50/p95
+in hours, a job not started by the period's end counting its wait up to the end (a lower bound) and as never started.
+The DCGM figures say how busy the allocated GPUs were.
 """
 
 import math
@@ -9,34 +12,34 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import numpy as np
-
 from components.monitoring.report_queries import (
     gpu_util_by_host,
     inference_error_pct,
     inference_latency_p95,
-    pod_gpu_requests_by_namespace,
+    pod_gpu_requests_by_node,
 )
+from components.slurm.conf import partitions
 from components.spec.site import Site
-from runbooks.report.accounting import Job, started_in, submitted_in, waiting_at_end
+from runbooks.report.accounting import Job, submitted_in
 from runbooks.report.prometheus import Prometheus
 from runbooks.report.window import Window, steps
 
 WEEK_S = 7 * 86_400
-ALL_TEAMS = "all teams"
-UNKNOWN_HOSTS = "other hosts"
-"""The pool of DCGM series whose Hostname is no node of the site (counted in the total, never dropped)."""
+ALL = "all"
+"""The key of every team together, as in gpuctl simulate's results."""
+OTHER = "other"
+"""The pool of hosts and partitions that are no node or partition of the site: counted in the total, never dropped."""
 
 
 @dataclass(frozen=True)
-class QueueWait:
+class Waits:
+    p50_h: float
+    p95_h: float
+    """NaN when no job was submitted."""
     jobs: int
-    """Jobs that started in the period."""
-    p50_min: float
-    p95_min: float
-    """NaN when no job started."""
-    still_waiting: int
-    """Jobs submitted before the period ended and not started by its end."""
+    """Jobs submitted in the period."""
+    never_started: int
+    """Of those, the ones not started by the period's end."""
 
 
 @dataclass(frozen=True)
@@ -52,73 +55,122 @@ class Adoption:
 @dataclass
 class Period:
     window: Window
-    capacity_gpus: int
-    gpu_utilization_pct: float
-    """Capacity-weighted: the sum over every GPU of its mean DCGM utilization, over the site's GPU count."""
+    capacity: dict[str, int]
+    """GPUs per pool."""
+    utilization_pct: float
+    """Allocated GPU-hours (Slurm allocations and Running pods' GPU requests) over capacity."""
     pool_utilization_pct: dict[str, float]
+    dcgm_utilization_pct: float
+    """Capacity-weighted: the sum over every GPU of its mean DCGM utilization, over the GPUs of the site."""
+    dcgm_pool_utilization_pct: dict[str, float]
     slurm_gpu_hours: float
     kubernetes_gpu_hours: float
     inference_latency_p95_s: float
     inference_error_pct: float
-    queue_wait: dict[str, QueueWait]
-    """Per team (Slurm account), and ALL_TEAMS."""
+    waits: dict[str, Waits]
+    """Per team (Slurm account) and ALL."""
     adoption: dict[str, Adoption]
-    utilization_series: list[tuple[float, float]] = field(default_factory=list)
-    """(seconds since the period's start, capacity-weighted utilization %) per step, for the plot."""
-    waits_min: dict[str, list[float]] = field(default_factory=dict)
-    """Each started job's wait, per team and ALL_TEAMS, for the CDF."""
+    dcgm_series: list[tuple[float, float]] = field(default_factory=list)
+    """(seconds since the period's start, capacity-weighted DCGM utilization %) per step, for the plot."""
+    waits_h: dict[str, list[float]] = field(default_factory=dict)
+    """Each submitted job's wait, per team and ALL, for the CDF."""
 
     @property
-    def allocated_gpu_hours(self) -> float:
-        return self.slurm_gpu_hours + self.kubernetes_gpu_hours
-
-    @property
-    def gpu_allocation_pct(self) -> float:
-        """Allocated GPU-hours (Slurm allocations plus Running pods' GPU requests) over capacity."""
-        return 100 * self.allocated_gpu_hours / (self.capacity_gpus * self.window.seconds / 3600)
+    def capacity_gpus(self) -> int:
+        return sum(self.capacity.values())
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default, Hyndman and Fan type 7); NaN for no values."""
-    return float(np.percentile(values, q)) if values else math.nan
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest rank, as gpuctl simulate computes it: the smallest value with at least pct % of the values at or below
+    it; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
-def _pools(site: Site) -> tuple[dict[str, str], dict[str, int]]:
-    host_pool = {n.name: str(g.pool) for g in site.node_groups for n in g.nodes}
+def host_pools(site: Site) -> dict[str, str]:
+    return {n.name: str(g.pool) for g in site.node_groups for n in g.nodes}
+
+
+def pool_capacity(site: Site) -> dict[str, int]:
     capacity: dict[str, int] = defaultdict(int)
     for g in site.node_groups:
         capacity[str(g.pool)] += g.gpus_per_node * len(g.nodes)
-    return host_pool, dict(capacity)
+    return dict(capacity)
 
 
-def _utilization(prometheus: Prometheus, site: Site, window: Window, step_s: int
-                 ) -> tuple[float, dict[str, float], list[tuple[float, float]]]:
-    host_pool, pool_capacity = _pools(site)
-    capacity = sum(pool_capacity.values())
+def _shares(gpu_s: dict[str, float], capacity: dict[str, int], window_s: float) -> tuple[float, dict[str, float]]:
+    """% of capacity in all and per pool; a pool outside the site has no capacity to divide by (NaN)."""
+    pools = {pool: 100 * gpu_s.get(pool, 0.0) / (gpus * window_s) for pool, gpus in sorted(capacity.items())}
+    if OTHER in gpu_s:
+        pools[OTHER] = math.nan
+    return 100 * sum(gpu_s.values()) / (sum(capacity.values()) * window_s), pools
+
+
+def _dcgm(prometheus: Prometheus, site: Site, window: Window, step_s: int
+          ) -> tuple[float, dict[str, float], list[tuple[float, float]]]:
+    hosts, capacity = host_pools(site), pool_capacity(site)
     first, last = steps(window, step_s)
     points = window.seconds // step_s
-    by_pool: dict[str, float] = defaultdict(float)
+    busy_s: dict[str, float] = defaultdict(float)
     at_step: dict[float, float] = defaultdict(float)
     for series in prometheus.range(gpu_util_by_host(step_s), first, last, step_s):
-        pool = host_pool.get(series["metric"].get("Hostname", ""), UNKNOWN_HOSTS)
+        pool = hosts.get(series["metric"].get("Hostname", ""), OTHER)
         for t, value in series["values"]:
-            by_pool[pool] += float(value)
+            # A GPU busy u % for one step is u/100 of a GPU for step_s seconds.
+            busy_s[pool] += float(value) / 100 * step_s
             at_step[round(float(t), 3)] += float(value)
     # A step with no series at all is a step of idle (or unmonitored) GPUs: divide by every step, not those seen.
-    pools = {pool: by_pool[pool] / (points * gpus) for pool, gpus in sorted(pool_capacity.items())}
-    if UNKNOWN_HOSTS in by_pool:
-        pools[UNKNOWN_HOSTS] = math.nan
-    start = window.start.timestamp()
-    series_pct = [(t - start, at_step.get(round(t, 3), 0.0) / capacity)
+    total, pools = _shares(busy_s, capacity, points * step_s)
+    start, gpus = window.start.timestamp(), sum(capacity.values())
+    series_pct = [(t - start, at_step.get(round(t, 3), 0.0) / gpus)
                   for t in (first.timestamp() + k * step_s for k in range(points))]
-    return sum(by_pool.values()) / (points * capacity), pools, series_pct
+    return total, pools, series_pct
 
 
-def _kubernetes_gpu_hours(prometheus: Prometheus, window: Window, step_s: int) -> float:
-    # Each point samples the Running pods' requests at its time and stands for the step before it.
+def _kubernetes_gpu_s(prometheus: Prometheus, site: Site, window: Window, step_s: int) -> dict[str, float]:
+    """GPU-seconds of Running pods' requests per pool. Each point samples the requests at its time and stands for the
+    step before it."""
+    hosts = host_pools(site)
     first, last = steps(window, step_s)
-    series = prometheus.range(pod_gpu_requests_by_namespace(), first, last, step_s)
-    return sum(float(v) for s in series for _, v in s["values"]) * step_s / 3600
+    gpu_s: dict[str, float] = defaultdict(float)
+    for series in prometheus.range(pod_gpu_requests_by_node(), first, last, step_s):
+        gpu_s[hosts.get(series["metric"].get("node", ""), OTHER)] += sum(float(v) for _, v in series["values"]) * step_s
+    return dict(gpu_s)
+
+
+def _slurm_gpu_s(site: Site, jobs: list[Job], window: Window, now: float) -> dict[str, float]:
+    """GPU-seconds of Slurm allocations per pool, by the partition each job ran in (one pool per partition)."""
+    pool_of = {name: str(groups[0].pool) for name, groups in partitions(site).items()}
+    gpu_s: dict[str, float] = defaultdict(float)
+    for job in jobs:
+        held = job.held_s(window, now)
+        if held:
+            gpu_s[pool_of.get(job.partition, OTHER)] += job.gpus * held
+    return dict(gpu_s)
+
+
+def _waits(jobs: list[Job], window: Window, teams: list[str]) -> tuple[dict[str, Waits], dict[str, list[float]]]:
+    submitted = submitted_in(jobs, window)
+    waits: dict[str, list[float]] = {}
+    result = {}
+    for team in [*teams, ALL]:
+        mine = [j for j in submitted if team in (j.account, ALL)]
+        waits[team] = sorted(j.wait_s(window) / 3600 for j in mine)
+        result[team] = Waits(percentile(waits[team], 50), percentile(waits[team], 95), len(mine),
+                             sum(1 for j in mine if not j.started_by(window)))
+    return result, waits
+
+
+def _adoption(jobs: list[Job], window: Window, teams: list[str], now: float) -> dict[str, Adoption]:
+    result = {}
+    for team in teams:
+        mine = [j for j in jobs if j.account == team]
+        active = {j.user for j in mine if window.holds(j.submit) or j.held_s(window, now) > 0}
+        result[team] = Adoption(sum(1 for j in mine if window.holds(j.submit)) * WEEK_S / window.seconds,
+                                sum(j.gpus * j.held_s(window, now) for j in mine) / 3600, len(active))
+    return result
 
 
 def _scalar(prometheus: Prometheus, query: str, at: datetime) -> float:
@@ -127,48 +179,30 @@ def _scalar(prometheus: Prometheus, query: str, at: datetime) -> float:
     return float(result[0]["value"][1]) if result else math.nan
 
 
-def _queue_waits(jobs: list[Job], window: Window, teams: list[str]) -> tuple[dict[str, QueueWait],
-                                                                             dict[str, list[float]]]:
-    started = started_in(jobs, window)
-    waiting = waiting_at_end(jobs, window)
-    waits: dict[str, list[float]] = {}
-    result = {}
-    for team in [*teams, ALL_TEAMS]:
-        mine = [j for j in started if team in (j.account, ALL_TEAMS)]
-        waits[team] = sorted((j.wait_s() or 0.0) / 60 for j in mine)
-        result[team] = QueueWait(len(mine), percentile(waits[team], 50), percentile(waits[team], 95),
-                                 sum(1 for j in waiting if team in (j.account, ALL_TEAMS)))
-    return result, waits
-
-
-def _adoption(jobs: list[Job], window: Window, teams: list[str], now: float) -> dict[str, Adoption]:
-    submitted = submitted_in(jobs, window)
-    result = {}
-    for team in teams:
-        mine = [j for j in jobs if j.account == team]
-        active = {j.user for j in mine if window.holds(j.submit) or j.held_s(window, now) > 0}
-        result[team] = Adoption(sum(1 for j in submitted if j.account == team) * WEEK_S / window.seconds,
-                                sum(j.gpus * j.held_s(window, now) for j in mine) / 3600, len(active))
-    return result
-
-
 def measure(prometheus: Prometheus, site: Site, jobs: list[Job], window: Window, step_s: int, now: float) -> Period:
     """Every figure of one period. Teams are the site's, plus any Slurm account with jobs in the period."""
-    utilization, pools, series = _utilization(prometheus, site, window, step_s)
+    capacity = pool_capacity(site)
+    dcgm, dcgm_pools, series = _dcgm(prometheus, site, window, step_s)
+    slurm_s = _slurm_gpu_s(site, jobs, window, now)
+    kubernetes_s = _kubernetes_gpu_s(prometheus, site, window, step_s)
+    allocated = {pool: slurm_s.get(pool, 0.0) + kubernetes_s.get(pool, 0.0) for pool in {*slurm_s, *kubernetes_s}}
+    utilization, pools = _shares(allocated, capacity, window.seconds)
     accounts = {j.account for j in jobs if window.holds(j.submit) or j.held_s(window, now) > 0}
     teams = [t.name for t in site.teams] + sorted(accounts - {t.name for t in site.teams})
-    queue_wait, waits = _queue_waits(jobs, window, teams)
+    waits, waits_h = _waits(jobs, window, teams)
     return Period(
         window=window,
-        capacity_gpus=sum(g.gpus_per_node * len(g.nodes) for g in site.node_groups),
-        gpu_utilization_pct=utilization,
+        capacity=capacity,
+        utilization_pct=utilization,
         pool_utilization_pct=pools,
-        slurm_gpu_hours=sum(j.gpus * j.held_s(window, now) for j in jobs) / 3600,
-        kubernetes_gpu_hours=_kubernetes_gpu_hours(prometheus, window, step_s),
+        dcgm_utilization_pct=dcgm,
+        dcgm_pool_utilization_pct=dcgm_pools,
+        slurm_gpu_hours=sum(slurm_s.values()) / 3600,
+        kubernetes_gpu_hours=sum(kubernetes_s.values()) / 3600,
         inference_latency_p95_s=_scalar(prometheus, inference_latency_p95(window.seconds), window.end),
         inference_error_pct=_scalar(prometheus, inference_error_pct(window.seconds), window.end),
-        queue_wait=queue_wait,
+        waits=waits,
         adoption=_adoption(jobs, window, teams, now),
-        utilization_series=series,
-        waits_min=waits,
+        dcgm_series=series,
+        waits_h=waits_h,
     )

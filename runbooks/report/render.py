@@ -5,6 +5,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -12,7 +13,7 @@ matplotlib.use("Agg")  # files only: no display on an operator's host or in CI
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 from matplotlib.figure import Figure  # noqa: E402
 
-from runbooks.report.measure import ALL_TEAMS, Period  # noqa: E402
+from runbooks.report.measure import ALL, Period  # noqa: E402
 
 PLOTS = ("utilization.png", "queue_wait.png", "adoption.png")
 SUMMARY = "report.md"
@@ -35,68 +36,71 @@ def _change(before: float, after: float, points: bool) -> str:
     return f"{100 * (after - before) / before:+.0f} %"
 
 
-Row = tuple[str, str, str, Callable[[Period], float], bool]
-"""(key in report.json, name, unit, value of a period, whether a change is in points)."""
+Row = tuple[str, str, Callable[[Period], float], bool]
+"""(name, unit, value of a period, whether a change is in points)."""
 
 
-def _pool_utilization(pool: str) -> Callable[[Period], float]:
-    return lambda p: p.pool_utilization_pct.get(pool, math.nan)
+def _pool(of: Callable[[Period], dict[str, float]], pool: str) -> Callable[[Period], float]:
+    return lambda p: of(p).get(pool, math.nan)
 
 
 def figures(window: Period) -> list[Row]:
-    pools = [(f"gpu_utilization_pct_{pool.replace(' ', '_')}", f"GPU utilization, {pool} pool", "%",
-              _pool_utilization(pool), True) for pool in window.pool_utilization_pct]
+    """The headline figures, in gpuctl simulate's order and words where they are the same figure."""
+    def pools(of: Callable[[Period], dict[str, float]]) -> list[Row]:
+        return [(f"  {pool} pool", "%", _pool(of, pool), True) for pool in of(window)]
+
     return [
-        ("gpu_utilization_pct", "GPU utilization (DCGM, capacity-weighted)", "%", lambda p: p.gpu_utilization_pct,
-         True),
-        *pools,
-        ("gpu_allocation_pct", "GPU allocation (Slurm + Kubernetes requests)", "%", lambda p: p.gpu_allocation_pct,
-         True),
-        ("slurm_gpu_hours", "Slurm allocated GPU-hours", "h", lambda p: p.slurm_gpu_hours, False),
-        ("kubernetes_gpu_hours", "Kubernetes requested GPU-hours", "h", lambda p: p.kubernetes_gpu_hours, False),
-        ("queue_wait_p50_min", "training queue wait p50, all teams", "min",
-         lambda p: p.queue_wait[ALL_TEAMS].p50_min, False),
-        ("queue_wait_p95_min", "training queue wait p95, all teams", "min",
-         lambda p: p.queue_wait[ALL_TEAMS].p95_min, False),
-        ("jobs_started", "training jobs started", "", lambda p: p.queue_wait[ALL_TEAMS].jobs, False),
-        ("inference_latency_p95_s", "inference latency p95 (gateway)", "s", lambda p: p.inference_latency_p95_s,
-         False),
-        ("inference_error_pct", "inference error rate (gateway, server-side)", "%", lambda p: p.inference_error_pct,
-         True),
+        ("GPU utilization (allocated over capacity)", "%", lambda p: p.utilization_pct, True),
+        *pools(lambda p: p.pool_utilization_pct),
+        ("GPU busy (DCGM, capacity-weighted)", "%", lambda p: p.dcgm_utilization_pct, True),
+        *pools(lambda p: p.dcgm_pool_utilization_pct),
+        ("Slurm allocated GPU-hours", "h", lambda p: p.slurm_gpu_hours, False),
+        ("Kubernetes requested GPU-hours", "h", lambda p: p.kubernetes_gpu_hours, False),
+        ("queue wait p50, all teams", "h", lambda p: p.waits[ALL].p50_h, False),
+        ("queue wait p95, all teams", "h", lambda p: p.waits[ALL].p95_h, False),
+        ("training jobs submitted", "", lambda p: p.waits[ALL].jobs, False),
+        ("jobs never started", "", lambda p: p.waits[ALL].never_started, False),
+        ("inference latency p95 (gateway)", "s", lambda p: p.inference_latency_p95_s, False),
+        ("inference error rate (gateway, server-side)", "%", lambda p: p.inference_error_pct, True),
     ]
 
 
 def figure_rows(baseline: Period, window: Period) -> list[tuple[str, str, str, str]]:
     """(figure with unit, baseline, window, change) for every headline figure."""
-    return [(f"{name} [{unit}]" if unit else name, _fmt(get(baseline), 2), _fmt(get(window), 2),
-             _change(get(baseline), get(window), points))
-            for _, name, unit, get, points in figures(window)]
+    # A figure without a unit is a count.
+    return [(f"{name} [{unit}]" if unit else name, _fmt(get(baseline), 2 if unit else 0),
+             _fmt(get(window), 2 if unit else 0), _change(get(baseline), get(window), points))
+            for name, unit, get, points in figures(window)]
 
 
-def _number(value: float) -> float | None:
-    return None if math.isnan(value) else value
+def _plain(value: Any) -> Any:
+    """JSON-ready: NaN as null, dicts and lists inside too."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def as_json(stack: str, baseline: Period, window: Period, step_s: int) -> str:
-    """Every figure at full precision, for a program (a simulation's prediction beside it, a dashboard); NaN as
-    null."""
-    teams = {team: {name: {field: _number(float(value)) for field, value in
-                           {**asdict(p.queue_wait[team]), **asdict(p.adoption[team])}.items()}
-                    for name, p in (("baseline", baseline), ("window", window))}
-             for team in active_teams(baseline, window)}
-    return json.dumps({
-        "stack": stack, "window": str(window.window), "baseline": str(baseline.window), "step_s": step_s,
-        "capacity_gpus": window.capacity_gpus,
-        "figures": {key: {"unit": unit, "baseline": _number(get(baseline)), "window": _number(get(window))}
-                    for key, _, unit, get, _ in figures(window)},
-        "teams": teams,
-    }, indent=2) + "\n"
+    """Every figure at full precision, with gpuctl simulate's field names, for a program to set beside a
+    prediction."""
+    teams = active_teams(baseline, window)
+
+    def period(p: Period) -> dict[str, Any]:
+        figures = {k: v for k, v in asdict(p).items() if k not in ("window", "capacity", "dcgm_series", "waits_h")}
+        figures["waits"] = {t: w for t, w in figures["waits"].items() if t in (*teams, ALL)}
+        figures["adoption"] = {t: a for t, a in figures["adoption"].items() if t in teams}
+        return {"window": str(p.window), **_plain(figures)}
+
+    return json.dumps({"stack": stack, "step_s": step_s, "capacity": window.capacity,
+                       "baseline": period(baseline), "window": period(window)}, indent=2) + "\n"
 
 
 def active_teams(baseline: Period, window: Period) -> list[str]:
-    return [t for t in window.adoption if baseline.queue_wait[t].jobs + window.queue_wait[t].jobs
-            + baseline.adoption[t].gpu_hours + window.adoption[t].gpu_hours
-            + baseline.queue_wait[t].still_waiting + window.queue_wait[t].still_waiting > 0]
+    """Teams with training in either period."""
+    return [t for t in window.adoption if baseline.waits[t].jobs + window.waits[t].jobs
+            + baseline.adoption[t].gpu_hours + window.adoption[t].gpu_hours > 0]
 
 
 def team_rows(baseline: Period, window: Period) -> list[tuple[str, ...]]:
@@ -106,18 +110,18 @@ def team_rows(baseline: Period, window: Period) -> list[tuple[str, ...]]:
         b, w = baseline, window
         rows.append((
             team,
-            f"{b.queue_wait[team].jobs} -> {w.queue_wait[team].jobs}",
-            f"{_fmt(b.queue_wait[team].p50_min, 2)} -> {_fmt(w.queue_wait[team].p50_min, 2)}",
-            f"{_fmt(b.queue_wait[team].p95_min, 2)} -> {_fmt(w.queue_wait[team].p95_min, 2)}",
-            f"{b.queue_wait[team].still_waiting} -> {w.queue_wait[team].still_waiting}",
+            f"{b.waits[team].jobs} -> {w.waits[team].jobs}",
+            f"{_fmt(b.waits[team].p50_h, 2)} -> {_fmt(w.waits[team].p50_h, 2)}",
+            f"{_fmt(b.waits[team].p95_h, 2)} -> {_fmt(w.waits[team].p95_h, 2)}",
+            f"{b.waits[team].never_started} -> {w.waits[team].never_started}",
             f"{b.adoption[team].weekly_jobs:.1f} -> {w.adoption[team].weekly_jobs:.1f}",
-            f"{b.adoption[team].gpu_hours:.3f} -> {w.adoption[team].gpu_hours:.3f}",
+            f"{b.adoption[team].gpu_hours:.1f} -> {w.adoption[team].gpu_hours:.1f}",
             f"{b.adoption[team].active_users} -> {w.adoption[team].active_users}",
         ))
     return rows
 
 
-TEAM_COLUMNS = ("team", "jobs started", "wait p50 [min]", "wait p95 [min]", "waiting at end", "weekly jobs",
+TEAM_COLUMNS = ("team", "jobs submitted", "wait p50 [h]", "wait p95 [h]", "never started", "weekly jobs",
                 "GPU-hours", "active users")
 
 
@@ -147,21 +151,22 @@ def plot(baseline: Period, window: Period, out: Path) -> list[Path]:
 
     figure, axes = plt.subplots(figsize=(9, 4))
     for label, period in periods:
-        hours = [t / 3600 for t, _ in period.utilization_series]
-        axes.plot(hours, [v for _, v in period.utilization_series],
-                  label=f"{label} ({_fmt(period.gpu_utilization_pct)} %)")
-    axes.set(xlabel="hours since the period's start", ylabel="GPU utilization, capacity-weighted [%]",
-             ylim=(0, 100), title="GPU utilization (DCGM)")
+        hours = [t / 3600 for t, _ in period.dcgm_series]
+        axes.plot(hours, [v for _, v in period.dcgm_series],
+                  label=f"{label} (busy {_fmt(period.dcgm_utilization_pct)} %, allocated "
+                        f"{_fmt(period.utilization_pct)} %)")
+    axes.set(xlabel="hours since the period's start", ylabel="GPU busy, capacity-weighted [%]",
+             ylim=(0, 100), title="GPU busy (DCGM) over all GPUs of the site")
     axes.legend()
     written.append(_save(figure, out / PLOTS[0]))
 
     figure, axes = plt.subplots(figsize=(9, 4))
     for label, period in periods:
-        waits = period.waits_min[ALL_TEAMS]
+        waits = period.waits_h[ALL]
         if waits:
             axes.step(waits, [(i + 1) / len(waits) for i in range(len(waits))], where="post",
                       label=f"{label} ({len(waits)} jobs)")
-    axes.set(xlabel="queue wait [min]", ylabel="share of jobs started", ylim=(0, 1.05),
+    axes.set(xlabel="queue wait [h]", ylabel="share of jobs submitted", ylim=(0, 1.05),
              title="Training queue wait, all teams (Slurm accounting)")
     axes.legend()
     written.append(_save(figure, out / PLOTS[1]))

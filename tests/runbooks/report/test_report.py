@@ -28,6 +28,10 @@ pytestmark = slurm_marks()
 
 RUN_S = 2
 """Each job sleeps this long."""
+SECOND_USER = "nobody"
+AS_SECOND_USER = (f"--uid={SECOND_USER}", "--chdir=/tmp", "--output=/dev/null")
+"""A job of another user (root may submit as anyone, and the job then runs as them, so it writes nothing of
+ours)."""
 PINNED = "gpu-a800-08"
 """The node of the job still running at the window's end, and of the one waiting behind it."""
 SCHEDULING_S = 4.0
@@ -65,9 +69,10 @@ def _release(slurm: Cluster, job: Submitted) -> None:
     slurm.run("scontrol", "release", job.job_id)
 
 
-def _run_mix(slurm: Cluster, mix: list[tuple[str, int, float]]) -> list[Submitted]:
-    """Submit every (account, GPUs, release after s) job held, release each at its time, wait until all ended."""
-    jobs = [(_submit(slurm, account, gpus), after) for account, gpus, after in mix]
+def _run_mix(slurm: Cluster, mix: list[tuple[str, int, float, tuple[str, ...]]]) -> list[Submitted]:
+    """Submit every (account, GPUs, release after s, sbatch arguments) job held, release each at its time, wait
+    until all ended."""
+    jobs = [(_submit(slurm, account, gpus, *args), after) for account, gpus, after, args in mix]
     began = time.time()
     for job, after in sorted(jobs, key=lambda j: j[1]):
         time.sleep(max(0.0, began + after - time.time()))
@@ -82,10 +87,6 @@ def _whole_second_after(t: float) -> datetime:
     return datetime.fromtimestamp(math.floor(t) + 1, UTC)
 
 
-def _expected_percentile(jobs: list[Submitted], q: float) -> float:
-    # numpy's default interpolation is what the report states it uses; written here from the known waits.
-    return float(np.percentile([j.wait_s for j in jobs], q)) / 60 if jobs else math.nan
-
 
 def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Cluster, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,15 +95,18 @@ def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Clust
     baseline_start = _whole_second_after(time.time())
     time.sleep(max(0.0, baseline_start.timestamp() - time.time()))
     # Baseline: speech waits 0 and 5 s, nlp-foundation 0 s.
-    before = _run_mix(slurm, [("speech", 1, 0), ("speech", 2, 5), ("nlp-foundation", 8, 0)])
+    before = _run_mix(slurm, [("speech", 1, 0, ()), ("speech", 2, 5, ()), ("nlp-foundation", 8, 0, ())])
     window_start = _whole_second_after(time.time())
     time.sleep(max(0.0, window_start.timestamp() - time.time()))
     # Window: nlp-foundation's long job takes one node's 8 GPUs and still runs at the window's end, where its next
-    # job on that node still waits; speech waits 0, 5 and 10 s, nlp-foundation's 4-GPU job 1 s.
+    # job on that node still waits; speech waits 0, 5 and 10 s (a second user's job among them), nlp-foundation's
+    # 4-GPU job 1 s.
+    slurm.run("sacctmgr", "--immediate", "add", "user", SECOND_USER, "account=speech", check=False)
     running = _submit(slurm, "nlp-foundation", 8, "-w", PINNED, run_s=120)
     _release(slurm, running)
     slurm.wait_state(running.job_id, "RUNNING")
-    after = _run_mix(slurm, [("speech", 1, 0), ("speech", 1, 5), ("speech", 1, 10), ("nlp-foundation", 4, 1)])
+    after = _run_mix(slurm, [("speech", 1, 0, ()), ("speech", 1, 5, AS_SECOND_USER), ("speech", 1, 10, ()),
+                             ("nlp-foundation", 4, 1, ())])
     # Submitted last: a job pending for resources holds back lower-priority ones until the backfill pass.
     waiting = _submit(slurm, "nlp-foundation", 8, "-w", PINNED)
     _release(slurm, waiting)
@@ -150,6 +154,7 @@ def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Clust
         recorded = jobs[job.job_id]
         assert recorded.start is not None
         assert abs(recorded.start - recorded.submit - job.wait_s) <= SCHEDULING_S, (job, recorded)
+        assert recorded.partition == "a800-train"
     assert jobs[running.job_id].end is None and jobs[waiting.job_id].start is None
 
     def held_s(job: Submitted, period: Window) -> tuple[float, float]:
@@ -165,65 +170,74 @@ def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Clust
                 sum(j.gpus * s for j, s in zip(mix, high, strict=True)) / 3600)
 
     report = json.loads((out / FIGURES_JSON).read_text())
-    assert (report["window"], report["baseline"], report["capacity_gpus"]) == (str(window), str(baseline), 128)
-    values = {key: (f["baseline"], f["window"]) for key, f in report["figures"].items()}
+    assert report["capacity"] == {"slurm": 64, "flex": 16, "kubernetes": 48}
+    b, w = report["baseline"], report["window"]
+    assert (b["window"], w["window"]) == (str(baseline), str(window))
 
-    # Capacity-weighted utilization over the 128 GPUs; the doubled pod-labelled GPU counted once; the host whose
-    # exporter was down half the window counts as idle then. Exact but for float sums.
-    assert values["gpu_utilization_pct"] == pytest.approx(
-        ((8 * 50 + 4 * 20) / 128, (32 * 80 + 8 * 60 + 8 * 100 * half / window.seconds) / 128))
-    assert values["gpu_utilization_pct_slurm"] == pytest.approx((8 * 50 / 64, 32 * 80 / 64))
-    assert values["gpu_utilization_pct_kubernetes"] == pytest.approx(
-        (4 * 20 / 48, (8 * 60 + 8 * 100 * half / window.seconds) / 48))
-    assert values["gpu_utilization_pct_flex"] == (0.0, 0.0)
-
-    # Allocation: Slurm GPU-seconds within the run tolerance (the running job's clipped at the window's end), plus
-    # the Running pod's requests (never the Pending one's), exactly.
-    started_w = [*after, running]
-    for index, (mix, period) in enumerate(((before, baseline), (started_w, window))):
+    # Allocation: Slurm GPU-seconds within the run tolerance (the running job's clipped at the window's end), all in
+    # the slurm pool's partition; the Running pod's requests on a kubernetes node, exactly (never the Pending one's).
+    submitted_w = [*after, running, waiting]
+    for got, mix, period in ((b, before, baseline), (w, [*after, running], window)):
         low, high = gpu_hours(mix, period)
-        assert low <= values["slurm_gpu_hours"][index] <= high, (period, values["slurm_gpu_hours"])
-    assert values["kubernetes_gpu_hours"] == pytest.approx((2 * baseline.seconds / 3600, 4 * window.seconds / 3600))
-    assert values["gpu_allocation_pct"] == pytest.approx(
-        tuple(100 * (slurm_h + k8s_h) / (128 * p.seconds / 3600) for slurm_h, k8s_h, p in
-              zip(values["slurm_gpu_hours"], values["kubernetes_gpu_hours"], (baseline, window), strict=True)))
+        assert low <= got["slurm_gpu_hours"] <= high, (period, got["slurm_gpu_hours"])
+        pod_gpus = 2 if got is b else 4
+        assert got["kubernetes_gpu_hours"] == pytest.approx(pod_gpus * period.seconds / 3600)
+        slurm_pct = 100 * got["slurm_gpu_hours"] * 3600 / (64 * period.seconds)
+        assert got["pool_utilization_pct"] == pytest.approx({"slurm": slurm_pct, "flex": 0.0,
+                                                             "kubernetes": 100 * pod_gpus / 48})
+        assert got["utilization_pct"] == pytest.approx(
+            100 * (got["slurm_gpu_hours"] * 3600 + pod_gpus * period.seconds) / (128 * period.seconds))
 
-    # Queue wait from accounting, over all teams and per team, within the scheduling tolerance.
-    for q in (50, 95):
-        assert values[f"queue_wait_p{q}_min"] == pytest.approx(
-            (_expected_percentile(before, q), _expected_percentile(started_w, q)), abs=SCHEDULING_S / 60)
-    assert values["jobs_started"] == (3, 5)
+    # DCGM, capacity-weighted over the 128 GPUs; the doubled pod-labelled GPU counted once; the host whose exporter
+    # was down half the window counts as idle then. Exact but for float sums.
+    assert (b["dcgm_utilization_pct"], w["dcgm_utilization_pct"]) == pytest.approx(
+        ((8 * 50 + 4 * 20) / 128, (32 * 80 + 8 * 60 + 8 * 100 * half / window.seconds) / 128))
+    assert b["dcgm_pool_utilization_pct"] == pytest.approx({"slurm": 8 * 50 / 64, "flex": 0, "kubernetes": 4 * 20 / 48})
+    assert w["dcgm_pool_utilization_pct"] == pytest.approx(
+        {"slurm": 32 * 80 / 64, "flex": 0, "kubernetes": (8 * 60 + 8 * 100 * half / window.seconds) / 48})
+
+    # Queue wait from accounting, over the jobs submitted in each period, per team and all, within the scheduling
+    # tolerance; the job still waiting at the window's end counts up to the end and as never started.
+    def known_waits_h(mix: list[Submitted]) -> list[float]:
+        return [(window.end.timestamp() - j.submitted if j is waiting else j.wait_s) / 3600 for j in mix]
+
+    for team in ("speech", "nlp-foundation", "all"):
+        for got, mix in ((b, before), (w, submitted_w)):
+            mine = [j for j in mix if team in (j.account, "all")]
+            waits = got["waits"][team]
+            assert (waits["jobs"], waits["never_started"]) == (len(mine), int(waiting in mine))
+            for q in (50, 95):
+                # Nearest rank (numpy's inverted_cdf), as gpuctl simulate states it, from the known waits.
+                expected = float(np.percentile(known_waits_h(mine), q, method="inverted_cdf"))
+                assert waits[f"p{q}_h"] == pytest.approx(expected, abs=SCHEDULING_S / 3600), (team, q)
 
     # The gateway: the one latency bucket's interpolated p95, and server-side failures of the teams' requests only.
-    assert values["inference_latency_p95_s"] == pytest.approx((0.5 + 0.5 * 0.95, 1.0 + 0.5 * 0.95))
-    assert values["inference_error_pct"] == pytest.approx((1.0, 5.0))
+    assert (b["inference_latency_p95_s"], w["inference_latency_p95_s"]) == pytest.approx(
+        (0.5 + 0.5 * 0.95, 1.0 + 0.5 * 0.95))
+    assert (b["inference_error_pct"], w["inference_error_pct"]) == pytest.approx((1.0, 5.0))
 
-    # Per team: jobs, waits, still waiting, weekly jobs, GPU-hours and active users.
-    assert set(report["teams"]) == {"speech", "nlp-foundation"}
-    for team, figures in report["teams"].items():
-        mine = {"baseline": [j for j in before if j.account == team],
-                "window": [j for j in started_w if j.account == team]}
-        for name, period in (("baseline", baseline), ("window", window)):
-            got, jobs_in = figures[name], mine[name]
-            assert got["jobs"] == len(jobs_in)
-            for q in (50, 95):
-                assert got[f"p{q}_min"] == pytest.approx(_expected_percentile(jobs_in, q), abs=SCHEDULING_S / 60)
-            submitted = len(jobs_in) + (name == "window" and team == waiting.account)
-            assert got["weekly_jobs"] == pytest.approx(submitted * WEEK_S / period.seconds)
-            low, high = gpu_hours(jobs_in, period)
-            assert low <= got["gpu_hours"] <= high, (team, name, got)
-            assert got["still_waiting"] == (name == "window" and team == waiting.account)
-            assert got["active_users"] == 1
+    # Adoption per team: weekly jobs, GPU-hours and active users.
+    assert set(b["adoption"]) == set(w["adoption"]) == {"speech", "nlp-foundation"}
+    for team in ("speech", "nlp-foundation"):
+        for got, mix, period in ((b, before, baseline), (w, submitted_w, window)):
+            mine = [j for j in mix if j.account == team]
+            adoption = got["adoption"][team]
+            assert adoption["weekly_jobs"] == pytest.approx(len(mine) * WEEK_S / period.seconds)
+            low, high = gpu_hours([j for j in mine if j is not waiting], period)
+            assert low <= adoption["gpu_hours"] <= high, (team, period, adoption)
+            assert adoption["active_users"] == (2 if (team, got) == ("speech", w) else 1)
 
-    # The markdown shows the same figures.
+    # The markdown and the printed table show the same figures.
     summary = (out / SUMMARY).read_text()
-    assert (f"| GPU utilization (DCGM, capacity-weighted) [%] | {values['gpu_utilization_pct'][0]:.2f} | "
-            f"{values['gpu_utilization_pct'][1]:.2f} |") in summary
-    assert "| training jobs started | 3.00 | 5.00 | +67 % |" in summary
+    assert (f"| GPU busy (DCGM, capacity-weighted) [%] | {b['dcgm_utilization_pct']:.2f} | "
+            f"{w['dcgm_utilization_pct']:.2f} | {w['dcgm_utilization_pct'] - b['dcgm_utilization_pct']:+.1f} pts |"
+            ) in summary
+    assert "| training jobs submitted | 3 | 6 | +100 % |" in summary
+    assert "| nlp-foundation | 1 -> 3 |" in summary
+    assert "│ GPU busy (DCGM, capacity-weighted) [%] " in result.output
 
     # The plots are PNGs matplotlib reads back, and the summary links each one.
     for name in PLOTS:
         image = matplotlib.image.imread(out / name)
         assert image.shape[0] > 100 and image.shape[1] > 100, name
         assert f"]({name})" in summary
-    assert "GPU utilization (DCGM, capacity-weighted)" in result.output
