@@ -23,7 +23,17 @@ from typing import Any
 
 import simpy
 
-from components.scheduling.lending_decision import Action, FlexNode, Job, Memory, Owner, Signals, State, decide
+from components.scheduling.lending_decision import (
+    Action,
+    FlexNode,
+    Job,
+    Memory,
+    Owner,
+    Reason,
+    Signals,
+    State,
+    decide,
+)
 from components.spec.lending import Lending
 from components.spec.site import Pool
 from runbooks.simulate.site_model import SiteModel, StaticSlices
@@ -137,6 +147,10 @@ class Simulation:
         """GPUs training jobs hold on each Slurm pool."""
         self.free_owned = sum(n.gpus for n in self.nodes)
         """Free GPUs on nodes Slurm owns (not lent or being lent)."""
+        self.away = 0
+        """Flex nodes not Slurm's (being lent or lent)."""
+        self.lent = {n.gpu_model: 0 for n in self.nodes} | {d.gpu_model: 0 for d in workload.inference}
+        """GPU model -> GPUs of lent flex nodes."""
         self.unrunnable = 0
         self.last = 0.0
         self.allocated = {"slurm": 0.0, "flex": 0.0, "kubernetes": 0.0}
@@ -179,7 +193,7 @@ class Simulation:
         covered = all(s.served_replicas >= s.replicas for s in self.served)
         if not self.coverage or self.coverage[-1][1] != covered:
             self.coverage.append((self.env.now, covered))
-        lent = sum(n.gpus for n in self.nodes if n.owner == Owner.LENT)
+        lent = sum(self.lent.values())
         self.lent_peak = max(self.lent_peak, lent)
 
     # --- processes ----------------------------------------------------------------------------------------------
@@ -249,8 +263,9 @@ class Simulation:
         return waiting
 
     def _controller(self) -> Generator[simpy.Event, Any, None]:
-        """Ticks every lending.interval_s from 0. Its inputs change only when inference is placed afresh (_serve): while
-        there is no peak and every flex node is Slurm's, the ticks until then would all hold with no effect on any
+        """Ticks every lending.interval_s from 0. Demand changes only when inference is placed afresh (_serve), the flex
+        pool only when a job starts or ends on a flex node: while there is no peak and every flex node is Slurm's, or
+        at a peak with nothing lendable, the ticks until one of them changes would all hold with no effect on any
         later decision, so they are skipped and the next one runs at its place on the grid."""
         interval = self.lending.interval_s
         while True:
@@ -268,8 +283,10 @@ class Simulation:
                 self._serve()
                 self._schedule()
                 self._record()
-            if (decision.action == Action.HOLD and decision.memory.peak_since is None
-                    and all(n.owner == Owner.SLURM for n in self.nodes)):
+            # Nothing lendable at a peak stays so until a flex node's jobs change or inference is placed afresh: the
+            # peak has lasted long enough and the cooldown is over (decide() checks both first).
+            if decision.action == Action.HOLD and (decision.memory.peak_since is None and self.away == 0
+                                                   or decision.reason == Reason.NOTHING_LENDABLE):
                 self.wake = self.env.event()
                 yield self.wake
                 self.wake = None
@@ -310,6 +327,8 @@ class Simulation:
                 node.free -= gpus
                 node.runs.add(run)
                 self.pool_jobs[node.pool] += gpus
+                if node.pool == Pool.FLEX:
+                    self._poke()
                 self.free_owned -= gpus if node.owner == Owner.SLURM else 0
             else:
                 self.flavor_jobs[place] += gpus
@@ -329,6 +348,8 @@ class Simulation:
                 node.free += gpus
                 node.runs.discard(run)
                 self.pool_jobs[node.pool] -= gpus
+                if node.pool == Pool.FLEX:
+                    self._poke()
                 self.free_owned += gpus if node.owner == Owner.SLURM else 0
             else:
                 self.flavor_jobs[place] -= gpus
@@ -395,6 +416,8 @@ class Simulation:
                     free = self._slurm_free(team)
                     continue
                 shadow, extra = self._shadow(team, run.gpus, free)
+            elif free <= 0:
+                break  # nothing more fits, and only the first job may preempt
             elif run.gpus <= free:
                 ends_before = now + run.work_s <= shadow
                 if ends_before or run.gpus <= extra:
@@ -506,7 +529,7 @@ class Simulation:
                 room -= sum(o.held.get(flavor, 0) for o in self.served)
                 s.held[flavor] = min(want, room)
             if self.stack:
-                lent = sum(n.gpus for n in self.nodes if n.owner == Owner.LENT and n.gpu_model == s.demand.gpu_model)
+                lent = self.lent[s.demand.gpu_model]
                 lent -= sum(o.held.get("flex", 0) for o in self.served if o.demand.gpu_model == s.demand.gpu_model)
                 s.held["flex"] = max(0, min(want - sum(s.held.values()), lent))
                 if flavor is not None and sum(s.held.values()) < want:
@@ -518,6 +541,10 @@ class Simulation:
                 s.held[place] -= take
                 spare -= take
         self.changed.add(Side.KUBERNETES)
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wakes the controller if it sleeps (see _controller)."""
         if self.wake is not None and not self.wake.triggered:
             self.wake.succeed()
 
@@ -546,17 +573,22 @@ class Simulation:
         for name in names:
             node = self.by_name[name]
             if action == Action.RECLAIM:
+                if node.owner == Owner.LENT:
+                    self.lent[node.gpu_model] -= node.gpus
                 if node.owner != Owner.SLURM:
                     node.owner = Owner.SLURM
                     self.free_owned += node.free
+                    self.away -= 1
                 continue
             if node.owner == Owner.SLURM:
                 node.owner = Owner.LENDING  # drained: no new job starts on it
                 self.free_owned -= node.free
+                self.away += 1
             for run in [r for r in node.runs if r.qos in self.model.lending_preempts]:
                 self._preempt(run)
-            if not node.runs:
+            if not node.runs and node.owner == Owner.LENDING:
                 node.owner = Owner.LENT
+                self.lent[node.gpu_model] += node.gpus
 
 
 def simulate(model: SiteModel, workload: Workload, policy: Policy, lending: Lending, checkpoint_s: float,
