@@ -155,6 +155,7 @@ def status(ctx: typer.Context) -> None:
         new, total = runbook.teams_of(state.next_stage)
         out.print(f"next stage: {state.next_stage} (onboards {', '.join(new)}; {len(total)} of "
                   f"{len(site.teams)} teams)", highlight=False)
+    out.print(f"acceptance: {escape(state.acceptance)}", highlight=False)
     rollout = state.rollout
     if rollout is not None:
         out.print(f"rollout [bold]{rollout.id}[/] {rollout.from_stage} -> {rollout.to_stage}: {rollout.state.value}, "

@@ -9,6 +9,7 @@ finished while it was down instead of running it again.
 """
 
 import hashlib
+import json
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -107,6 +108,16 @@ class StackDeployer:
             "resource_changes": dict(entry.resource_changes or {}),
         }
         return Deployment(outputs, summary)
+
+    def deployment_digest(self) -> str | None:
+        """The deployed stack as a digest: the newest successful update in the stack history, its version and config
+        (secrets masked). A passed acceptance campaign is bound to it as an approval is bound to its plan's digest;
+        any later update is another deployment, which needs a campaign of its own. None: nothing deployed."""
+        for entry in self.stack.history(show_secrets=False):
+            if entry.kind == "update" and entry.result == "succeeded":
+                config = {key: value.value for key, value in (entry.config or {}).items()}
+                return plan_digest(json.dumps({"version": entry.version, "config": config}, sort_keys=True).encode())
+        return None
 
     def deployed_stage(self) -> str | None:
         """The stage the last successful update deployed, from the stack's `stage` output."""

@@ -19,8 +19,10 @@ class StackLockedError(Exception):
 
 
 class StackLock:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, program: str = "gpuctl rollout") -> None:
         self.path = path
+        self.program = program
+        """The command group the holder's message names (`gpuctl acceptance` holds its campaign's lock too)."""
 
     @contextmanager
     def held(self, command: str) -> Iterator[None]:
@@ -33,7 +35,7 @@ class StackLock:
                 holder = os.pread(descriptor, 200, 0).decode(errors="replace").strip() or "another gpuctl command"
                 raise StackLockedError(f"{holder} holds {self.path}") from None
             os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, f"`gpuctl rollout {command}` (pid {os.getpid()}, since "
+            os.pwrite(descriptor, f"`{self.program} {command}` (pid {os.getpid()}, since "
                                   f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC)\n".encode(), 0)
             try:
                 yield

@@ -41,6 +41,9 @@ REQUEST_STEPS = ("check_soak", "check_gates", "preview", "post_request")
 APPLY_STEPS = ("check_plan", "check_approvals", "check_gates_before_apply", "deploy", "verify")
 APPLY_GUARDS = APPLY_STEPS[:3]
 """Run again by every `apply` until the deploy has finished: what they found last time proves nothing now."""
+ACCEPTANCE_RECORD = "acceptance.campaign"
+"""What `gpuctl acceptance` appends to this audit log when a campaign passes; its plan_digest is the deployment it
+judged (StackDeployer.deployment_digest) and its detail the campaign and its time scale."""
 ROLLBACK_STEP = "rollback"
 BREAK_GLASS_PREFIX = "rollback-"
 
@@ -112,6 +115,8 @@ class Status:
     steps: list[Step]
     approvers: list[str]
     approvals_required: int
+    acceptance: str
+    """Whether a passed acceptance campaign exists for the deployed stack, and which (or what to do)."""
 
 
 class Runbook:
@@ -132,6 +137,11 @@ class Runbook:
         if not requester.strip():
             raise RolloutRefusedError("a request needs the requester's Slack identity: none was given")
         with self._exclusive("request"):
+            campaign, reason = self.acceptance()
+            if campaign is None:
+                self.audit.append(who=requester, what="rollout.request", decision="refused", stage=stage,
+                                  detail={"reason": reason}, at=self.clock())
+                raise RolloutRefusedError(f"no team is onboarded before acceptance: {reason}")
             rollout = self.store.open_rollout()
             if rollout is None or rollout.to_stage != stage or rollout.state != RolloutState.REQUESTING:
                 rollout = self._new_rollout(stage, requester, superseding=rollout)
@@ -218,6 +228,25 @@ class Runbook:
             anchors = [(f"the Slack thread of {rollout.id}", head) for head in heads]
         return self.audit.verify(anchors)
 
+    def acceptance(self) -> tuple[str | None, str]:
+        """(the passed campaign for the deployed stack or None, why). A campaign counts when the audit log holds its
+        authentic record bound to the deployment digest and it ran at full length (a rehearsal at a time scale under
+        1 proves the runbook, not the cluster)."""
+        digest = self.deployer.deployment_digest()
+        if digest is None:
+            return None, "the stack has no successful update for a campaign to judge"
+        rehearsals = []
+        for record in self.audit.authentic().values():
+            if record.what != ACCEPTANCE_RECORD or record.decision != "passed" or record.plan_digest != digest:
+                continue
+            if record.detail.get("time_scale") != 1:
+                rehearsals.append(f"{record.detail.get('campaign')} at time scale {record.detail.get('time_scale')}")
+                continue
+            return str(record.detail.get("campaign")), (f"campaign {record.detail.get('campaign')} passed for the "
+                                                        f"deployed stack {digest} at {record.at[:16]}")
+        return None, (f"no passed acceptance campaign for the deployed stack {digest}: run `gpuctl acceptance run`"
+                      + (f" (rehearsals do not count: {', '.join(rehearsals)})" if rehearsals else ""))
+
     def status(self) -> Status:
         deployed = self.deployer.deployed_stage()
         since = self.deployer.stage_since(deployed) if deployed else None
@@ -229,7 +258,7 @@ class Runbook:
             deployed_stage=deployed, live_since=since, soak_days=current.min_soak_days if current else 0,
             next_stage=self.order[at + 1] if 0 <= at < len(self.order) - 1 else None, rollout=rollout,
             steps=self.store.steps(rollout.id) if rollout else [], approvers=approvers,
-            approvals_required=self.site.slack.approvals_required,
+            approvals_required=self.site.slack.approvals_required, acceptance=self.acceptance()[1],
         )
 
     def latest(self) -> Rollout | None:

@@ -21,7 +21,7 @@ from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.deploy import StackDeployer
 from runbooks.rollout.gates import PrometheusGates
 from runbooks.rollout.lock import StackLock
-from runbooks.rollout.machine import Runbook
+from runbooks.rollout.machine import ACCEPTANCE_RECORD, Runbook
 from runbooks.rollout.receivers import ClickInbox
 from runbooks.rollout.store import Store
 from tests.builders import REPO, parse, prod_values, with_changes
@@ -150,6 +150,14 @@ class Harness:
 
     def __post_init__(self) -> None:
         self.build()
+        self.accept()
+
+    def accept(self, time_scale: float = 1.0) -> None:
+        """A passed acceptance campaign for the deployed stack, as `gpuctl acceptance run` records it: no stage is
+        requested without one."""
+        self.audit.append(who="gpuctl acceptance", what=ACCEPTANCE_RECORD, decision="passed", stage="canary",
+                          plan_digest=self.runbook.deployer.deployment_digest(),
+                          detail={"campaign": f"campaign-at-{time_scale:g}", "time_scale": time_scale}, at=self.clock())
 
     def build(self) -> Runbook:
         """A fresh Runbook over the same state: what a restarted `gpuctl rollout` process gets."""

@@ -22,7 +22,9 @@ def test_should_request_a_stage_and_show_it_awaiting_approvals(gpuctl: Harness) 
     assert "next stage: half (onboards vision, multimodal, rl, code-llm; 6 of 12 teams)" in text
     assert "rollout half-1 canary -> half: awaiting_approval" in text
     assert f"approvals 1 of 2: {APPROVERS[0]}" in text
-    assert "audit: 3 records, keyed chain intact; matches the head kept in the rollout state and the " \
+    assert "acceptance: campaign campaign-at-1 passed for the deployed stack sha256:" in text
+    # The passed campaign, the request started, posted, and one approval.
+    assert "audit: 4 records, keyed chain intact; matches the head kept in the rollout state and the " \
            "Slack thread of half-1" in text
 
 

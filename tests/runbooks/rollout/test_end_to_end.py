@@ -32,6 +32,8 @@ def test_should_advance_canary_to_full_with_two_approvers_and_passing_gates(
         harness: Harness, socket_mode: FakeSocketMode) -> None:
     advance(harness, socket_mode, "half")
     harness.clock.advance(days=29)
+    # half is another deployment: it needs its own passed acceptance campaign before full onboards anyone.
+    harness.accept()
     advance(harness, socket_mode, "full")
 
     previews, ups = harness.pulumi.previews(), harness.pulumi.ups()

@@ -1,0 +1,344 @@
+"""The acceptance campaign as named, recorded steps: the drills under the peak load, the shock, the rest of the soak.
+
+run:  revert_left, peak, drill:<kind> ..., shock, soak, verdict        -> passed | failed
+
+Each step is recorded started before it runs and finished after (runbooks.acceptance.store); a resumed `run` skips
+finished steps and runs an unfinished one again from its start. A drill records its fault, with its undo and the
+dead-man's switch armed for it on the node, before injecting it: a campaign killed mid-drill leaves a row that the
+next `run` reverts first (`revert_left`), logging that it did, while the switch reverts it at its deadline even if no
+`run` ever comes. While any step runs, a watcher reads Alertmanager: every alert that fires is logged as a failure
+with the SOP it links to, and one with no SOP in docs/sop/ fails the campaign. Failures go to SQLite and to a
+keyed, hash-chained JSONL log (runbooks.rollout.audit). A passed campaign is also recorded in the rollout's audit
+log, bound to the deployment it judged: the rollout's gate reads it there (runbooks.rollout.machine).
+"""
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from components.spec.acceptance import Acceptance, Drill, DrillKind, Peak
+from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, alert_sop, sop_exists
+from runbooks.acceptance.faults import Fault, FaultError, Switches, run_commands
+from runbooks.acceptance.store import FAILED, PASSED, RUNNING, Campaign, CampaignStore, Failure
+from runbooks.rollout.audit import AuditLog
+from runbooks.rollout.lock import StackLock, StackLockedError
+from runbooks.rollout.machine import ACCEPTANCE_RECORD
+
+POLL_S = 0.5
+"""s between two looks at Alertmanager, a probe or a deadline: the campaign's resolution."""
+
+
+class CampaignRefusedError(Exception):
+    """The campaign cannot run as asked (SOPs missing, another run holds the lock); the message says why."""
+
+
+@dataclass(frozen=True)
+class Reaction:
+    """One thing a drill expects to happen, measured."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+class Probe(Protocol):
+    """What a drill measures beyond the alert: whether the fault shows, whether service is back, and the reactions
+    (jobs requeued, requests failed, checkpoints intact)."""
+
+    def detected(self) -> bool: ...
+    def recovered(self) -> bool: ...
+    def reactions(self) -> list[Reaction]: ...
+
+
+@dataclass(frozen=True)
+class Target:
+    fault: Fault
+    probe: Probe
+    alert_labels: dict[str, str] = field(default_factory=dict)
+    """Labels the drill's alert must carry to count (the node's Hostname): another node's alert detects nothing."""
+
+
+class Load(Protocol):
+    """A load generator bounded in rate and time: `run` at `factor` times the peak until `stop` is set or `until`
+    (time.time()) passes, recording samples; it returns at once when `stop` is set."""
+
+    name: str
+
+    def run(self, factor: float, until: float, stop: threading.Event) -> None: ...
+    def drain(self) -> dict[str, list[tuple[float, float]]]: ...
+
+
+@dataclass
+class Outcome:
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class Runbook:
+    def __init__(self, spec: Acceptance, store: CampaignStore, log: AuditLog, rollout_log: AuditLog,
+                 switches: Switches, sop_dir: Path, alerts: Callable[[], list[FiringAlert]],
+                 targets: dict[DrillKind, Target], loads: list[Load], lock: StackLock,
+                 measured_peak: Callable[[], Peak | None] = lambda: None,
+                 clock: Callable[[], float] = time.time, poll_s: float = POLL_S) -> None:
+        self.spec, self.store, self.log, self.rollout_log = spec, store, log, rollout_log
+        self.switches, self.sop_dir, self.alerts, self.targets, self.loads = switches, sop_dir, alerts, targets, loads
+        self.lock, self.measured_peak, self.clock, self.poll_s = lock, measured_peak, clock, poll_s
+
+    # --- plan ----------------------------------------------------------------------------------
+
+    def plan(self) -> list[tuple[str, float, str]]:
+        """(step, scaled seconds, what it does), or CampaignRefusedError naming every missing SOP or target."""
+        missing = [f"drills[{i}].sop: docs/sop/{d.sop}.md does not exist" for i, d in enumerate(self.spec.drills)
+                   if not sop_exists(d.sop, self.sop_dir)]
+        missing += [f"drills[{i}]: no target for {d.kind.value} (where its fault lands)"
+                    for i, d in enumerate(self.spec.drills) if d.kind not in self.targets]
+        if missing:
+            raise CampaignRefusedError("; ".join(missing))
+        scale = self.spec.scaled
+        steps = [(f"drill:{d.kind.value}", scale(d.hold_s + d.recover_within_s),
+                  f"{d.kind.value} on {self.targets[d.kind].fault.where}: "
+                  f"{'alert ' + d.alert if d.alert else 'measured'} within {scale(d.detect_within_s):g} s, recovery "
+                  f"within {scale(d.recover_within_s):g} s, reverted by the node at {scale(d.revert_after_s):g} s; "
+                  f"SOP docs/sop/{d.sop}.md") for d in self.spec.drills]
+        shock = scale(self.spec.shock_minutes * 60)
+        steps.append(("shock", shock, f"every load at {self.spec.shock_factor:g}x the peak"))
+        steps.append(("soak", max(scale(self.spec.soak_h * 3600) - shock - sum(s[1] for s in steps[:-1]), 0),
+                      f"every load at the peak until {self.spec.soak_h} h (scaled) have passed"))
+        return steps
+
+    # --- run -----------------------------------------------------------------------------------
+
+    def run(self, deployment: str, stage: str) -> Campaign:
+        self.plan()
+        try:
+            with self.lock.held("run"):
+                return self._run(deployment, stage)
+        except StackLockedError as locked:
+            raise CampaignRefusedError(f"{locked}: one campaign runs at a time") from None
+
+    def _run(self, deployment: str, stage: str) -> Campaign:
+        campaign = self.store.open_campaign()
+        if campaign is None or campaign.deployment != deployment:
+            campaign = Campaign(f"campaign-{uuid.uuid4().hex[:8]}", deployment, stage, self.spec.time_scale,
+                                self.clock(), RUNNING, None, None)
+            self.store.add_campaign(campaign)
+            self._log(campaign, "campaign.start", "started", {"time_scale": self.spec.time_scale})
+        self._revert_left(campaign)
+        steps: list[tuple[str, Callable[[Campaign], dict[str, Any]]]] = [("peak", self._peak)]
+        steps += [(f"drill:{d.kind.value}", self._drill_step(d)) for d in self.spec.drills]
+        steps += [("shock", self._shock), ("soak", self._soak)]
+        with self._watching(campaign):
+            for name, run in steps:
+                recorded = self.store.steps(campaign.id).get(name)
+                if recorded is not None and recorded[1] is not None:
+                    continue
+                self.store.step_started(campaign.id, name, self.clock())
+                detail = run(campaign)
+                self.store.step_finished(campaign.id, name, self.clock(), detail)
+        return self._verdict(campaign)
+
+    @contextmanager
+    def _watching(self, campaign: Campaign) -> Iterator[None]:
+        stop = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(campaign, stop), daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join(timeout=10)
+            self._watch_once(campaign)
+
+    def _watch(self, campaign: Campaign, stop: threading.Event) -> None:
+        while not stop.wait(self.poll_s):
+            self._watch_once(campaign)
+
+    def _watch_once(self, campaign: Campaign) -> None:
+        try:
+            firing = self.alerts()
+        except AlertmanagerError as error:
+            self.store.add_samples(campaign.id, "alertmanager_unreadable", [(self.clock(), 1.0)])
+            self._log(campaign, "alertmanager.read", "failed", {"error": str(error)})
+            return
+        for alert in firing:
+            sop = alert_sop(alert.name, self.sop_dir)
+            failure = Failure(self.clock(), "fired", alert.name, sop,
+                              {"labels": alert.labels, "starts_at": alert.starts_at})
+            if self.store.add_failure(campaign.id, f"alert:{alert.fingerprint}:{alert.starts_at}", failure):
+                self._log(campaign, "failure.fired", "logged" if sop else "no_sop",
+                          {"alert": alert.name, "sop": sop, "labels": alert.labels})
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    def _peak(self, campaign: Campaign) -> dict[str, Any]:
+        measured = self.measured_peak() if self.spec.peak_source == "prometheus" else None
+        peak = measured or self.spec.peak
+        return {"source": "prometheus" if measured else "declared", **peak.model_dump()}
+
+    def _drill_step(self, drill: Drill) -> Callable[[Campaign], dict[str, Any]]:
+        return lambda campaign: self._drill(campaign, drill)
+
+    def _drill(self, campaign: Campaign, drill: Drill) -> dict[str, Any]:
+        target, scale = self.targets[drill.kind], self.spec.scaled
+        stop = threading.Event()
+        with self._loading(campaign, 1.0, self.clock() + scale(drill.hold_s + drill.recover_within_s) + 60, stop):
+            # A fault is injected into a steady system only: the drill's alert from an earlier fault must be gone.
+            steady = self._until(lambda: not self._alerting(drill, target) and not target.probe.detected(),
+                                 self.clock() + scale(drill.recover_within_s))
+            if steady is None:
+                shown = drill.alert or "its measurement"
+                return {"verdict": FAILED, "sop": drill.sop, "error": "the system was not steady before the fault "
+                        f"({shown} still showed a fault after {scale(drill.recover_within_s):g} s)"}
+            started = self.clock()
+            # A name of its own: the switch of a killed run's fault may still be watching its old name.
+            armed = str(self.switches.directory / f"{campaign.id}-{drill.kind.value}-{uuid.uuid4().hex[:8]}.json")
+            row = self.store.fault_armed(campaign.id, drill.kind.value, target.fault.as_record(), armed, started)
+            self.switches.arm(target.fault, Path(armed).stem, started + scale(drill.revert_after_s))
+            self.store.add_failure(campaign.id, f"drill:{drill.kind.value}:{row}", Failure(
+                started, "injected", drill.kind.value, drill.sop, {"where": target.fault.where}))
+            self._log(campaign, f"drill.{drill.kind.value}", "inject", {"where": target.fault.where, "armed": armed})
+            injected = self.clock()
+            try:
+                run_commands(target.fault.inject, target.fault.env)
+            except FaultError as error:
+                self._revert(campaign, row, target.fault, armed, "drill")
+                self._log(campaign, f"drill.{drill.kind.value}", FAILED, {"error": str(error)})
+                return {"verdict": FAILED, "sop": drill.sop, "error": f"the fault could not be injected: {error}"}
+            detected_at = self._until(lambda: self._detected(drill, target), injected + scale(drill.detect_within_s))
+            self._sleep_until(injected + scale(drill.hold_s))
+            if target.fault.stays:
+                self.switches.disarm(armed)
+                self.store.fault_reverted(row, self.clock(), "kept: a change meant to stay")
+            else:
+                self._revert(campaign, row, target.fault, armed, "drill")
+            reverted = self.clock()
+            recovered_at = self._until(lambda: self._recovered(drill, target),
+                                       reverted + scale(drill.recover_within_s))
+            reactions = target.probe.reactions()  # before the loads stop and hand their samples to the store
+        detected = detected_at is not None
+        recovered = recovered_at is not None
+        passed = detected and recovered and all(r.ok for r in reactions)
+        verdict = PASSED if passed else FAILED
+        detail: dict[str, Any] = {
+            "verdict": verdict, "sop": drill.sop, "alert": drill.alert,
+            "where": target.fault.where, "injected_at": injected, "reverted_at": reverted,
+            "detection_s": round(detected_at - injected, 2) if detected_at is not None else None,
+            "recovery_s": round(recovered_at - reverted, 2) if recovered_at is not None else None,
+            "detect_within_s": scale(drill.detect_within_s), "recover_within_s": scale(drill.recover_within_s),
+            "reactions": [r.__dict__ for r in reactions],
+        }
+        self._log(campaign, f"drill.{drill.kind.value}", verdict, detail)
+        return detail
+
+    def _detected(self, drill: Drill, target: Target) -> bool:
+        if drill.alert is None:
+            return target.probe.detected()
+        return self._alerting(drill, target)
+
+    def _recovered(self, drill: Drill, target: Target) -> bool:
+        cleared = drill.alert is None or not self._alerting(drill, target)
+        return cleared and target.probe.recovered()
+
+    def _alerting(self, drill: Drill, target: Target) -> bool:
+        return any(a.name == drill.alert and target.alert_labels.items() <= a.labels.items() for a in self._firing())
+
+    def _firing(self) -> list[FiringAlert]:
+        try:
+            return self.alerts()
+        except AlertmanagerError:
+            return []  # unreadable is not proof of anything: the watcher logs it
+
+    def _shock(self, campaign: Campaign) -> dict[str, Any]:
+        seconds = self.spec.scaled(self.spec.shock_minutes * 60)
+        self._load_for(campaign, self.spec.shock_factor, seconds)
+        return {"factor": self.spec.shock_factor, "seconds": seconds}
+
+    def _soak(self, campaign: Campaign) -> dict[str, Any]:
+        end = campaign.started_at + self.spec.scaled(self.spec.soak_h * 3600)
+        self._load_for(campaign, 1.0, max(end - self.clock(), 0))
+        return {"until": end}
+
+    def _load_for(self, campaign: Campaign, factor: float, seconds: float) -> None:
+        stop = threading.Event()
+        until = self.clock() + seconds
+        with self._loading(campaign, factor, until, stop):
+            self._sleep_until(until)
+
+    @contextmanager
+    def _loading(self, campaign: Campaign, factor: float, until: float, stop: threading.Event) -> Iterator[None]:
+        threads = [threading.Thread(target=load.run, args=(factor, until, stop), daemon=True) for load in self.loads]
+        for thread in threads:
+            thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=30)
+            for load in self.loads:
+                for series, points in load.drain().items():
+                    self.store.add_samples(campaign.id, series, points)
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def _revert(self, campaign: Campaign, row: int, fault: Fault, armed: str, by: str) -> None:
+        still_armed = self.switches.disarm(armed)
+        fired = None if still_armed else self.switches.fired(armed)
+        codes = run_commands(fault.undo, fault.env, check=False)
+        self.store.fault_reverted(row, self.clock(), by if still_armed else f"{by} (after the switch fired)")
+        self._log(campaign, f"drill.{fault.drill}", "reverted",
+                  {"by": by, "where": fault.where, "undo_exit": codes, "switch_fired": fired})
+
+    def _revert_left(self, campaign: Campaign) -> None:
+        """Faults a dead run left in place: undo each, logged, before anything else runs."""
+        for left in self.store.faults(campaign.id, in_place_only=True):
+            fault = Fault.from_record(left.fault)
+            self.store.add_failure(campaign.id, f"left:{left.rowid}", Failure(
+                self.clock(), "injected", left.drill, self._sop(left.drill),
+                {"where": fault.where, "left_by": "a run that died mid-drill"}))
+            self._revert(campaign, left.rowid, fault, left.armed, "resume")
+
+    def _sop(self, kind: str) -> str | None:
+        return next((d.sop for d in self.spec.drills if d.kind.value == kind), None)
+
+    # --- verdict -------------------------------------------------------------------------------
+
+    def _verdict(self, campaign: Campaign) -> Campaign:
+        steps = self.store.steps(campaign.id)
+        failing = [f"{name} failed" for name, (_, _, detail) in steps.items() if detail.get("verdict") == FAILED]
+        failing += [f"{f.mode} fired with no SOP in docs/sop/" for f in self.store.failures(campaign.id)
+                    if f.sop is None]
+        verdict = FAILED if failing else PASSED
+        reason = "; ".join(dict.fromkeys(failing)) or "every drill reacted as expected; every failure has its SOP"
+        self.store.finish_campaign(campaign.id, verdict, reason)
+        self._log(campaign, "campaign.verdict", verdict, {"reason": reason})
+        if verdict == PASSED:
+            self.rollout_log.append(who="gpuctl acceptance", what=ACCEPTANCE_RECORD, decision=PASSED,
+                                    stage=campaign.stage, plan_digest=campaign.deployment,
+                                    detail={"campaign": campaign.id, "time_scale": campaign.time_scale})
+        done = self.store.campaign(campaign.id)
+        assert done is not None
+        return done
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _log(self, campaign: Campaign, what: str, decision: str, detail: dict[str, Any]) -> None:
+        self.log.append(who="gpuctl acceptance", what=what, decision=decision, stage=campaign.stage,
+                        plan_digest=campaign.deployment, detail={"campaign": campaign.id, **detail})
+
+    def _until(self, check: Callable[[], bool], deadline: float) -> float | None:
+        """When `check` first held (time.time()), or None if not by `deadline`."""
+        while True:
+            if check():
+                return self.clock()
+            if self.clock() >= deadline:
+                return None
+            time.sleep(self.poll_s)
+
+    def _sleep_until(self, moment: float) -> None:
+        while (left := moment - self.clock()) > 0:
+            time.sleep(min(left, self.poll_s))

@@ -1,0 +1,191 @@
+"""Load generators, each bounded in rate (the spec's max_*), in time (the step's end) and in concurrency (WORKERS), and
+stopped at once by an event: inference through the gateway, checkpoint writes to the hot tier and reads back, and a
+Slurm job mix with the teams' accounts and every training QoS (gang jobs included).
+
+Each records samples the report plots: `<name>_latency_s` per request, `<name>_error` (1 or 0) per request.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+WORKERS = 8
+"""Requests one load has in flight at most: past it a tick is skipped and counted, never queued without end."""
+REQUEST_TIMEOUT_S = 30.0
+MIB = 1 << 20
+
+
+@dataclass
+class RateLoad:
+    """Issues `request` at factor x peak per second (capped at bound), from a pool of WORKERS threads."""
+
+    name: str
+    peak_per_s: float
+    bound_per_s: float
+    request: Callable[[int], tuple[bool, dict[str, float]]]
+    """Request number -> (succeeded, extra samples); its latency is measured around it."""
+    samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _count: int = 0
+
+    def run(self, factor: float, until: float, stop: threading.Event) -> None:
+        rate = min(self.peak_per_s * factor, self.bound_per_s)
+        busy = threading.BoundedSemaphore(WORKERS)
+        with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=self.name) as pool:
+            next_at = time.time()
+            while not stop.is_set() and next_at < until:
+                if busy.acquire(blocking=False):
+                    self._count += 1
+                    pool.submit(self._one, self._count, busy)
+                else:
+                    self._record(f"{self.name}_skipped", 1.0)
+                next_at += 1 / rate
+                stop.wait(max(next_at - time.time(), 0))
+
+    def _one(self, number: int, busy: threading.BoundedSemaphore) -> None:
+        started = time.time()
+        try:
+            ok, extra = self.request(number)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            ok, extra = False, {}
+        finally:
+            busy.release()
+        self._record(f"{self.name}_latency_s", time.time() - started, started)
+        self._record(f"{self.name}_error", 0.0 if ok else 1.0, started)
+        for series, value in extra.items():
+            self._record(f"{self.name}_{series}", value, started)
+
+    def _record(self, series: str, value: float, at: float | None = None) -> None:
+        with self._lock:
+            self.samples.setdefault(series, []).append((at or time.time(), value))
+
+    def drain(self) -> dict[str, list[tuple[float, float]]]:
+        with self._lock:
+            taken, self.samples = self.samples, {}
+        return taken
+
+    def recent(self, series: str, since: float) -> list[float]:
+        with self._lock:
+            return [v for t, v in self.samples.get(f"{self.name}_{series}", []) if t >= since]
+
+
+def inference_load(gateway_url: str, key: str, model: str, peak_rps: float, max_rps: float) -> RateLoad:
+    """Chat completions through the gateway with a team's key; `version` samples the served version's number when
+    the answer ends with `v<n>` (the test double's answer; a real model's is ignored)."""
+
+    def request(number: int) -> tuple[bool, dict[str, float]]:
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": f"acceptance {number}"}]})
+        call = urllib.request.Request(f"{gateway_url}/v1/chat/completions", data=body.encode(), method="POST",
+                                      headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(call, timeout=REQUEST_TIMEOUT_S) as response:
+                answer = json.load(response)
+        except urllib.error.HTTPError:
+            return False, {}
+        text = str(answer["choices"][0]["message"]["content"]).split()
+        version = text[-1][1:] if text and text[-1].startswith("v") and text[-1][1:].isdigit() else None
+        return True, {"version": float(version)} if version else {}
+
+    return RateLoad("inference", peak_rps, max_rps, request)
+
+
+@dataclass
+class Checkpoints:
+    """What the storage load wrote: name -> sha256, to prove every checkpoint reads back intact."""
+
+    written: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def storage_load(hot_url: str, chunk_bytes: int, peak_mib_s: float, max_mib_s: float,
+                 checkpoints: Checkpoints) -> RateLoad:
+    """Checkpoint chunks PUT to the hot tier's path (`<hot_url>/<name>`) at the peak's MiB/s, each read back as a
+    restart (or the NVMe cache's fill) reads it: one sample is the write and the read."""
+
+    def request(number: int) -> tuple[bool, dict[str, float]]:
+        body = os.urandom(chunk_bytes)
+        name = f"ckpt-{number:06d}"
+        call = urllib.request.Request(f"{hot_url}/{name}", data=body, method="PUT")
+        with urllib.request.urlopen(call, timeout=REQUEST_TIMEOUT_S) as response:
+            stored = response.read().decode()
+        digest = hashlib.sha256(body).hexdigest()
+        with checkpoints.lock:
+            checkpoints.written[name] = digest
+        with urllib.request.urlopen(f"{hot_url}/{name}", timeout=REQUEST_TIMEOUT_S) as response:
+            read = hashlib.sha256(response.read()).hexdigest()
+        return stored == digest == read, {}
+
+    per_s = MIB / chunk_bytes
+    return RateLoad("storage", peak_mib_s * per_s, max_mib_s * per_s, request)
+
+
+def intact(hot_url: str, checkpoints: Checkpoints) -> tuple[int, list[str]]:
+    """(checkpoints read back, names whose bytes differ or are gone)."""
+    with checkpoints.lock:
+        written = dict(checkpoints.written)
+    bad = []
+    for name, digest in written.items():
+        try:
+            with urllib.request.urlopen(f"{hot_url}/{name}", timeout=REQUEST_TIMEOUT_S) as response:
+                if hashlib.sha256(response.read()).hexdigest() != digest:
+                    bad.append(name)
+        except OSError:
+            bad.append(name)
+    return len(written), bad
+
+
+def training_load(sbatch: Sequence[str], env: Mapping[str, str], accounts: Sequence[str], qos: Sequence[str],
+                  nodes_per_gang: int, peak_per_h: float, bound_jobs: int, job_seconds: float) -> RateLoad:
+    """sbatch submissions cycling through the teams' accounts and every training QoS; every third job a gang across
+    `nodes_per_gang` nodes. Each job runs `job_seconds` and may be requeued (--requeue). Bounded in jobs: past
+    bound_jobs submissions the load submits nothing more."""
+
+    def request(number: int) -> tuple[bool, dict[str, float]]:
+        if number > bound_jobs:
+            return True, {}
+        gang = ["--nodes", str(nodes_per_gang)] if number % 3 == 0 else ["--nodes", "1"]
+        account, level = accounts[number % len(accounts)], qos[number % len(qos)]
+        done = subprocess.run([*sbatch, "--parsable", "--requeue", f"--account={account}", f"--qos={level}", *gang,
+                               f"--job-name=acceptance-{number}", "--wrap", f"sleep {job_seconds:g}"],
+                              env={**os.environ, **env}, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
+                              check=False)
+        return done.returncode == 0, {}
+
+    return RateLoad("training", peak_per_h / 3600, bound_jobs, request)
+
+
+@dataclass
+class PrometheusSampler:
+    """Not a load: samples a PromQL instant query every `every_s` while the loads run (GPU utilization, the training
+    queue's p95 wait), for the report."""
+
+    name: str
+    prometheus_url: str
+    query: str
+    every_s: float = 1.0
+    samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def run(self, factor: float, until: float, stop: threading.Event) -> None:
+        while not stop.is_set() and time.time() < until:
+            url = f"{self.prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': self.query})}"
+            try:
+                with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT_S) as response:
+                    result = json.load(response)["data"]["result"]
+                if result:
+                    self.samples.setdefault(self.name, []).append((time.time(), float(result[0]["value"][1])))
+            except (OSError, ValueError, KeyError):
+                pass  # a missing point shows as a gap in the plot
+            stop.wait(self.every_s)
+
+    def drain(self) -> dict[str, list[tuple[float, float]]]:
+        taken, self.samples = self.samples, {}
+        return taken

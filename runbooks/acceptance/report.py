@@ -1,0 +1,122 @@
+"""The campaign's report: a verdict line per drill, the campaign's verdict, every failure with its SOP, and PNG plots a
+person reads at a glance (GPU utilization, inference p95 latency and error rate, training queue wait, storage latency,
+over time, each fault window shaded and named).
+"""
+
+import json
+from pathlib import Path
+from statistics import quantiles
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
+
+from runbooks.acceptance.store import Campaign, CampaignStore  # noqa: E402
+
+BUCKET_S = 1.0
+"""s per point of a plotted p95 or rate: the scaled campaign's resolution (a real one plots per minute)."""
+PANELS = (
+    ("gpu_util_pct", "GPU utilization (%)", "mean"),
+    ("inference_latency_s", "inference p95 latency (s)", "p95"),
+    ("inference_error", "inference errors (%)", "pct"),
+    ("training_queue_wait_s", "training queue wait (s)", "p95"),
+    ("storage_latency_s", "storage write p95 latency (s)", "p95"),
+)
+
+
+def drill_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
+    lines = []
+    for step, (_, finished, detail) in store.steps(campaign.id).items():
+        if not step.startswith("drill:"):
+            continue
+        if finished is None:
+            lines.append(f"{step}: UNFINISHED")
+            continue
+        reactions = "; ".join(f"{r['name']}: {'ok' if r['ok'] else 'NOT MET'} ({r['detail']})"
+                              for r in detail.get("reactions", []))
+        lines.append(
+            f"{step}: {detail['verdict'].upper()} - {detail.get('error') or ''}"
+            f"detected by {detail.get('alert') or 'measurement'} after {_s(detail.get('detection_s'))} "
+            f"(within {_s(detail.get('detect_within_s'))}), recovered after {_s(detail.get('recovery_s'))} "
+            f"(within {_s(detail.get('recover_within_s'))}); SOP docs/sop/{detail.get('sop')}.md"
+            + (f"; {reactions}" if reactions else ""))
+    return lines
+
+
+def _s(value: Any) -> str:
+    return f"{value:g} s" if isinstance(value, int | float) else "never"
+
+
+def _bucketed(points: list[tuple[float, float]], how: str, start: float) -> tuple[list[float], list[float]]:
+    buckets: dict[int, list[float]] = {}
+    for at, value in points:
+        buckets.setdefault(int((at - start) / BUCKET_S), []).append(value)
+    xs, ys = [], []
+    for bucket in sorted(buckets):
+        values = buckets[bucket]
+        if how == "p95":
+            y = quantiles(values, n=20)[-1] if len(values) > 1 else values[0]
+        elif how == "pct":
+            y = 100 * sum(values) / len(values)
+        else:
+            y = sum(values) / len(values)
+        xs.append(bucket * BUCKET_S)
+        ys.append(y)
+    return xs, ys
+
+
+def plot(store: CampaignStore, campaign: Campaign, path: Path) -> list[str]:
+    """Writes the PNG; returns the panels drawn (a panel with no samples says so on its face)."""
+    samples = store.samples(campaign.id)
+    windows = [(f.drill, f.injected_at - campaign.started_at, (f.reverted_at or f.injected_at) - campaign.started_at)
+               for f in store.faults(campaign.id)]
+    steps = store.steps(campaign.id)
+    shock = steps.get("shock")
+    if shock is not None:
+        windows.append(("shock", shock[0] - campaign.started_at, (shock[1] or shock[0]) - campaign.started_at))
+    figure, axes = plt.subplots(len(PANELS), 1, figsize=(11, 2.2 * len(PANELS)), sharex=True)
+    drawn = []
+    for axis, (series, title, how) in zip(axes, PANELS, strict=True):
+        xs, ys = _bucketed(samples.get(series, []), how, campaign.started_at)
+        if xs:
+            axis.plot(xs, ys, lw=1.2)
+            drawn.append(series)
+        else:
+            axis.text(0.5, 0.5, "no samples", transform=axis.transAxes, ha="center", va="center", color="grey")
+        for name, begin, end in windows:
+            color = "tab:orange" if name == "shock" else "tab:red"
+            axis.axvspan(begin, max(end, begin + BUCKET_S), color=color, alpha=0.15)
+            axis.text(begin, 1.0, name, transform=axis.get_xaxis_transform(), fontsize=7, va="top", color=color)
+        axis.set_ylabel(title, fontsize=8)
+        axis.grid(alpha=0.3)
+    axes[-1].set_xlabel(f"seconds since the campaign started (time scale {campaign.time_scale:g}; "
+                        "red: faults, orange: the shock)")
+    figure.suptitle(f"{campaign.id}: {(campaign.verdict or campaign.state).upper()}")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return drawn
+
+
+def write_report(store: CampaignStore, campaign: Campaign, directory: Path) -> Path:
+    """report.md and report.png in `directory`; returns the Markdown's path."""
+    drawn = plot(store, campaign, directory / "report.png")
+    failures = store.failures(campaign.id)
+    lines = [f"# Acceptance campaign {campaign.id}", "",
+             f"Verdict: **{(campaign.verdict or campaign.state).upper()}** - {campaign.reason or 'not finished'}", "",
+             f"Deployment {campaign.deployment}, stage {campaign.stage}, time scale {campaign.time_scale:g}.", "",
+             "## Drills", "", *[f"- {line}" for line in drill_lines(store, campaign)], "",
+             "## Failures logged", "", "| at (s) | source | mode | SOP |", "| --- | --- | --- | --- |",
+             *[f"| {f.at - campaign.started_at:.1f} | {f.source} | {f.mode} | "
+               f"{('docs/sop/' + f.sop + '.md') if f.sop else '**none**'} |" for f in failures], "",
+             "## Plots", "", f"![campaign](report.png) (panels with samples: {', '.join(drawn) or 'none'})", ""]
+    report = directory / "report.md"
+    report.write_text("\n".join(lines))
+    (directory / "report.json").write_text(json.dumps({
+        "campaign": campaign.id, "verdict": campaign.verdict, "reason": campaign.reason,
+        "steps": {k: v[2] for k, v in store.steps(campaign.id).items()},
+        "failures": [f.__dict__ for f in failures]}, indent=2, sort_keys=True))
+    return report

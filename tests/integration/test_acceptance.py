@@ -1,0 +1,304 @@
+"""The acceptance campaign, scaled by its time_scale (0.01: a 1000 s hold is 10 s), against real daemons: a real
+Prometheus evaluating the stack's rules (each `for:` scaled alike) and a real Alertmanager whose API the campaign
+reads, two GPU nodes' daemons each inside a network namespace this test makes (tests/harness/netns.py), the other
+nodes' exporters on 127.0.0.1, and the real LiteLLM gateway in front of a served model's test double.
+
+Drills: the partition takes node A's link down inside its namespace (DcgmExporterDown must fire for that node and
+clear); the node failure kills node B's daemons as power loss does (the same alert, for node B); storage jitter puts
+a tbf qdisc on node A's link, the storage path the checkpoint writes and reads take (this kernel has no sch_netem);
+the hot swap moves the model's service to a new version under the inference load.
+
+The campaign runs first in a child process, killed (SIGKILL) while the partition holds; the node's own dead-man's
+switch reverts the partition at its deadline; the resumed campaign logs the fault it found and runs to its verdict.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.spec.site import Site
+from runbooks.acceptance.alerts import firing_alerts
+from runbooks.acceptance.campaign import Load, Runbook, Target
+from runbooks.acceptance.faults import Switches, daemon_killed, link_down, storage_delay, version_swap
+from runbooks.acceptance.load import Checkpoints, PrometheusSampler, inference_load, storage_load
+from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, StorageJitterProbe
+from runbooks.acceptance.report import write_report
+from runbooks.acceptance.store import PASSED, CampaignStore
+from runbooks.rollout.audit import AuditLog, audit_key
+from runbooks.rollout.lock import StackLock
+from tests.builders import parse, prod_values, with_changes
+from tests.harness import netns
+from tests.harness.alerting import ALERTMANAGER, AlertingWorld, scaled_rules
+from tests.harness.daemons import PROMETHEUS, free_ports, wait_for
+from tests.harness.figures import FIGURES
+from tests.harness.gateway import LITELLM, Backend, rendered_config, running_gateway
+from tests.harness.http_double import JsonHandler, Served
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT = REPO / "tests" / "harness" / "node_agent.py"
+SCALE = 0.01
+KEY, TEAM, MODEL = "sk-acceptance-test", "speech", "qwen2-5-72b"
+CHUNK = 1 << 20
+"""Bytes per checkpoint chunk: checkpoint_gib 1 at the scale, in 1 MiB writes."""
+AGENT_PORT = 9400
+DELAY_MS = 300
+ACCEPTANCE: dict[str, Any] = {
+    "time_scale": SCALE, "soak_h": 1, "shock_minutes": 10, "peak_source": "declared", "checkpoint_gib": 1,
+    "peak": {"training_jobs_per_h": 360, "inference_rps": 4, "storage_write_mib_s": 3},
+    "drills": [
+        {"kind": "network_partition", "sop": "network-partition", "alert": "DcgmExporterDown", "hold_s": 1100,
+         "detect_within_s": 1000, "recover_within_s": 800, "revert_after_s": 1300},
+        {"kind": "node_failure", "sop": "node-power-loss", "alert": "DcgmExporterDown", "hold_s": 1100,
+         "detect_within_s": 1000, "recover_within_s": 800, "revert_after_s": 2000},
+        {"kind": "storage_jitter", "sop": "storage-jitter", "hold_s": 500, "detect_within_s": 400,
+         "recover_within_s": 400, "revert_after_s": 1500, "delay_ms": DELAY_MS},
+        {"kind": "model_hot_swap", "sop": "model-hot-swap", "hold_s": 500, "detect_within_s": 400,
+         "recover_within_s": 400, "revert_after_s": 1500},
+    ]}
+"""The test site's campaign: this machine's peak (declared), a one-hour soak and a ten-minute shock, the drills'
+alerts as this world raises them (node B's exporter is all of its daemons here)."""
+
+pytestmark = [pytest.mark.usefixtures("module_timer"), pytest.mark.skipif(
+    bool(netns.missing() or not PROMETHEUS or not ALERTMANAGER or not LITELLM.exists()),
+    reason=f"{netns.missing() or 'needs prometheus, prometheus-alertmanager and the LiteLLM venv (make test)'}")]
+
+
+class SwappableService(Served):
+    """The served model's Kubernetes Service: forwards to its current endpoint; PUT /_endpoint moves it (what a
+    rollout of the serving deployment does to the Service's endpoints)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        service = self
+
+        class Handler(JsonHandler):
+            def do_PUT(self) -> None:  # noqa: N802 (http.server's names)
+                service.endpoint = self.read_body().decode()
+                self.answer(200, {"endpoint": service.endpoint})
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's names)
+                request = urllib.request.Request(f"{service.endpoint}{self.path}", data=self.read_body(),
+                                                 method="POST", headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    self.answer(response.status, response.read())
+
+        super().__init__(Handler)
+
+
+@dataclass
+class World:
+    """Everything the campaign's targets and loads need, as JSON: the killed child process builds the same."""
+
+    node_a: str
+    node_b: str
+    ns_a: str
+    ns_b: str
+    link_a: str
+    address_a: str
+    address_b: str
+    pid_file_b: str
+    agent_b: list[str]
+    gateway: str
+    service: str
+    old_backend: str
+    new_backend: str
+    alertmanager: str
+    prometheus: str
+
+    def hot_url(self) -> str:
+        return f"http://{self.address_a}:{AGENT_PORT}/hot"
+
+
+def acceptance_site() -> Site:
+    return parse(with_changes(prod_values(), acceptance=ACCEPTANCE))
+
+
+def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]]:
+    site = acceptance_site()
+    spec = site.acceptance
+    checkpoints = Checkpoints()
+    inference = inference_load(world.gateway, KEY, MODEL, spec.peak.inference_rps, spec.max_inference_rps)
+    storage = storage_load(world.hot_url(), CHUNK, spec.peak.storage_write_mib_s, spec.max_storage_write_mib_s,
+                           checkpoints)
+    # tbf stands in for netem here: a 1 MiB chunk at this rate takes ~3x the drill's delay.
+    rate_kbit = int(CHUNK * 8 / (3 * DELAY_MS / 1000) / 1000)
+    qdisc = ("tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", "5s")
+    curl = ("curl", "-fsS", "-X", "PUT", "--data")
+    targets = {
+        "network_partition": Target(link_down("network_partition", world.link_a, world.ns_a),
+                                    NodeDaemonProbe(f"http://{world.address_a}:{AGENT_PORT}/metrics"),
+                                    {"Hostname": world.node_a}),
+        "node_failure": Target(daemon_killed("node_failure", world.node_b, world.pid_file_b, world.agent_b, {}),
+                               NodeDaemonProbe(f"http://{world.address_b}:{AGENT_PORT}/metrics"),
+                               {"Hostname": world.node_b}),
+        "storage_jitter": Target(storage_delay("storage_jitter", world.link_a, qdisc, world.ns_a),
+                                 StorageJitterProbe(storage, DELAY_MS / 1000, world.hot_url(), checkpoints)),
+        "model_hot_swap": Target(version_swap("model_hot_swap", f"{MODEL} service",
+                                              (*curl, world.new_backend, f"{world.service}/_endpoint"),
+                                              (*curl, world.old_backend, f"{world.service}/_endpoint")),
+                                 HotSwapProbe(inference, 2, spec.inference_error_pct)),
+    }
+    store = CampaignStore(state / "acceptance.sqlite")
+    rollout_state = state / "rollout"
+    key = audit_key(rollout_state)
+    loads: list[Load] = [inference, storage,
+                         PrometheusSampler("gpu_util_pct", world.prometheus, "avg(DCGM_FI_DEV_GPU_UTIL)")]
+    runbook = Runbook(spec, store, AuditLog(state / "failures.jsonl", key),
+                      AuditLog(rollout_state / "audit.jsonl", key), Switches(state / "switches"), REPO / "docs" / "sop",
+                      lambda: firing_alerts(world.alertmanager), {d.kind: targets[d.kind.value] for d in spec.drills},
+                      loads, StackLock(state / "campaign.lock", "gpuctl acceptance"))
+    return runbook, store, loads
+
+
+def main(world_file: str, state: str) -> None:
+    """The child process: run the campaign (it is killed mid-partition)."""
+    runbook, _, _ = build(World(**json.loads(Path(world_file).read_text())), Path(state))
+    runbook.run("sha256:deployed", "canary")
+
+
+def agent(*hosts: str, listen: str, directory: Path, gpus: int, pid_file: Path | None = None) -> list[str]:
+    return [sys.executable, str(AGENT), "--listen", listen, "--directory", str(directory), "--gpus", str(gpus),
+            *(["--pid-file", str(pid_file)] if pid_file else []), *hosts]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    site = acceptance_site()
+    root = tmp_path_factory.mktemp("acceptance")
+    groups = [(g, [n.name for n in g.nodes]) for g in site.node_groups]
+    node_a, node_b = groups[0][1][0], groups[0][1][1]
+    old, new = Backend("v1"), Backend("v2")
+    service = SwappableService(old.url)
+    background: list[subprocess.Popen[bytes]] = []
+    pid_file_b = root / "agent-b.pid"
+    with netns.namespace() as ns_a, netns.namespace() as ns_b, \
+            running_gateway(root, rendered_config(site, root), service.url, {KEY: TEAM}) as gateway:
+        try:
+            for directory in (root / "hot-a", root / "hot-b"):
+                directory.mkdir()
+            ns_a.start(*agent(node_a, listen=f"{ns_a.node_address}:{AGENT_PORT}", directory=root / "hot-a",
+                              gpus=groups[0][0].gpus_per_node), log=str(root / "agent-a.log"))
+            agent_b = ["ip", "netns", "exec", ns_b.name,
+                       *agent(node_b, listen=f"{ns_b.node_address}:{AGENT_PORT}", directory=root / "hot-b",
+                              gpus=groups[0][0].gpus_per_node, pid_file=pid_file_b)]
+            background.append(subprocess.Popen(agent_b, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+            targets = [f"{ns_a.node_address}:{AGENT_PORT}", f"{ns_b.node_address}:{AGENT_PORT}"]
+            for group, names in groups:
+                others = [n for n in names if n not in (node_a, node_b)]
+                if others:
+                    (port,) = free_ports(1)
+                    background.append(subprocess.Popen(agent(*others, listen=f"127.0.0.1:{port}", directory=root,
+                                                             gpus=group.gpus_per_node), stdout=subprocess.DEVNULL))
+                    targets.append(f"127.0.0.1:{port}")
+            alerting = AlertingWorld(root / "alerting", targets, scaled_rules(site, SCALE))
+            try:
+                alerting.wait_ready()
+                wait_for("node B's agent", lambda: pid_file_b.exists(), 10)
+                yield World(node_a, node_b, ns_a.name, ns_b.name, ns_a.node_link, ns_a.node_address,
+                            ns_b.node_address, str(pid_file_b), agent_b, gateway, service.url, old.url, new.url,
+                            alerting.alertmanager_url, alerting.prometheus_url)
+            finally:
+                alerting.stop()
+        finally:
+            if pid_file_b.exists():
+                # The drill's undo restarted node B's agent detached: stop it by the PID it wrote.
+                subprocess.run(["pkill", "-F", str(pid_file_b)], check=False, timeout=10)
+            for process in background:
+                if process.poll() is None:
+                    process.terminate()
+                    process.wait(timeout=10)
+            for double in (service, old, new):
+                double.stop()
+
+
+def link_state(ns: str, link: str) -> str:
+    done = subprocess.run(["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{link}/operstate"],
+                          capture_output=True, text=True, timeout=10, check=True)
+    return done.stdout.strip()
+
+
+def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_fault(
+        world: World, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (tmp_path / "world.json").write_text(json.dumps(asdict(world)))
+    child = subprocess.Popen([sys.executable, "-c", f"from tests.integration.test_acceptance import main; "
+                              f"main({str(tmp_path / 'world.json')!r}, {str(state)!r})"],
+                             cwd=REPO, stdout=(tmp_path / "child.log").open("wb"), stderr=subprocess.STDOUT)
+    try:
+        def partition_in_place() -> bool:
+            assert child.poll() is None, (tmp_path / "child.log").read_text()[-3000:]
+            if not (state / "acceptance.sqlite").exists():
+                return False
+            try:
+                with sqlite3.connect(state / "acceptance.sqlite") as db:
+                    rows = db.execute("SELECT count(*) FROM faults WHERE drill = 'network_partition'").fetchone()
+            except sqlite3.OperationalError:
+                return False  # the child has not made its tables yet
+            return bool(rows[0]) and link_state(world.ns_a, world.link_a) != "up"
+
+        wait_for("the partition to be injected", partition_in_place, 30, interval_s=0.2)
+        killed_at = time.time()
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    assert link_state(world.ns_a, world.link_a) != "up", "the partition must outlive the killed campaign"
+    # No run comes back in time: the node's own switch reverts the partition at its deadline (revert_after_s scaled).
+    armed = next((state / "switches").glob("*network_partition-*.json"))
+    assert Switches.wait_gone(str(armed), timeout_s=30)
+    reverted_after = time.time() - killed_at
+    assert link_state(world.ns_a, world.link_a) == "up"
+    fired = Switches.fired(str(armed))
+    assert fired is not None and fired["results"][0]["rc"] == 0
+
+    runbook, store, _ = build(world, state)
+    started = time.monotonic()
+    campaign = runbook.run("sha256:deployed", "canary")
+    took = time.monotonic() - started
+    report = write_report(store, campaign, tmp_path / "report")
+
+    failures = store.failures(campaign.id)
+    left = [f for f in failures if f.detail.get("left_by")]
+    assert [(f.mode, f.sop) for f in left] == [("network_partition", "network-partition")]
+    assert all(f.reverted_at is not None for f in store.faults(campaign.id)), "a fault is still in place"
+    assert link_state(world.ns_a, world.link_a) == "up" and "tbf" not in netns_qdisc(world)
+    steps = store.steps(campaign.id)
+    drills = {k: v[2] for k, v in steps.items() if k.startswith("drill:")}
+    assert campaign.verdict == PASSED, json.dumps([campaign.reason, drills], indent=1)
+    fired_alerts = {f.mode for f in failures if f.source == "fired"}
+    assert "DcgmExporterDown" in fired_alerts and all(f.sop for f in failures)
+    assert drills["drill:model_hot_swap"]["reactions"][0]["ok"]
+    assert (tmp_path / "report" / "report.png").stat().st_size > 10_000
+    # The passed campaign is in the rollout's audit log, bound to the deployment it judged.
+    records = [json.loads(line) for line in (state / "rollout" / "audit.jsonl").read_text().splitlines()]
+    assert [(r["what"], r["plan_digest"]) for r in records] == [("acceptance.campaign", "sha256:deployed")]
+    FIGURES.append(f"acceptance campaign (time scale {SCALE:g}) resumed after a kill mid-partition: the node's "
+                   f"switch reverted the partition {reverted_after:.1f} s after the kill; the resumed run took "
+                   f"{took:.1f} s: " + "; ".join(
+                       f"{k[6:]} detected {v['detection_s']} s, recovered {v['recovery_s']} s"
+                       for k, v in drills.items()) + f"; failures logged: {len(failures)}; report {report}")
+
+
+def netns_qdisc(world: World) -> str:
+    return subprocess.run(["ip", "netns", "exec", world.ns_a, "tc", "qdisc", "show", "dev", world.link_a],
+                          capture_output=True, text=True, timeout=10, check=True).stdout
+
+
+def test_should_read_firing_alerts_from_alertmanager(world: World) -> None:
+    # The lending controller does not run in this world: its staleness alert fires, with its SOP.
+    wait_for("LendingControllerDown to fire", lambda: any(
+        a.name == "LendingControllerDown" for a in firing_alerts(world.alertmanager)), 30, interval_s=0.5)
+    assert os.path.exists(REPO / "docs" / "sop" / "lending-controller-down.md")
