@@ -15,7 +15,7 @@ from runbooks.options import ProjectDirOption, StackOption, site_or_exit
 from runbooks.report.accounting import AccountingError, sacct_jobs
 from runbooks.report.measure import measure
 from runbooks.report.prometheus import Prometheus, PrometheusError
-from runbooks.report.render import FIGURES, SUMMARY, TEAM_COLUMNS, as_json, figure_rows, markdown, plot, team_rows
+from runbooks.report.render import TEAM_COLUMNS, figure_rows, team_rows, write
 from runbooks.report.window import ReportInputError, check_windows, parse_resolution, parse_window
 
 WINDOW_HELP = "START..END, ISO 8601 times with a UTC offset, e.g. 2026-11-02T00:00Z..2026-11-09T00:00Z."
@@ -70,7 +70,5 @@ def report(
     out.print(teams)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / SUMMARY).write_text(markdown(stack, *periods, step_s))
-    (out_dir / FIGURES).write_text(as_json(stack, *periods, step_s))
-    for path in [out_dir / SUMMARY, out_dir / FIGURES, *plot(*periods, out_dir)]:
+    for path in write(out_dir, stack, *periods, step_s):
         out.print(f"wrote {escape(str(path))}")

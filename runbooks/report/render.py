@@ -1,7 +1,10 @@
 """The report as people read it: one table of figures (console and markdown alike) and PNG plots (matplotlib, Agg)."""
 
+import io
 import json
 import math
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -145,7 +148,29 @@ def markdown(stack: str, baseline: Period, window: Period, step_s: int) -> str:
     ]) + "\n"
 
 
-def plot(baseline: Period, window: Period, out: Path) -> list[Path]:
+def write(out: Path, stack: str, baseline: Period, window: Period, step_s: int) -> list[Path]:
+    """report.md, report.json and the plots into `out`, each file replaced whole."""
+    return [_publish(out / SUMMARY, markdown(stack, baseline, window, step_s).encode()),
+            _publish(out / FIGURES, as_json(stack, baseline, window, step_s).encode()),
+            *_plot(baseline, window, out)]
+
+
+def _publish(path: Path, data: bytes) -> Path:
+    """Write to a new file beside `path`, then rename it over `path`. The report may run as root in a folder others
+    can write: a symlink planted at `path` is replaced, never followed, and a reader never sees half a file."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _plot(baseline: Period, window: Period, out: Path) -> list[Path]:
     written = []
     periods = (("baseline", baseline), ("window", window))
 
@@ -186,6 +211,7 @@ def plot(baseline: Period, window: Period, out: Path) -> list[Path]:
 
 def _save(figure: Figure, path: Path) -> Path:
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=100)
     plt.close(figure)
-    return path
+    return _publish(path, png.getvalue())
