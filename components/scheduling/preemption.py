@@ -23,6 +23,17 @@ RULE = "preemption"
 PATH = "scheduling.classes"
 PREEMPT_LOWER = "PreemptLowerPriority"
 NEVER = "Never"
+KILL_WAIT_S = 5
+"""s between the SIGTERM and the SIGKILL of a job Slurm requeues, preempts or stops at its time limit (slurm.conf
+KillWait; Slurm's default, 30, held a lent node 30 s for a trainer slow to stop). What a requeued trainer loses is the
+work since its last periodic checkpoint, bounded by its checkpoint interval (minutes), never by this wait: a sharded
+checkpoint takes far longer than seconds to write, so a longer wait saves no work and only keeps a node from
+inference. slurmd waits MAX(KillWait, 5) s before the SIGKILL (src/slurmd/slurmd/req.c, _rpc_terminate_job and
+_rpc_timelimit; measured on 22.05: a trainer ignoring SIGTERM held the node 5.1 s with KillWait=1), so 5 is the
+shortest that has any effect; a trainer that handles SIGTERM gets those 5 s to flush its logs and close its files."""
+PREEMPTED_GRACE_S = 0
+"""s of grace (sacctmgr GraceTime) a job of a QoS that another preempts gets before Slurm requeues it: none, as with
+KILL_WAIT_S no grace could save a checkpoint; the job gets SIGTERM at once and SIGKILL KILL_WAIT_S later."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,12 @@ def slurm_qos(site: Site) -> list[SlurmQos]:
     rows = [(c, c.slurm_priority) for c in site.scheduling.classes if c.slurm_priority is not None]
     slurm = {c.name for c, _ in rows}
     return [SlurmQos(c.name, priority, [p for p in c.preempts if p in slurm], c.for_teams) for c, priority in rows]
+
+
+def preempted_qos(site: Site) -> list[str]:
+    """The Slurm QoS some other QoS preempts, highest first: those whose jobs get PREEMPTED_GRACE_S."""
+    victims = {victim for qos in slurm_qos(site) for victim in qos.preempts}
+    return [q.name for q in slurm_qos(site) if q.name in victims]
 
 
 def team_qos(site: Site) -> list[str]:

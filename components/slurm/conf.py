@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.scheduling.preemption import slurm_qos, team_qos
+from components.scheduling.preemption import KILL_WAIT_S, PREEMPTED_GRACE_S, preempted_qos, slurm_qos, team_qos
 from components.slurm.containers import PLUGSTACK
 from components.spec import defaults
 from components.spec.catalog import gres_type
@@ -214,6 +214,9 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
     conf.record(PreemptType="preempt/qos")
     conf.record(PreemptMode="REQUEUE")
     conf.record(JobRequeue=1)
+    # slurm.conf(5) KillWait: seconds from SIGTERM to SIGKILL for a job that is requeued, preempted or out of time;
+    # chosen from the checkpoint interval (KILL_WAIT_S says why), so a lend never waits Slurm's default 30 s.
+    conf.record(KillWait=KILL_WAIT_S)
 
     conf.section("Accounting: slurmdbd enforces associations, limits and QoS")
     conf.record(AccountingStorageType="accounting_storage/slurmdbd")
@@ -498,7 +501,7 @@ def render_accounting_commands(site: Site) -> list[list[str]]:
     """
     sacctmgr = ["sacctmgr", "--immediate"]
     cluster = site.site_name
-    table = slurm_qos(site)
+    table, preempted = slurm_qos(site), set(preempted_qos(site))
     # Lists in one call where sacctmgr takes them: each call costs ~0.4 s of slurmdbd round trips.
     commands = [[*sacctmgr, "add", "cluster", cluster], [*sacctmgr, "add", "qos", ",".join(q.name for q in table)]]
     # Lowest first: a QoS's preempt list may name only QoS whose own settings are already written.
@@ -507,8 +510,11 @@ def render_accounting_commands(site: Site) -> list[list[str]]:
         # clear) leaves the QoS looking like it preempts everything to the loop check, so every later
         # `preempt=` naming it fails with "QOS Preemption loop detected".
         preempt = [f"preempt={','.join(qos.preempts)}"] if qos.preempts else []
+        # sacctmgr(1) GraceTime, in seconds: what a job of this QoS gets between being picked for preemption and
+        # its requeue (PREEMPTED_GRACE_S says why none).
+        grace = [f"gracetime={PREEMPTED_GRACE_S}"] if qos.name in preempted else []
         commands.append([*sacctmgr, "modify", "qos", "where", f"name={qos.name}", "set",
-                         f"priority={qos.priority}", *preempt])
+                         f"priority={qos.priority}", *preempt, *grace])
     onboarded = site.teams_onboarded()
     teams = ",".join(t.name for t in onboarded)
     commands.append([*sacctmgr, "add", "account", teams, f"cluster={cluster}", f"organization={site.site_name}"])

@@ -7,9 +7,13 @@ Flex nodes run Slurm work until lent (docs/scheduling.md, "Lending the flex pool
 2. Running jobs whose QoS the inference class preempts in the one preemption table are requeued; any other job
    (train_normal, train_high, inference, critical, or one Slurm cannot requeue) is left to finish, and the node
    stays draining until it does.
-3. Once Slurm has the node idle, it gets the label LENT_LABEL=true. The flex taint stays: only pods that tolerate
-   it land on flex nodes, and the inference manifests in docs/scheduling.md also require the label, so they use
-   lent nodes only. Kueue's flex flavor selects the label too.
+3. As soon as Slurm has the node idle, it gets the label LENT_LABEL=true, whatever the other nodes of the lend are
+   still waiting for. The flex taint stays: only pods that tolerate it land on flex nodes, and the inference
+   manifests in docs/scheduling.md also require the label, so they use lent nodes only. Kueue's flex flavor
+   selects the label too.
+
+A requeued job gets SIGTERM and, KillWait seconds later, SIGKILL (slurm.conf's KILL_WAIT_S, components/slurm/
+conf.py): a trainer that ignores SIGTERM holds the node that long, not Slurm's 30 s default.
 
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
@@ -35,7 +39,9 @@ RUNNING = "R,CF,CG,S,ST,SI,SO,RS"
 """squeue states of jobs that hold a node's GPUs (all but pending and ended)."""
 UNHEALTHY = ("DOWN", "FAIL", "MAINT", "REBOOT", "POWER")
 """Prefixes of Slurm node state flags that make a node unfit to lend or to resume (NOT_RESPONDING is transient)."""
-
+POLL_S = 0.5
+"""s between looks at the nodes a lend waits for: a node is labelled at most this long after Slurm has it idle
+(each look is one squeue and one scontrol per waiting node)."""
 
 
 class Runner(Protocol):
@@ -127,7 +133,7 @@ class Flex:
         out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={RUNNING}", "--format=%i %q"])
         return [(job, qos) for job, qos in (line.split() for line in out.splitlines() if line.strip())]
 
-    def lend(self, nodes: Sequence[str], wait_s: float, poll_s: float = 2.0) -> list[NodeOutcome]:
+    def lend(self, nodes: Sequence[str], wait_s: float, poll_s: float = POLL_S) -> list[NodeOutcome]:
         targets, refused = [], []
         for node in chosen(self.site, nodes):
             fields = self.node_fields(node)
@@ -152,17 +158,19 @@ class Flex:
                     self.progress(f"{node}: job {job} ({qos}) stays: {error}")
                     continue
                 self.progress(f"{node}: requeued job {job} ({qos}), which inference preempts")
-        outcomes = self._wait_idle(targets, wait_s, poll_s, kept)
-        for outcome in outcomes:
-            if outcome.done:
-                self.kubectl(["kubectl", "label", "node", outcome.node, f"{LENT_LABEL}=true", "--overwrite"])
-                # A reclaim that stopped at `kubectl drain` left the node cordoned.
-                self.kubectl(["kubectl", "uncordon", outcome.node])
-                self.progress(f"{outcome.node}: lent to kubernetes inference")
-        return refused + outcomes
+        return refused + self._wait_idle(targets, wait_s, poll_s, kept, self._label)
 
-    def _wait_idle(self, nodes: list[str], wait_s: float, poll_s: float, kept: dict[str, str]) -> list[NodeOutcome]:
-        """Waits until each node runs no job and Slurm has it IDLE (epilogs done), at most wait_s."""
+    def _label(self, node: str) -> None:
+        self.kubectl(["kubectl", "label", "node", node, f"{LENT_LABEL}=true", "--overwrite"])
+        # A reclaim that stopped at `kubectl drain` left the node cordoned.
+        self.kubectl(["kubectl", "uncordon", node])
+        self.progress(f"{node}: lent to kubernetes inference")
+
+    def _wait_idle(self, nodes: list[str], wait_s: float, poll_s: float, kept: dict[str, str],
+                   free: Callable[[str], None]) -> list[NodeOutcome]:
+        """Waits until each node runs no job and Slurm has it IDLE (epilogs done), at most wait_s, calling `free`
+        with each node as soon as it is: inference gets a node the moment Slurm lets it go, not when the last one
+        does (a job that cannot be requeued may hold another for the whole wait)."""
         deadline = self.clock() + wait_s
         pending = set(nodes)
         held: dict[str, tuple[list[tuple[str, str]], str]] = {}
@@ -172,6 +180,7 @@ class Flex:
                 held[node] = (jobs, state)
                 if not jobs and state.split("+")[0] == "IDLE" and "COMPLETING" not in state:
                     pending.discard(node)
+                    free(node)
             if not pending or self.clock() >= deadline:
                 break
             self.sleep(poll_s)

@@ -5,12 +5,15 @@ SLURM_CONF in the environment. kubectl is faked at its command line: each call i
 """
 
 import math
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from components.scheduling.preemption import KILL_WAIT_S
 from runbooks.cli import app
 from runbooks.flex.lending import (
     LEND_REASON,
@@ -30,6 +33,9 @@ from tests.harness.slurm_cluster import Cluster, slurm_marks
 
 FLEX = ("gpu-a800-09", "gpu-a800-10")
 GPU8 = ("-p", "a800-flex", "--gres=gpu:a800:8", "--wrap=sleep 300")
+LEND_AFTER_REQUEUE_S = 5.0
+"""Issue 22: a lend that requeues preemptible training completes within 5 s of the decision; a trainer that ignores
+SIGTERM adds KillWait (components/scheduling/preemption.py KILL_WAIT_S says why it cannot be less)."""
 
 
 def test_should_requeue_only_what_inference_preempts_in_the_table() -> None:
@@ -118,6 +124,46 @@ class TestOnRealSlurm:
             False, f"draining: still runs {job} (train_preemptible, could not be requeued); run lend again to finish")
         assert said[0].startswith(f"{FLEX[0]}: job {job} (train_preemptible) stays: scontrol requeue {job} exited 1")
         assert flex_slurm.job(job)["JobState"] == "RUNNING" and kubectl.labelled == set()
+
+    def test_should_lend_a_node_whose_trainer_ignores_sigterm_once_killwait_ends(
+            self, flex_slurm: Cluster, report_figure: Callable[[str], None]) -> None:
+        # The shell and the sleep it starts both ignore SIGTERM (an ignored signal stays ignored across exec): only
+        # the SIGKILL KillWait seconds later stops them. Slurm's default KillWait held the node 30 s.
+        job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8[:2],
+                                "--wrap=trap '' TERM; sleep 300")
+        flex_slurm.wait_state(job, "RUNNING")
+        kubectl = FakeKubectl()
+        started = time.monotonic()
+        (outcome,) = flex(flex_slurm, kubectl, []).lend([FLEX[0]], wait_s=20)
+        took = time.monotonic() - started
+        report_figure(f"flex lend of a node whose trainer ignores SIGTERM (KillWait {KILL_WAIT_S} s): {took:.1f} s")
+        assert (outcome.done, kubectl.labelled) == (True, {FLEX[0]})
+        assert KILL_WAIT_S <= took < KILL_WAIT_S + LEND_AFTER_REQUEUE_S
+        assert int(flex_slurm.wait_state(job, "PENDING")["Restarts"]) >= 1
+
+    def test_should_label_a_node_freed_by_requeue_while_another_is_still_blocked(
+            self, flex_slurm: Cluster, report_figure: Callable[[str], None]) -> None:
+        requeued = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)
+        blocking = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "--no-requeue", "-w", FLEX[1], *GPU8)
+        for job in (requeued, blocking):
+            flex_slurm.wait_state(job, "RUNNING")
+        kubectl, labelled_at = FakeKubectl(), {}
+
+        def timed_kubectl(args: Sequence[str], timeout_s: float = 30) -> str:
+            if args[1] == "label":
+                labelled_at[args[3]] = time.monotonic()
+            return kubectl(args, timeout_s)
+
+        started = time.monotonic()
+        outcomes = Flex(flex_slurm.site, run_command, timed_kubectl, [].append).lend(list(FLEX), wait_s=7)
+        returned = time.monotonic()
+        report_figure(f"flex lend after a requeue: node labelled {labelled_at[FLEX[0]] - started:.1f} s after the "
+                      f"decision, the lend returned after {returned - started:.1f} s (the other node blocked)")
+        assert [(o.node, o.done) for o in outcomes] == [(FLEX[0], True), (FLEX[1], False)]
+        assert list(labelled_at) == [FLEX[0]]
+        # Labelled once Slurm let it go, while the other node's job held the lend until its wait ran out.
+        assert labelled_at[FLEX[0]] - started < LEND_AFTER_REQUEUE_S < returned - started
+        assert flex_slurm.job(blocking)["JobState"] == "RUNNING"
 
     def test_should_not_lend_a_node_drained_for_another_reason(self, flex_slurm: Cluster) -> None:
         flex_slurm.run("scontrol", "update", f"NodeName={FLEX[1]}", "State=DRAIN", "Reason=node check failed")

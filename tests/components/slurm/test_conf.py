@@ -190,6 +190,14 @@ def test_should_render_the_slurm_qos_from_the_one_table_only(prod: dict[str, Any
     assert settings["inference"] == {"priority": "50000", "preempt": "train_preemptible"}
 
 
+def test_should_give_no_grace_to_a_qos_another_preempts_and_kill_after_killwait(prod: dict[str, Any]) -> None:
+    site = parse(prod)
+    graced = {name for name, settings in qos_settings(site).items() if settings.get("gracetime") == "0"}
+    # Every QoS in some preempt list, and only those: inference and critical are never preempted.
+    assert graced == {"train_preemptible", "train_normal", "train_high"}
+    assert "\nKillWait=5\n" in render_slurm_conf(site)
+
+
 def loopback(root: Path, site: Site) -> LoopbackOverlay:
     """An overlay for rendering only: nothing listens on its ports."""
     return LoopbackOverlay(root=root, slurmctld_port=1, slurmd_ports={n.name: 10 for n in slurm_nodes(site)},
