@@ -74,6 +74,8 @@ class Period:
     """(seconds since the period's start, capacity-weighted DCGM utilization %) per step, for the plot."""
     waits_h: dict[str, list[float]] = field(default_factory=dict)
     """Each submitted job's wait, per team and ALL, for the CDF."""
+    inference_series: list[tuple[float, float, float]] = field(default_factory=list)
+    """(seconds since the period's start, p95 latency s, error %) over each step, for the plot; NaN without traffic."""
 
     @property
     def capacity_gpus(self) -> int:
@@ -179,6 +181,21 @@ def _scalar(prometheus: Prometheus, query: str, at: datetime) -> float:
     return float(result[0]["value"][1]) if result else math.nan
 
 
+def _inference_series(prometheus: Prometheus, window: Window, step_s: int) -> list[tuple[float, float, float]]:
+    """The gateway's figures over each step: the same queries as the period's, over one step's range."""
+    first, last = steps(window, step_s)
+    start = window.start.timestamp()
+
+    def by_time(query: str) -> dict[float, float]:
+        return {round(float(t), 3): float(v) for s in prometheus.range(query, first, last, step_s)
+                for t, v in s["values"]}
+
+    latency = by_time(inference_latency_p95(step_s))
+    errors = by_time(inference_error_pct(step_s))
+    return [(t - start, latency.get(round(t, 3), math.nan), errors.get(round(t, 3), math.nan))
+            for t in (first.timestamp() + k * step_s for k in range(window.seconds // step_s))]
+
+
 def measure(prometheus: Prometheus, site: Site, jobs: list[Job], window: Window, step_s: int, now: float) -> Period:
     """Every figure of one period. Teams are the site's, plus any Slurm account with jobs in the period."""
     capacity = pool_capacity(site)
@@ -204,5 +221,6 @@ def measure(prometheus: Prometheus, site: Site, jobs: list[Job], window: Window,
         waits=waits,
         adoption=_adoption(jobs, window, teams, now),
         dcgm_series=series,
+        inference_series=_inference_series(prometheus, window, step_s),
         waits_h=waits_h,
     )

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from runbooks.report.measure import ALL, Period  # noqa: E402
 
-PLOTS = ("utilization.png", "queue_wait.png", "adoption.png")
+PLOTS = ("utilization.png", "queue_wait.png", "adoption.png", "inference.png")
 SUMMARY = "report.md"
 FIGURES = "report.json"
 NO_DATA = "no data"
@@ -82,6 +82,8 @@ def _plain(value: Any) -> Any:
         return None
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
     return value
 
 
@@ -91,7 +93,7 @@ def as_json(stack: str, baseline: Period, window: Period, step_s: int) -> str:
     teams = active_teams(baseline, window)
 
     def period(p: Period) -> dict[str, Any]:
-        figures = {k: v for k, v in asdict(p).items() if k not in ("window", "capacity", "dcgm_series", "waits_h")}
+        figures = {k: v for k, v in asdict(p).items() if k not in ("window", "capacity", "waits_h")}
         figures["waits"] = {t: w for t, w in figures["waits"].items() if t in (*teams, ALL)}
         figures["adoption"] = {t: a for t, a in figures["adoption"].items() if t in teams}
         return {"window": str(p.window), **_plain(figures)}
@@ -206,6 +208,19 @@ def _plot(baseline: Period, window: Period, out: Path) -> list[Path]:
     axes.set(ylabel="GPU-hours", title="Training GPU-hours per team (Slurm accounting)")
     axes.legend()
     written.append(_save(figure, out / PLOTS[2]))
+
+    figure, (latency, errors) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for label, period in periods:
+        hours = [t / 3600 for t, _, _ in period.inference_series]
+        latency.plot(hours, [v for _, v, _ in period.inference_series],
+                     label=f"{label} ({_fmt(period.inference_latency_p95_s, 2)} s)")
+        errors.plot(hours, [v for _, _, v in period.inference_series],
+                    label=f"{label} ({_fmt(period.inference_error_pct, 2)} %)")
+    latency.set(ylabel="p95 latency [s]", title="Inference at the gateway (LiteLLM), per step")
+    errors.set(xlabel="hours since the period's start", ylabel="server-side errors [%]")
+    latency.legend()
+    errors.legend()
+    written.append(_save(figure, out / PLOTS[3]))
     return written
 
 

@@ -215,6 +215,13 @@ def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Clust
     assert (b["inference_latency_p95_s"], w["inference_latency_p95_s"]) == pytest.approx(
         (0.5 + 0.5 * 0.95, 1.0 + 0.5 * 0.95))
     assert (b["inference_error_pct"], w["inference_error_pct"]) == pytest.approx((1.0, 5.0))
+    for got, latency_s, error_pct, period in ((b, 0.975, 1.0, baseline), (w, 1.475, 5.0, window)):
+        assert [t for t, _, _ in got["inference_series"]] == list(range(1, period.seconds + 1))
+        assert [p95 for _, p95, _ in got["inference_series"]] == pytest.approx([latency_s] * period.seconds)
+        assert [errors for _, _, errors in got["inference_series"]] == pytest.approx([error_pct] * period.seconds)
+    # The DCGM series per step: the window's second half without the host whose exporter was down.
+    assert [v for _, v in w["dcgm_series"]] == pytest.approx(
+        [(32 * 80 + 8 * 60 + 8 * 100 * (t <= half)) / 128 for t in range(1, window.seconds + 1)])
 
     # Adoption per team: weekly jobs, GPU-hours and active users.
     assert set(b["adoption"]) == set(w["adoption"]) == {"speech", "nlp-foundation"}

@@ -3,8 +3,9 @@
 
 The series are the ones the report reads, with the labels their real producers give them: dcgm-exporter's
 DCGM_FI_DEV_GPU_UTIL, kube-state-metrics' pod requests and phase, LiteLLM 1.80.5's request counters and latency
-histogram (../shared/notes/litellm-offline.md). Samples lie at half seconds, so a 1 s step's range selector (closed at
-both ends in Prometheus 2.x) holds exactly one of them.
+histogram (../shared/notes/litellm-offline.md). Gauges are sampled at half seconds, so a 1 s step's range selector
+(closed at both ends in Prometheus 2.x) holds exactly one of them; the gateway's counters at quarter past and quarter
+to, so it holds two, as increase() needs.
 """
 
 import shutil
@@ -116,25 +117,29 @@ def record(history: History, period: Period) -> None:
                           {**ref, "container": "main", "node": "gpu-4090-01", "resource": "cpu", "unit": "core"}, t, 8)
             for each in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
                 history.gauge("kube_pod_status_phase", {**ref, "phase": each}, t, float(each == phase))
-        _traffic(history, period.traffic, t)
+        for half in (-0.25, 0.25):
+            # Two gateway samples a second: a 1 s step's increase() then has two to extrapolate from.
+            _traffic(history, period.traffic, t + half, 0.5)
 
 
-def _traffic(history: History, traffic: Traffic, t: float) -> None:
+def _traffic(history: History, traffic: Traffic, t: float, share: float) -> None:
+    """`share` of a second's traffic, counted at t."""
     model = {"requested_model": "qwen2-5-72b"}
     total, failed = "litellm_proxy_total_requests_metric", "litellm_proxy_failed_requests_metric"
     ok = traffic.requests - traffic.server_errors - traffic.client_errors
     for status, count in (("200", ok), ("500", traffic.server_errors), ("429", traffic.client_errors)):
-        history.add(total, f"{total}_total", {**SPEECH, **model, "status_code": status}, t, count)
+        history.add(total, f"{total}_total", {**SPEECH, **model, "status_code": status}, t, count * share)
     for status, count in (("500", traffic.server_errors), ("429", traffic.client_errors)):
-        history.add(failed, f"{failed}_total", {**SPEECH, **model, "exception_status": status}, t, count)
-    history.add(total, f"{total}_total", {**STRANGER, **model, "status_code": "None"}, t, 50)
-    history.add(failed, f"{failed}_total", {**STRANGER, **model, "exception_status": "None"}, t, 50)
+        history.add(failed, f"{failed}_total", {**SPEECH, **model, "exception_status": status}, t, count * share)
+    history.add(total, f"{total}_total", {**STRANGER, **model, "status_code": "None"}, t, 50 * share)
+    history.add(failed, f"{failed}_total", {**STRANGER, **model, "exception_status": "None"}, t, 50 * share)
     latency = "litellm_request_total_latency_metric"
     for le in LATENCY_BUCKETS:
         inside = traffic.requests if le == "+Inf" or float(le) >= float(traffic.latency_bucket) else 0
-        history.add(latency, f"{latency}_bucket", {**SPEECH, **model, "le": le}, t, inside)
-    history.add(latency, f"{latency}_count", {**SPEECH, **model}, t, traffic.requests)
-    history.add(latency, f"{latency}_sum", {**SPEECH, **model}, t, traffic.requests * float(traffic.latency_bucket))
+        history.add(latency, f"{latency}_bucket", {**SPEECH, **model, "le": le}, t, inside * share)
+    history.add(latency, f"{latency}_count", {**SPEECH, **model}, t, traffic.requests * share)
+    history.add(latency, f"{latency}_sum", {**SPEECH, **model}, t,
+                traffic.requests * share * float(traffic.latency_bucket))
 
 
 def start_prometheus(directory: Path, periods: list[Period]) -> PrometheusServer:
