@@ -63,14 +63,18 @@ class InferenceDemand:
     gpus_per_replica: int
     min_replicas: int
     max_replicas: int
+    waiting_per_replica: int
+    """The autoscaler's target: requests waiting per replica (KEDA's threshold on vllm:num_requests_waiting)."""
     step_s: int
     load: list[float]
     """Replicas' worth of requests in each step of step_s from the window's start (a replica serving 1.0 is busy all
     the time)."""
 
     def asked(self, step: int) -> int:
-        """Replicas the autoscaler asks for: the load rounded up, within the model's bounds (KEDA's)."""
-        return min(self.max_replicas, max(self.min_replicas, math.ceil(self.load[step] - 1e-9)))
+        """Replicas the autoscaler asks for, within the model's bounds: enough that each, an M/M/1 queue at
+        utilization rho with rho / (1 - rho) waiting, has at most waiting_per_replica waiting."""
+        busy = self.waiting_per_replica / (1 + self.waiting_per_replica)
+        return min(self.max_replicas, max(self.min_replicas, math.ceil(self.load[step] / busy - 1e-9)))
 
 
 @dataclass(frozen=True)
@@ -149,5 +153,5 @@ def inference_demand(site: Site, traces: Path, mapping: Mapping, window_s: float
         peak = max(rates) or 1.0
         load = [mapping.inference_peak * model.replicas.max * rates[s % len(rates)] / peak for s in range(steps)]
         demand.append(InferenceDemand(model.name, model.gpu_model, model.gpus_per_replica, model.replicas.min,
-                                      model.replicas.max, series.step_s, load))
+                                      model.replicas.max, model.waiting_per_replica, series.step_s, load))
     return demand

@@ -70,9 +70,10 @@ def test_static_slice_runs_the_gang_narrower_for_longer() -> None:
 
 
 # Two 8-GPU preemptible jobs fill the Slurm node and the flex node; inference (4 GPUs a replica, 8 GPUs of flavor)
-# needs 2.5 replicas' worth from 1200 s to 3000 s, 0.4 otherwise.
+# has 2.4 replicas' worth of load from 1200 s to 3000 s, 0.4 otherwise; the autoscaler keeps each replica at most
+# 5/6 busy (5 waiting), so it asks 3 replicas, then 1.
 LENDING = Lending(peak_s=60, trough_s=600, cooldown_s=0, interval_s=30, max_step_nodes=1, training_floor_nodes=0)
-MODEL = InferenceDemand("m", "A800", 4, 1, 4, 600, [0.4, 0.4, 2.5, 2.5, 2.5, 0.4, 0.4])
+MODEL = InferenceDemand("m", "A800", 4, 1, 4, 5, 600, [0.4, 0.4, 2.4, 2.4, 2.4, 0.4, 0.4])
 LEND_WORKLOAD = Workload([job(0, "a", 0, 8, 10, "train_preemptible"), job(1, "a", 0, 8, 10, "train_preemptible")],
                          [MODEL], 4200, 1.0)
 FLEX_SITE = [SlurmNode("s1", Pool.SLURM, "A800", 8), SlurmNode("f1", Pool.FLEX, "A800", 8)]
@@ -81,8 +82,9 @@ FLEX_SITE = [SlurmNode("s1", Pool.SLURM, "A800", 8), SlurmNode("f1", Pool.FLEX, 
 def test_lending_serves_the_peak_with_the_flex_node_and_gives_it_back() -> None:
     """At 1200 s the model asks 3 replicas and gets 2 (a pod pending); the peak has lasted peak_s at 1260 s, decide()
     lends f1, requeueing its preemptible job (1260 s run, last checkpoint at 1200 s: 60 s x 8 GPUs lost), and the
-    third replica runs there. The trough starts at 3000 s (0.4 of 1 replica: 0.67 waiting each) and has lasted
-    trough_s at 3600 s: f1 goes back and the requeued job starts again on it."""
+    third replica runs there (0.8 busy each: 4 waiting, between the thresholds). The trough starts at 3000 s (0.4 of
+    1 replica: 0.67 waiting) and has lasted trough_s at 3600 s: f1 goes back and the requeued job starts again on
+    it."""
     outcome = simulate(small_site(FLEX_SITE, 8), LEND_WORKLOAD, Policy.STACK, LENDING, 600, StaticSlices({}, {}, {}))
     result = figures(outcome)
     assert outcome.covered_s == {"m": 4140, "all": 4140}  # uncovered 1200-1260 s
@@ -147,7 +149,7 @@ def test_lent_gpus_serve_only_models_of_their_gpu() -> None:
     site = small_site(FLEX_SITE, 8)
     site = replace(site, flavors={**site.flavors, "rtx4090-kubernetes": ("RTX-4090", 4)},
                    quota={**site.quota, ("a", "rtx4090-kubernetes"): 0, ("b", "rtx4090-kubernetes"): 0})
-    small = InferenceDemand("small", "RTX-4090", 1, 1, 4, 600, [1.5] * 7)
+    small = InferenceDemand("small", "RTX-4090", 1, 1, 4, 5, 600, [1.5] * 7)
     workload = replace(LEND_WORKLOAD, inference=[MODEL, small])
     outcome = simulate(site, workload, Policy.STACK, LENDING, 600, StaticSlices({}, {}, {}))
     assert outcome.covered_s == {"m": 4140, "small": 4200, "all": 4140}
