@@ -117,6 +117,9 @@ class Outcome:
     timeline: list[tuple[float, int, int, int]]
     """(s, GPUs allocated on slurm, flex and kubernetes pools) at every change."""
     coverage_timeline: list[tuple[float, bool]]
+    """(s, whether every model had the replicas it asked for) at every change."""
+    inference_timeline: list[tuple[float, int, int, int]]
+    """(s, GPUs inference asked for, GPUs it held, GPUs lent to it) at every change."""
     unrunnable: int
     """Jobs no GPU of their team could ever hold."""
 
@@ -159,6 +162,7 @@ class Simulation:
         self.lent_peak = 0
         self.timeline: list[tuple[float, int, int, int]] = [(0.0, 0, 0, 0)]
         self.coverage: list[tuple[float, bool]] = []
+        self.inference: list[tuple[float, int, int, int]] = [(0.0, 0, 0, 0)]
 
     # --- accounting ---------------------------------------------------------------------------------------------
 
@@ -195,6 +199,10 @@ class Simulation:
             self.coverage.append((self.env.now, covered))
         lent = sum(self.lent.values())
         self.lent_peak = max(self.lent_peak, lent)
+        gpus = (sum(s.replicas * s.demand.gpus_per_replica for s in self.served),
+                sum(sum(s.held.values()) for s in self.served), lent)
+        if self.inference[-1][1:] != gpus:
+            self.inference.append((self.env.now, *gpus))
 
     # --- processes ----------------------------------------------------------------------------------------------
 
@@ -213,7 +221,8 @@ class Simulation:
                     "flex": sum(n.gpus for n in self.nodes if n.pool == Pool.FLEX),
                     "kubernetes": sum(g for _, g in self.model.flavors.values())}
         return Outcome(self.policy, self.workload.window_s, capacity, self.allocated, self.training_gpu_s, self.runs,
-                       self.covered, self.lent_peak, self.timeline, self.coverage, self.unrunnable)
+                       self.covered, self.lent_peak, self.timeline, self.coverage, self.inference,
+                       self.unrunnable)
 
     def _arrivals(self) -> Generator[simpy.Event, Any, None]:
         for job in self.workload.jobs:

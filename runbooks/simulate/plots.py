@@ -1,6 +1,6 @@
 """The simulation's PNG figures, both policies on each: GPU utilization over time (hourly means), training queue-wait
-CDFs, and inference coverage over time (hourly share with every replica asked for). matplotlib's Agg backend: no
-display needed."""
+CDFs, and inference over time (hourly share with every replica asked for; GPUs asked, held and lent). matplotlib's
+Agg backend: no display needed."""
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,7 +34,7 @@ def write_plots(outcomes: dict[Policy, Outcome], directory: Path) -> list[Path]:
     paths = [directory / name for name in FILES]
     _draw(paths[0], "GPU utilization (allocated over capacity), hourly", "day", "%", outcomes, _utilization)
     _draw_cdf(paths[1], outcomes)
-    _draw(paths[2], "Inference: share of each hour with every replica placed", "day", "%", outcomes, _coverage)
+    _draw_inference(paths[2], outcomes)
     return paths
 
 
@@ -43,8 +43,8 @@ def _utilization(outcome: Outcome) -> list[float]:
     return [100 * v / capacity for v in hourly([(t, s + f + k) for t, s, f, k in outcome.timeline], outcome.window_s)]
 
 
-def _coverage(outcome: Outcome) -> list[float]:
-    return [100 * v for v in hourly([(t, float(ok)) for t, ok in outcome.coverage_timeline], outcome.window_s)]
+def _days(values: list[float]) -> list[float]:
+    return [h / 24 for h in range(len(values))]
 
 
 def _draw(path: Path, title: str, xlabel: str, ylabel: str, outcomes: dict[Policy, Outcome],
@@ -52,9 +52,30 @@ def _draw(path: Path, title: str, xlabel: str, ylabel: str, outcomes: dict[Polic
     figure, axes = plt.subplots(figsize=(10, 4))
     for policy, outcome in outcomes.items():
         values = series(outcome)
-        axes.plot([h / 24 for h in range(len(values))], values, label=LABELS[policy], linewidth=0.8)
+        axes.plot(_days(values), values, label=LABELS[policy], linewidth=0.8)
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel, ylim=(0, 105))
     axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _draw_inference(path: Path, outcomes: dict[Policy, Outcome]) -> None:
+    figure, (share, gpus) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for n, (policy, outcome) in enumerate(outcomes.items()):
+        covered = hourly([(t, 100.0 * ok) for t, ok in outcome.coverage_timeline], outcome.window_s)
+        share.plot(_days(covered), covered, label=LABELS[policy], linewidth=0.8)
+        series = {name: hourly([(point[0], float(point[i])) for point in outcome.inference_timeline], outcome.window_s)
+                  for i, name in ((1, "asked"), (2, "held"), (3, "lent"))}
+        if n == 0:  # the demand is the same for both
+            gpus.plot(_days(series["asked"]), series["asked"], label="GPUs asked", color="black", linewidth=0.8)
+        gpus.plot(_days(series["held"]), series["held"], label=f"GPUs held, {LABELS[policy]}", linewidth=0.8)
+        if policy == Policy.STACK:
+            gpus.plot(_days(series["lent"]), series["lent"], label="flex GPUs lent", linestyle=":", linewidth=0.8)
+    share.set(title="Inference: share of each hour with every replica placed", ylabel="%", ylim=(0, 105))
+    gpus.set(title="Inference GPUs, hourly means", xlabel="day", ylabel="GPUs")
+    share.legend()
+    gpus.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
