@@ -5,6 +5,7 @@ Exit codes: runbooks.exit_codes.ExitCode, one table for every command (the READM
 
 import typer
 
+from runbooks.acceptance.cli import app as acceptance_app
 from runbooks.flex.cli import app as flex_app
 from runbooks.gateway.cli import app as gateway_app
 from runbooks.plan.cli import plan
@@ -18,6 +19,7 @@ app.command()(simulate)
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(flex_app, name="flex")
 app.add_typer(gateway_app, name="gateway")
+app.add_typer(acceptance_app, name="acceptance")
 app.command()(report)
 
 

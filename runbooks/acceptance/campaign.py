@@ -82,11 +82,13 @@ class Runbook:
     def __init__(self, spec: Acceptance, store: CampaignStore, log: AuditLog, rollout_log: AuditLog,
                  switches: Switches, sop_dir: Path, alerts: Callable[[], list[FiringAlert]],
                  targets: dict[DrillKind, Target], loads: list[Load], lock: StackLock,
-                 measured_peak: Callable[[], Peak | None] = lambda: None,
-                 clock: Callable[[], float] = time.time, poll_s: float = POLL_S) -> None:
+                 peak: tuple[Peak, str] | None = None, clock: Callable[[], float] = time.time,
+                 poll_s: float = POLL_S) -> None:
         self.spec, self.store, self.log, self.rollout_log = spec, store, log, rollout_log
         self.switches, self.sop_dir, self.alerts, self.targets, self.loads = switches, sop_dir, alerts, targets, loads
-        self.lock, self.measured_peak, self.clock, self.poll_s = lock, measured_peak, clock, poll_s
+        self.lock, self.clock, self.poll_s = lock, clock, poll_s
+        self.peak = peak or (spec.peak, "declared")
+        """The peak the loads were built at, and where it came from (runbooks.acceptance.peak)."""
 
     # --- plan ----------------------------------------------------------------------------------
 
@@ -175,9 +177,8 @@ class Runbook:
     # --- steps ---------------------------------------------------------------------------------
 
     def _peak(self, campaign: Campaign) -> dict[str, Any]:
-        measured = self.measured_peak() if self.spec.peak_source == "prometheus" else None
-        peak = measured or self.spec.peak
-        return {"source": "prometheus" if measured else "declared", **peak.model_dump()}
+        peak, source = self.peak
+        return {"source": source, **peak.model_dump()}
 
     def _drill_step(self, drill: Drill) -> Callable[[Campaign], dict[str, Any]]:
         return lambda campaign: self._drill(campaign, drill)

@@ -17,6 +17,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
 WORKERS = 8
 """Requests one load has in flight at most: past it a tick is skipped and counted, never queued without end."""
@@ -106,38 +108,60 @@ class Checkpoints:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def storage_load(hot_url: str, chunk_bytes: int, peak_mib_s: float, max_mib_s: float,
+class Tier(Protocol):
+    """Where checkpoints go: `put` stores the bytes under a name durably, `get` reads them back."""
+
+    def put(self, name: str, data: bytes) -> None: ...
+    def get(self, name: str) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class DirectoryTier:
+    """A directory on the hot tier as every node mounts it (<mount_root>/<server>/<team>/...): each checkpoint a file
+    written whole and fsynced, as a training job's dump is, then read back."""
+
+    directory: Path
+
+    def put(self, name: str, data: bytes) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def get(self, name: str) -> bytes:
+        return (self.directory / name).read_bytes()
+
+
+def storage_load(tier: Tier, chunk_bytes: int, peak_mib_s: float, max_mib_s: float,
                  checkpoints: Checkpoints) -> RateLoad:
-    """Checkpoint chunks PUT to the hot tier's path (`<hot_url>/<name>`) at the peak's MiB/s, each read back as a
-    restart (or the NVMe cache's fill) reads it: one sample is the write and the read."""
+    """Checkpoint chunks written to the hot tier at the peak's MiB/s, each read back as a restart (or the NVMe
+    cache's fill) reads it: one sample is the write and the read. The mission's "a training job dumping 300GB" is
+    checkpoint_gib x time_scale of these chunks per dump."""
 
     def request(number: int) -> tuple[bool, dict[str, float]]:
         body = os.urandom(chunk_bytes)
         name = f"ckpt-{number:06d}"
-        call = urllib.request.Request(f"{hot_url}/{name}", data=body, method="PUT")
-        with urllib.request.urlopen(call, timeout=REQUEST_TIMEOUT_S) as response:
-            stored = response.read().decode()
+        tier.put(name, body)
         digest = hashlib.sha256(body).hexdigest()
         with checkpoints.lock:
             checkpoints.written[name] = digest
-        with urllib.request.urlopen(f"{hot_url}/{name}", timeout=REQUEST_TIMEOUT_S) as response:
-            read = hashlib.sha256(response.read()).hexdigest()
-        return stored == digest == read, {}
+        return hashlib.sha256(tier.get(name)).hexdigest() == digest, {}
 
     per_s = MIB / chunk_bytes
     return RateLoad("storage", peak_mib_s * per_s, max_mib_s * per_s, request)
 
 
-def intact(hot_url: str, checkpoints: Checkpoints) -> tuple[int, list[str]]:
+def intact(tier: Tier, checkpoints: Checkpoints) -> tuple[int, list[str]]:
     """(checkpoints read back, names whose bytes differ or are gone)."""
     with checkpoints.lock:
         written = dict(checkpoints.written)
     bad = []
     for name, digest in written.items():
         try:
-            with urllib.request.urlopen(f"{hot_url}/{name}", timeout=REQUEST_TIMEOUT_S) as response:
-                if hashlib.sha256(response.read()).hexdigest() != digest:
-                    bad.append(name)
+            if hashlib.sha256(tier.get(name)).hexdigest() != digest:
+                bad.append(name)
         except OSError:
             bad.append(name)
     return len(written), bad

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from runbooks.acceptance.campaign import Reaction
-from runbooks.acceptance.load import Checkpoints, RateLoad, intact
+from runbooks.acceptance.load import Checkpoints, RateLoad, Tier, intact
 
 RECENT_S = 3.0
 """s of the newest samples a probe judges: a few requests at any rate the tests and the site run."""
@@ -48,7 +48,7 @@ class StorageJitterProbe:
 
     load: RateLoad
     delay_s: float
-    hot_url: str
+    tier: Tier
     checkpoints: Checkpoints
 
     def _latencies(self) -> list[float]:
@@ -62,7 +62,7 @@ class StorageJitterProbe:
         return bool(latest) and all(latency <= self.delay_s for latency in latest)
 
     def reactions(self) -> list[Reaction]:
-        count, bad = intact(self.hot_url, self.checkpoints)
+        count, bad = intact(self.tier, self.checkpoints)
         return [Reaction("checkpoints intact", count > 0 and not bad,
                          f"{count - len(bad)} of {count} checkpoints read back with their sha256"
                          + (f"; damaged or gone: {', '.join(bad[:5])}" if bad else ""))]

@@ -57,13 +57,13 @@ ACCEPTANCE: dict[str, Any] = {
     "time_scale": SCALE, "soak_h": 1, "shock_minutes": 10, "peak_source": "declared", "checkpoint_gib": 1,
     "peak": {"training_jobs_per_h": 360, "inference_rps": 4, "storage_write_mib_s": 3},
     "drills": [
-        {"kind": "network_partition", "sop": "network-partition", "alert": "DcgmExporterDown", "hold_s": 1100,
-         "detect_within_s": 1000, "recover_within_s": 800, "revert_after_s": 1300},
-        {"kind": "node_failure", "sop": "node-power-loss", "alert": "DcgmExporterDown", "hold_s": 1100,
-         "detect_within_s": 1000, "recover_within_s": 800, "revert_after_s": 2000},
-        {"kind": "storage_jitter", "sop": "storage-jitter", "hold_s": 500, "detect_within_s": 400,
+        {"kind": "network_partition", "sop": "network-partition", "alert": "DcgmExporterDown", "hold_s": 1000,
+         "detect_within_s": 1000, "recover_within_s": 800, "revert_after_s": 1100},
+        {"kind": "node_failure", "sop": "node-power-loss", "alert": "DcgmExporterDown", "hold_s": 900,
+         "detect_within_s": 900, "recover_within_s": 800, "revert_after_s": 2000},
+        {"kind": "storage_jitter", "sop": "storage-jitter", "hold_s": 400, "detect_within_s": 400,
          "recover_within_s": 400, "revert_after_s": 1500, "delay_ms": DELAY_MS},
-        {"kind": "model_hot_swap", "sop": "model-hot-swap", "hold_s": 500, "detect_within_s": 400,
+        {"kind": "model_hot_swap", "sop": "model-hot-swap", "hold_s": 400, "detect_within_s": 400,
          "recover_within_s": 400, "revert_after_s": 1500},
     ]}
 """The test site's campaign: this machine's peak (declared), a one-hour soak and a ten-minute shock, the drills'
@@ -94,6 +94,22 @@ class SwappableService(Served):
                     self.answer(response.status, response.read())
 
         super().__init__(Handler)
+
+
+@dataclass(frozen=True)
+class AgentTier:
+    """The hot tier as node A's storage daemon serves it, over the node's link (the path the drill delays)."""
+
+    url: str
+
+    def put(self, name: str, data: bytes) -> None:
+        request = urllib.request.Request(f"{self.url}/{name}", data=data, method="PUT")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 201
+
+    def get(self, name: str) -> bytes:
+        with urllib.request.urlopen(f"{self.url}/{name}", timeout=30) as response:
+            return bytes(response.read())
 
 
 @dataclass
@@ -129,7 +145,8 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
     spec = site.acceptance
     checkpoints = Checkpoints()
     inference = inference_load(world.gateway, KEY, MODEL, spec.peak.inference_rps, spec.max_inference_rps)
-    storage = storage_load(world.hot_url(), CHUNK, spec.peak.storage_write_mib_s, spec.max_storage_write_mib_s,
+    tier = AgentTier(world.hot_url())
+    storage = storage_load(tier, CHUNK, spec.peak.storage_write_mib_s, spec.max_storage_write_mib_s,
                            checkpoints)
     # tbf stands in for netem here: a 1 MiB chunk at this rate takes ~3x the drill's delay.
     rate_kbit = int(CHUNK * 8 / (3 * DELAY_MS / 1000) / 1000)
@@ -143,7 +160,7 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
                                NodeDaemonProbe(f"http://{world.address_b}:{AGENT_PORT}/metrics"),
                                {"Hostname": world.node_b}),
         "storage_jitter": Target(storage_delay("storage_jitter", world.link_a, qdisc, world.ns_a),
-                                 StorageJitterProbe(storage, DELAY_MS / 1000, world.hot_url(), checkpoints)),
+                                 StorageJitterProbe(storage, DELAY_MS / 1000, tier, checkpoints)),
         "model_hot_swap": Target(version_swap("model_hot_swap", f"{MODEL} service",
                                               (*curl, world.new_backend, f"{world.service}/_endpoint"),
                                               (*curl, world.old_backend, f"{world.service}/_endpoint")),

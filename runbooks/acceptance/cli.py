@@ -1,0 +1,253 @@
+"""`gpuctl acceptance`: plan, run (resumable), status, report.
+
+Exit codes (runbooks.exit_codes.ExitCode): 0 done (run: the campaign passed); 1 a command or daemon failed; 2 the
+input is wrong (spec, targets file, a missing SOP) or another run holds the campaign's lock; 4 the campaign ended
+failed. Secrets come from the environment: GPUCTL_ACCEPTANCE_KEY (the gateway key the inference load uses),
+GPUCTL_AUDIT_KEY (the audit logs' key; else <rollout state dir>/audit.key, shared with `gpuctl rollout`, whose gate
+reads the passed campaign from its audit log). The BMC password stays in its root-only file.
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.markup import escape
+
+from components.scheduling.preemption import team_qos
+from components.spec.acceptance import DrillKind, PeakSource
+from components.spec.site import Site
+from runbooks.acceptance.alerts import firing_alerts
+from runbooks.acceptance.campaign import CampaignRefusedError, Load, Probe, Runbook, Target
+from runbooks.acceptance.faults import FaultError, Switches
+from runbooks.acceptance.load import (
+    Checkpoints,
+    DirectoryTier,
+    PrometheusSampler,
+    inference_load,
+    storage_load,
+    training_load,
+)
+from runbooks.acceptance.peak import measured_peak
+from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, StorageJitterProbe
+from runbooks.acceptance.report import drill_lines, write_report
+from runbooks.acceptance.store import PASSED, CampaignStore
+from runbooks.acceptance.targets import KEY_ENV, TargetsError, hot_dir, placed
+from runbooks.console import err, out
+from runbooks.exit_codes import ExitCode
+from runbooks.options import ProjectDirOption, StackOption, site_or_exit
+from runbooks.rollout import cli as rollout_cli
+from runbooks.rollout.audit import AuditChainBrokenError, AuditKeyError, AuditLog, audit_key
+from runbooks.rollout.deploy import StackDeployer
+from runbooks.rollout.lock import StackLock
+
+app = typer.Typer(no_args_is_help=True, help="The acceptance campaign: soak, 3x shock and failure drills.")
+TargetsOption = Annotated[Path, typer.Option("--targets", help="Where the drills land and what the loads hit "
+                                                               "(docs/acceptance.md).")]
+MIB = 1 << 20
+MAX_CHUNK = 64 * MIB
+"""Bytes per checkpoint write: a dump is written in chunks of at most this (the load's memory bound)."""
+GANG_NODES = 2
+
+
+@dataclass
+class Context:
+    project_dir: Path
+    stack: str
+    state_dir: Path
+    rollout_state_dir: Path
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    stack: StackOption = "prod",
+    project_dir: ProjectDirOption = Path("."),
+    state_dir: Annotated[Path | None, typer.Option(
+        help="Campaign state (SQLite), failure log, switches and reports; default <project>/.gpuctl/acceptance-"
+             "<stack>.")] = None,
+    rollout_state_dir: Annotated[Path | None, typer.Option(
+        help="The rollout's state dir, whose audit log records a passed campaign; default <project>/.gpuctl/"
+             "rollout-<stack>.")] = None,
+) -> None:
+    """The acceptance campaign: soak, 3x shock and failure drills."""
+    ctx.obj = Context(project_dir, stack, state_dir or project_dir / ".gpuctl" / f"acceptance-{stack}",
+                      rollout_state_dir or project_dir / ".gpuctl" / f"rollout-{stack}")
+
+
+def _fail(message: str, code: ExitCode) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(message)}")
+    return typer.Exit(code)
+
+
+def _targets(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise _fail(f"cannot read the targets file {path}: {error}", ExitCode.INVALID) from None
+    if not isinstance(loaded, dict):
+        raise _fail(f"{path}: must be a mapping of drill -> target", ExitCode.INVALID)
+    return loaded
+
+
+def _logs(context: Context) -> tuple[AuditLog, AuditLog]:
+    try:
+        key = audit_key(context.rollout_state_dir)
+    except AuditKeyError as error:
+        raise _fail(str(error), ExitCode.INVALID) from None
+    return (AuditLog(context.state_dir / "failures.jsonl", key),
+            AuditLog(context.rollout_state_dir / "audit.jsonl", key))
+
+
+def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[str, str]) -> Runbook:
+    """The campaign over the targets file's nodes and loads, at the measured (or declared) peak."""
+    spec = site.acceptance
+    try:
+        where = placed(site, targets)
+        directory = hot_dir(targets)
+    except TargetsError as error:
+        raise _fail(f"targets: {error}", ExitCode.INVALID) from None
+    loads_at = targets.get("loads") or {}
+    key = environ.get(KEY_ENV)
+    if not key:
+        raise _fail(f"{KEY_ENV} is not set: the inference load needs a gateway key", ExitCode.INVALID)
+    peak, source = spec.peak, "declared"
+    if spec.peak_source == PeakSource.PROMETHEUS:
+        try:
+            found = measured_peak(site.rollout.prometheus_url, spec.peak_window_days, spec.peak)
+        except OSError as error:
+            raise _fail(f"cannot measure the peak from {site.rollout.prometheus_url}: {error}", ExitCode.FAILED) \
+                from None
+        if found is not None:
+            peak, source = found, f"prometheus, {spec.peak_window_days} days"
+    checkpoints = Checkpoints()
+    tier = DirectoryTier(directory)
+    chunk = min(max(int(spec.checkpoint_gib * (1 << 30) * spec.time_scale), MIB), MAX_CHUNK)
+    inference = inference_load(str(loads_at.get("gateway_url")), key, str(loads_at.get("model")), peak.inference_rps,
+                               spec.max_inference_rps)
+    storage = storage_load(tier, chunk, peak.storage_write_mib_s, spec.max_storage_write_mib_s, checkpoints)
+    training = training_load(("sbatch",), {}, [t.name for t in site.teams], team_qos(site), GANG_NODES,
+                             peak.training_jobs_per_h, spec.max_training_jobs, max(spec.scaled(3600), 10))
+    probes: dict[DrillKind, Probe] = {
+        DrillKind.STORAGE_JITTER: StorageJitterProbe(storage, (_delay_ms(site) or 1) / 1000, tier, checkpoints),
+        DrillKind.MODEL_HOT_SWAP: HotSwapProbe(inference, int(targets["model_hot_swap"].get("new_version", 0)),
+                                               spec.inference_error_pct)}
+    runbook_targets = {}
+    for kind, place in where.items():
+        probe = probes.get(kind) or NodeDaemonProbe(place.exporter or "")
+        labels = {"Hostname": place.node} if place.node and kind not in probes else {}
+        runbook_targets[kind] = Target(place.fault, probe, labels)
+    loads: list[Load] = [inference, storage, training,
+                         PrometheusSampler("gpu_util_pct", site.rollout.prometheus_url,
+                                           "avg(gpu:dcgm_gpu_util:max)"),
+                         PrometheusSampler("training_queue_wait_s", site.rollout.prometheus_url,
+                                           "histogram_quantile(0.95, sum by (le) "
+                                           "(rate(slurm_job_queue_wait_seconds_bucket[5m])))")]
+    log, rollout_log = _logs(context)
+    return Runbook(spec, CampaignStore(context.state_dir / "acceptance.sqlite"), log, rollout_log,
+                   Switches(context.state_dir / "switches"), context.project_dir / "docs" / "sop",
+                   lambda: firing_alerts(spec.alertmanager_url), runbook_targets, loads,
+                   StackLock(context.state_dir / f"{context.stack}.lock", "gpuctl acceptance"), (peak, source))
+
+
+def _delay_ms(site: Site) -> int | None:
+    return next((d.delay_ms for d in site.acceptance.drills if d.kind == DrillKind.STORAGE_JITTER), None)
+
+
+@app.command()
+def plan(ctx: typer.Context, targets: TargetsOption) -> None:
+    """The campaign's steps with their scaled durations, deadlines and SOPs; refuses a drill without its SOP."""
+    context: Context = ctx.obj
+    site = site_or_exit(context.project_dir, context.stack)
+    runbook = build(site, context, _targets(targets), {**os.environ, KEY_ENV: os.environ.get(KEY_ENV) or "unused"})
+    try:
+        steps = runbook.plan()
+    except CampaignRefusedError as error:
+        raise _fail(str(error), ExitCode.INVALID) from None
+    peak, source = runbook.peak
+    out.print(f"campaign at time scale {site.acceptance.time_scale:g}; peak ({source}): "
+              f"{peak.inference_rps:g} requests/s, {peak.training_jobs_per_h:g} jobs/h, "
+              f"{peak.storage_write_mib_s:g} MiB/s; shock x{site.acceptance.shock_factor:g}", highlight=False)
+    for name, seconds, what in steps:
+        out.print(f"  {name:<26} {seconds:>10.1f} s  {escape(what)}", highlight=False)
+
+
+@app.command()
+def run(ctx: typer.Context, targets: TargetsOption) -> None:
+    """Run the campaign, or resume it: faults a dead run left are reverted first; a passed one unblocks the rollout."""
+    context: Context = ctx.obj
+    site = site_or_exit(context.project_dir, context.stack)
+    runbook = build(site, context, _targets(targets), dict(os.environ))
+    try:
+        deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack,
+                                      rollout_cli.pulumi_command())
+        deployment = deployer.deployment_digest()
+    except FileNotFoundError:
+        raise _fail("the Pulumi CLI (`pulumi`) is not on PATH: the campaign is bound to the deployed stack it reads",
+                    ExitCode.INVALID) from None
+    if deployment is None:
+        raise _fail("the stack has no successful update: deploy before accepting it", ExitCode.INVALID)
+    try:
+        campaign = runbook.run(deployment, site.stage)
+    except CampaignRefusedError as error:
+        raise _fail(str(error), ExitCode.INVALID) from None
+    except FaultError as error:
+        raise _fail(f"{error} (run again: the campaign resumes and reverts what is left)", ExitCode.FAILED) from None
+    report = write_report(runbook.store, campaign, context.state_dir / "reports" / campaign.id)
+    out.print(f"{campaign.id}: {campaign.verdict}: {escape(campaign.reason or '')}; report {report}", highlight=False)
+    if campaign.verdict != PASSED:
+        raise typer.Exit(ExitCode.ENDED)
+
+
+def _store(context: Context) -> CampaignStore:
+    if not (context.state_dir / "acceptance.sqlite").exists():
+        raise _fail(f"no campaign state in {context.state_dir}: run `gpuctl acceptance run` first", ExitCode.INVALID)
+    return CampaignStore(context.state_dir / "acceptance.sqlite")
+
+
+@app.command()
+def status(ctx: typer.Context) -> None:
+    """The latest campaign: its steps, the faults still in place, what was logged, and whether its log verifies."""
+    context: Context = ctx.obj
+    store = _store(context)
+    campaigns = store.campaigns()
+    if not campaigns:
+        raise _fail("no campaign yet", ExitCode.INVALID)
+    campaign = campaigns[-1]
+    out.print(f"{campaign.id}: {campaign.state} (deployment {campaign.deployment}, stage {campaign.stage}, time "
+              f"scale {campaign.time_scale:g}){': ' + escape(campaign.reason) if campaign.reason else ''}",
+              highlight=False)
+    for name, (_, finished, _) in store.steps(campaign.id).items():
+        out.print(f"  {name:<26} {'done' if finished else 'started'}", highlight=False)
+    for line in drill_lines(store, campaign):
+        out.print(f"  {escape(line)}", highlight=False)
+    for fault in store.faults(campaign.id, in_place_only=True):
+        out.print(f"  [yellow]in place[/] {fault.drill} on {escape(fault.fault['where'])}, switch {fault.armed} "
+                  "(`gpuctl acceptance run` reverts it first)", highlight=False)
+    failures = store.failures(campaign.id)
+    out.print(f"  failures logged: {len(failures)}, {sum(f.sop is None for f in failures)} without an SOP",
+              highlight=False)
+    log, _ = _logs(context)
+    try:
+        out.print(f"  log: {log.verify().records} records, keyed chain intact", highlight=False)
+    except AuditChainBrokenError as error:
+        raise _fail(f"the failure log is tampered: {error}", ExitCode.FAILED) from None
+
+
+@app.command()
+def report(
+    ctx: typer.Context,
+    campaign_id: Annotated[str | None, typer.Option("--campaign", help="Default: the latest.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Default: <state-dir>/reports/<campaign>.")] = None,
+) -> None:
+    """Write the campaign's report: a verdict line per drill, every failure with its SOP, and the plots."""
+    context: Context = ctx.obj
+    store = _store(context)
+    campaigns = store.campaigns()
+    campaign = next((c for c in reversed(campaigns) if campaign_id in (None, c.id)), None)
+    if campaign is None:
+        raise _fail(f"no campaign {campaign_id or ''} in {context.state_dir}".replace("  ", " "), ExitCode.INVALID)
+    path = write_report(store, campaign, out_dir or context.state_dir / "reports" / campaign.id)
+    out.print(f"{campaign.id}: {(campaign.verdict or campaign.state)}; report {path}", highlight=False)

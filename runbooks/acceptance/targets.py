@@ -1,0 +1,112 @@
+"""Where a production campaign's drills land and what its loads hit: the targets file an operator writes beside the
+stack file, read into faults, probes and loads.
+
+    node_failure:      {node: gpu-a800-05, bmc_password_file: /etc/gpucluster/bmc-password,
+                        exporter: "http://gpu-a800-05:9400/metrics"}
+    network_partition: {node: gpu-a800-06, interface: ens1f0, exporter: "http://gpu-a800-06:9400/metrics"}
+    storage_jitter:    {node: gpu-a800-06, interface: ens2f0}
+    model_hot_swap:    {model: qwen2-5-72b, new_version: 2,
+                        to_new: [kubectl, -n, inference, set, image, deploy/qwen2-5-72b, "vllm=<new image>"],
+                        to_old: [kubectl, -n, inference, rollout, undo, deploy/qwen2-5-72b]}
+    loads: {gateway_url: "https://llm.example.internal", model: qwen2-5-72b,
+            hot_dir: /mnt/hot/nfs-a/platform/acceptance}
+
+Nodes are the spec's (their SSH and BMC addresses, ssh_user, bmc_user). A fault on a node's own network (partition,
+storage jitter) arms a systemd timer on the node first (`systemd-run --on-active`), which reverts it even when the node
+can no longer be reached to undo it; the BMC power-off is reverted from here, through the BMC, which stays reachable.
+The inference load's key is GPUCTL_ACCEPTANCE_KEY's (the platform team's gateway key), never in the file.
+"""
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from components.spec.acceptance import DrillKind
+from components.spec.site import Node, Site
+from runbooks.acceptance.faults import Fault, bmc_power, link_down, netem_delay, storage_delay, version_swap
+
+INTERFACE = re.compile(r"^[A-Za-z0-9._-]{1,15}$")
+"""A Linux interface name (IFNAMSIZ 16 with its NUL): nothing a remote shell would read as more than a word."""
+KEY_ENV = "GPUCTL_ACCEPTANCE_KEY"
+
+
+class TargetsError(Exception):
+    """The targets file is wrong; the message names the key and the rule."""
+
+
+@dataclass(frozen=True)
+class Placed:
+    fault: Fault
+    exporter: str | None
+    node: str | None
+
+
+def _node(site: Site, name: Any, key: str) -> Node:
+    found = next((n for g in site.node_groups for n in g.nodes if n.name == name), None)
+    if found is None:
+        raise TargetsError(f"{key}.node: no node named {name!r} in the spec")
+    return found
+
+
+def _interface(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not INTERFACE.match(value):
+        raise TargetsError(f"{key}.interface: {value!r} is not an interface name (letters, digits, . _ -; 15 at most)")
+    return value
+
+
+def _argv(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(w, str) and w for w in value):
+        raise TargetsError(f"{key}: must be a command as a list of non-empty strings")
+    return tuple(value)
+
+
+def on_node(fault: Fault, ssh: Sequence[str], revert_after_s: float, unit: str) -> Fault:
+    """The fault's commands run on the node over SSH, a systemd timer armed there first that runs the undo at the
+    deadline (systemd-run(1) --on-active), and stopped by the undo."""
+    timer = tuple(w for argv in fault.undo for w in argv)
+    return Fault(fault.drill, fault.where,
+                 ((*ssh, "systemd-run", f"--on-active={max(int(revert_after_s), 1)}s", f"--unit={unit}", *timer),
+                  *((*ssh, *argv) for argv in fault.inject)),
+                 (*((*ssh, *argv) for argv in fault.undo), (*ssh, "systemctl", "stop", f"{unit}.timer")))
+
+
+def placed(site: Site, targets: dict[str, Any]) -> dict[DrillKind, Placed]:
+    drills = {d.kind: d for d in site.acceptance.drills}
+    found: dict[DrillKind, Placed] = {}
+    for kind, drill in drills.items():
+        key = kind.value
+        entry = targets.get(key)
+        if not isinstance(entry, dict):
+            raise TargetsError(f"{key}: missing (every drill of the spec needs its target)")
+        unit = f"gpucluster-drill-{kind.value.replace('_', '-')}"
+        revert = site.acceptance.scaled(drill.revert_after_s)
+        if kind == DrillKind.MODEL_HOT_SWAP:
+            fault = version_swap(key, str(entry.get("model")), _argv(entry.get("to_new"), f"{key}.to_new"),
+                                 _argv(entry.get("to_old"), f"{key}.to_old"))
+            found[kind] = Placed(fault, None, None)
+            continue
+        node = _node(site, entry.get("node"), key)
+        ssh = ("ssh", "-o", "BatchMode=yes", f"{site.ssh_user}@{node.ssh_host}", "--")
+        if kind == DrillKind.NODE_FAILURE:
+            password = entry.get("bmc_password_file")
+            if not isinstance(password, str) or not password.startswith("/"):
+                raise TargetsError(f"{key}.bmc_password_file: an absolute path to a root-only file is required")
+            fault = bmc_power(key, node.name, node.bmc_host, site.bmc_user, password)
+        elif kind == DrillKind.NETWORK_PARTITION:
+            fault = on_node(link_down(key, _interface(entry.get("interface"), key)), ssh, revert, unit)
+        else:
+            delay = netem_delay(drill.delay_ms or 1)
+            fault = on_node(storage_delay(key, _interface(entry.get("interface"), key), delay), ssh, revert, unit)
+        exporter = entry.get("exporter")
+        found[kind] = Placed(Fault(fault.drill, node.name, fault.inject, fault.undo, fault.env, fault.stays),
+                             exporter if isinstance(exporter, str) else None, node.name)
+    return found
+
+
+def hot_dir(targets: dict[str, Any]) -> Path:
+    value = (targets.get("loads") or {}).get("hot_dir")
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise TargetsError("loads.hot_dir: an absolute directory on the hot tier is required")
+    return Path(value)
