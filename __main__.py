@@ -39,6 +39,6 @@ k8s = kubernetes.Provider("k8s")
 config = pulumi.Config()
 admission = NodeAdmission(site, config.require_secret("ssh_private_key"), config.require_secret("bmc_password"))
 cluster = GpuCluster(pulumi.get_stack(), admission, config.require_secret("llm_gateway_master_key"),
-                     pulumi.ResourceOptions(providers=[k8s]))
+                     config.require_secret("munge_key"), pulumi.ResourceOptions(providers=[k8s]))
 pulumi.export("gpu_count", cluster.gpu_count)
 pulumi.export("stage", site.stage)

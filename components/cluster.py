@@ -28,7 +28,7 @@ def after(parent: pulumi.Resource, *earlier: pulumi.Resource) -> pulumi.Resource
 
 class GpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, admission: NodeAdmission, gateway_master_key: pulumi.Input[str],
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 munge_key: pulumi.Output[str], opts: pulumi.ResourceOptions | None = None) -> None:
         site = admission.site
         super().__init__(CLUSTER_TYPE, name, {"site_name": site.site_name, "stage": site.stage}, opts)
         # Observability first: nothing admits a node or serves a GPU before the monitoring stack exists.
@@ -40,7 +40,8 @@ class GpuCluster(pulumi.ComponentResource):
         self.facility = Facility(f"{name}-facility", admission, after(self, self.monitoring, self.gpu_operator))
         self.storage = StorageTiers(f"{name}-storage", site, after_monitoring)
         self.scheduling = Scheduling(f"{name}-scheduling", site, after_monitoring)
-        self.slurm = Slurm(f"{name}-slurm", site, admission.ssh_private_key, self.facility.nodes, after_monitoring)
+        self.slurm = Slurm(f"{name}-slurm", site, admission.ssh_private_key, munge_key, self.facility.nodes,
+                           after_monitoring)
         # One Team per onboarded team; its name depends only on the team, so a later stage only adds Teams.
         team_opts = after(self, self.monitoring, self.scheduling, self.storage)
         self.teams = [Team(f"{name}-team-{plan.name}", plan, team_opts) for plan in team_plans(site)]

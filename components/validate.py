@@ -27,7 +27,7 @@ KUBERNETES_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lea
 SLURM_ACCOUNTS = ("root",)
 """Slurm's own account: its users hold every QoS, the operators-only ones included."""
 
-SECRET_KEYS = ("ssh_private_key", "bmc_password", "llm_gateway_master_key")
+SECRET_KEYS = ("ssh_private_key", "bmc_password", "llm_gateway_master_key", "munge_key")
 """Config keys that must be Pulumi secrets; they never enter the spec, only Pulumi outputs."""
 
 _STRING_KEYS = {name for name, field in Site.model_fields.items() if field.annotation is str}

@@ -42,10 +42,11 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
     assert Counter(r.type for r in graph.resources.values()) == {
         "pulumi:pulumi:Stack": 1, "pulumi:providers:kubernetes": 1,
         CLUSTER_TYPE: 1, FACILITY_TYPE: 1, RACK_TYPE: 4, GPU_NODE_TYPE: 16,
-        COPY_TYPE: 16, PATCH_TYPE: 16,
-        # 16 node checks; Slurm: controller config, accounting, the lending controller's release, and config +
-        # admission for each of 10 nodes
-        CHECK_TYPE: 16 + 3 + 2 * 10,
+        # the node check's program on 16 nodes; the checkpoint mover on each of the 10 Slurm nodes
+        COPY_TYPE: 16 + 10, PATCH_TYPE: 16,
+        # 16 node checks; Slurm: controller config, accounting, the lending controller's release, and one command
+        # for each of 10 nodes (its install and its admission)
+        CHECK_TYPE: 16 + 3 + 10,
         GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1, STORAGE_TYPE: 1, SLURM_TYPE: 1, SCHEDULING_TYPE: 1,
         INFERENCE_TYPE: 1,
         TEAM_TYPE: 2,  # the 2 canary teams
@@ -111,7 +112,18 @@ def test_should_check_a_node_only_once_the_gpu_operator_is_installed(graph: Reso
     (operator,) = graph.of_type(GPU_OPERATOR_TYPE)
     (release,) = [r for r in graph.resources.values() if r.parent == operator.urn and r.type == RELEASE_TYPE]
     for copy in graph.of_type(COPY_TYPE):
-        assert release.urn in copy.dependencies, copy.name
+        if graph.resources[copy.parent].type == GPU_NODE_TYPE:
+            assert release.urn in copy.dependencies, copy.name
+
+
+def test_should_send_the_munge_key_only_as_a_secret_stdin(graph: ResourceGraph) -> None:
+    hosts = [r for r in graph.of_type(CHECK_TYPE)
+             if r.name == "prod-slurm-controller-config" or r.name.startswith("prod-slurm-gpu-")]
+    assert len(hosts) == 1 + 10
+    for command in hosts:
+        # The script stays plain, so the plan's readers see every file; the key is the secret stdin alone.
+        assert isinstance(command.inputs["create"], str) and command.inputs["stdin"] == Secret(), command.name
+        assert "munge.key.new" in command.inputs["create"]
 
 
 def test_should_check_each_node_over_ssh_before_admitting_it(graph: ResourceGraph) -> None:

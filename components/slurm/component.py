@@ -1,32 +1,33 @@
-"""Slurm beside Kubernetes, deployed with pulumi-command over SSH from the rendered configuration.
+"""Slurm beside Kubernetes, installed and configured with pulumi-command over SSH from the site spec.
 
-The controller gets slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf, and the Slurm exporter with its unit;
-its command carries their content, so the daemons restart (and `scontrol reconfigure` pushes the change) only
-when it changes.
+Every host installs Slurm at slurm.package_version from slurm.package_source and gets the MUNGE key, the secret
+munge_key, on its command's stdin. The controller gets slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf, the
+accounting database in MariaDB, and the Slurm exporter with its unit; its command carries their content, so the
+daemons restart (and `scontrol reconfigure` pushes the change) only when it changes, and fails unless slurmctld
+answers `scontrol ping` and slurmdbd `sacctmgr show cluster`.
 Nodes run configless (slurm.conf(5) SlurmctldParameters=enable_configless; slurmd --conf-server):
 they fetch the files from slurmctld, so no node holds a copy that can drift and a node's command
 stays the same size however many nodes the site has. 22.05 does not ship the Prolog and Epilog, so
-each node's command installs them, the checkpoint mover they start, and the mount units of the hot
-and cold tiers (at the spec's mount points).
-Accounting (QoS and team accounts) is applied on the controller with idempotent sacctmgr calls. A
-node the node check failed is drained with the check's reason (`sinfo -R` shows it), so Slurm
-schedules nothing on it; a validated node is resumed.
+each node's one command installs them and the mount units of the hot and cold tiers (at the spec's mount points);
+the checkpoint mover they start is copied beside it by reference. The command then waits until slurmctld hears
+from the node's slurmd, and drains the node with the node check's reason (`sinfo -R` shows it), so Slurm schedules
+nothing on it, or resumes a validated node.
+Accounting (QoS and team accounts) is applied on the controller with idempotent sacctmgr calls.
 """
-
-import functools
 
 import pulumi
 import pulumi_command as command
 
+from components.facility.admission import Verdict
 from components.facility.component import GpuNode
 from components.slurm.conf import (
     accounting_script,
     slurm_nodes,
 )
 from components.slurm.install import (
-    CONTROLLER_RESTART,
+    MOVER_COPY,
     _digest,
-    admission_command,
+    controller_command,
     controller_files,
     install_script,
     node_command,
@@ -36,11 +37,12 @@ from components.slurm.install import (
 from components.slurm.release import release, release_command
 from components.spec.site import Site
 from components.spec.wellknown import SLURM_TYPE
+from hosts import CHECKPOINT_MOVER_ASSET
 
 
 class Slurm(pulumi.ComponentResource):
-    def __init__(self, name: str, site: Site, ssh_private_key: pulumi.Output[str], nodes: list[GpuNode],
-                 opts: pulumi.ResourceOptions) -> None:
+    def __init__(self, name: str, site: Site, ssh_private_key: pulumi.Output[str], munge_key: pulumi.Output[str],
+                 nodes: list[GpuNode], opts: pulumi.ResourceOptions) -> None:
         facts = slurm_facts(site)
         super().__init__(SLURM_TYPE, name, facts, opts)
         on_controller, on_nodes = controller_files(site), node_files(site)
@@ -48,10 +50,12 @@ class Slurm(pulumi.ComponentResource):
         def connection(host: str) -> command.remote.ConnectionArgs:
             return command.remote.ConnectionArgs(host=host, user=site.ssh_user, private_key=ssh_private_key)
 
+        # Every host reads the MUNGE key on stdin: a secret input, never part of the script nor of a file it lists.
+        key = munge_key.apply(lambda text: f"{text}\n")
         controller = connection(site.slurm.controller_host)
         configured = command.remote.Command(
             f"{name}-controller-config", connection=controller,
-            create=install_script(on_controller, CONTROLLER_RESTART),
+            create=install_script(on_controller, controller_command(site)), stdin=key,
             triggers=[_digest(on_controller)], opts=pulumi.ResourceOptions(parent=self),
         )
         command.remote.Command(
@@ -66,16 +70,20 @@ class Slurm(pulumi.ComponentResource):
         )
         by_name = {node.node_name: node for node in nodes}
         for node in slurm_nodes(site):
-            installed = command.remote.Command(
-                f"{name}-{node.name}-config", connection=connection(node.ssh_host),
-                create=install_script(on_nodes, node_command(site)),
-                triggers=[_digest(on_nodes)],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[configured]),
+            reach = connection(node.ssh_host)
+            # The mover goes by reference (the engine hashes the file), so each node's command stays a few kB.
+            mover = command.remote.CopyToRemote(
+                f"{name}-{node.name}-mover", connection=reach, source=pulumi.FileAsset(CHECKPOINT_MOVER_ASSET),
+                remote_path=MOVER_COPY, opts=pulumi.ResourceOptions(parent=self),
             )
+
+            def script(verdict: Verdict, node_name: str = node.name) -> str:
+                return install_script(on_nodes, node_command(site, node_name, verdict))
+
             command.remote.Command(
-                f"{name}-{node.name}-admission", connection=controller,
-                create=by_name[node.name].verdict.apply(functools.partial(admission_command, node.name)),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[installed]),
+                f"{name}-{node.name}-config", connection=reach, create=by_name[node.name].verdict.apply(script),
+                stdin=key, triggers=[_digest(on_nodes)],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[configured, mover]),
             )
         self.register_outputs(facts)
 

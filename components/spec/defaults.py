@@ -235,6 +235,17 @@ COOLING_MAX_KW: Final[dict[str, float]] = {
 
 # --- Slurm ----------------------------------------------------------------------------------
 
+SLURM_PACKAGE_SOURCE: Final = ("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
+                                "http://deb.debian.org/debian bookworm main")
+"""The apt source Slurm and munge come from: Debian 12's own archive, which ships slurm-wlm 22.05. Its signed-by is
+the one Debian 12's own debian.sources names: apt refuses to read any source when one archive has two ("Conflicting
+values set for option Signed-By")."""
+SLURM_PACKAGE_VERSION: Final = "22.05.8-4+deb12u3"
+"""Debian 12's slurm-wlm as of this writing (`apt-cache policy slurmctld` on bookworm, main and bookworm-security)."""
+SLURM_OLDEST_RELEASE: Final = (22, 5)
+"""The oldest Slurm the site runs (the mission: Slurm 22+): configless slurmd, cgroup/v2 and the 22.05 slurm.conf
+keys the rendered configuration uses."""
+
 SLURM_OS_MEMORY_RESERVE_PCT: Final = 5.0
 """% of a node's memory kept out of RealMemory: the kernel's page map alone is ~1.6 % (64 B per 4 KiB
 page), plus firmware holes, the OS, slurmd, the GPU driver's pinned buffers and the NFS page cache."""

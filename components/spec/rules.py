@@ -5,6 +5,7 @@ preemption table) live beside their planners and are composed with these in comp
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from components.spec import defaults
 from components.spec.problems import Problem
 from components.spec.site import Pool, Site
 
@@ -162,6 +163,15 @@ def check_driver_version(site: Site) -> list[Problem]:
     )]
 
 
+def check_slurm_version(site: Site) -> list[Problem]:
+    version = site.slurm.package_version
+    if _version(version.split("-")[0])[:2] >= defaults.SLURM_OLDEST_RELEASE:
+        return []
+    oldest = ".".join(f"{part:02d}" if i else str(part) for i, part in enumerate(defaults.SLURM_OLDEST_RELEASE))
+    return [Problem("slurm.package_version",
+                    f"{version} is older than Slurm {oldest}, the oldest release the site runs", "slurm-version")]
+
+
 def check_inference_names(site: Site) -> list[Problem]:
     """A gateway model name is one model: served and external names share one namespace."""
     inference = site.inference
@@ -229,6 +239,7 @@ SPEC_RULES: tuple[Rule, ...] = (
     rule(check_team_onboarding, "teams"),
     rule(check_retention, "monitoring"),
     rule(check_driver_version, "gpu_operator", "node_check"),
+    rule(check_slurm_version, "slurm"),
     rule(check_inference_names, "inference"),
     rule(check_inference_teams, "inference", "teams"),
     rule(check_served_models_fit, "inference", "node_groups"),

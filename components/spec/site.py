@@ -419,6 +419,15 @@ class Alerting(Spec):
 class SlurmSettings(Spec):
     """Slurm controller and daemons; rendered by components.slurm.conf (QoS come from scheduling.classes)."""
 
+    # One sources.list(5) line: `deb [options] URI suite component...`.
+    package_source: Annotated[str, Field(pattern=r"^deb (\[[^\]\n]*\] )?https?://\S+ \S+( \S+)+$")] = (
+        defaults.SLURM_PACKAGE_SOURCE)
+    """The apt source every Slurm host installs slurmctld, slurmdbd, slurmd, slurm-client and munge from (written to
+    /etc/apt/sources.list.d/gpucluster-slurm.list)."""
+    # A Debian version: upstream-revision (deb-version(7)); the slurm-version rule reads its upstream part.
+    package_version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+-[A-Za-z0-9.+~]+$")] = defaults.SLURM_PACKAGE_VERSION
+    """The Debian version of the Slurm packages, the same on every host (apt installs exactly it; the deploy fails
+    on a host where another is installed after it); Slurm 22.05 or newer."""
     controller_host: Hostname = "slurm-controller"
     """Hostname of the slurmctld and slurmdbd machine, resolvable from every node."""
     slurmctld_port: Port = 6817

@@ -214,6 +214,7 @@ def test_should_deny_missing_and_plain_text_secrets(prod: dict[str, Any]) -> Non
         "ssh_private_key: required; set it with `pulumi config set --secret ssh_private_key`",
         "bmc_password: must be a secret, not plain text; set it with `pulumi config set --secret bmc_password`",
         "llm_gateway_master_key: required; set it with `pulumi config set --secret llm_gateway_master_key`",
+        "munge_key: required; set it with `pulumi config set --secret munge_key`",
     ]
     assert "hunter2" not in str(caught.value)
 
@@ -229,7 +230,7 @@ def test_should_report_unreadable_json_once(prod: dict[str, Any]) -> None:
 
 def test_should_report_every_problem_at_once(prod: dict[str, Any]) -> None:
     found = problems(with_changes(prod, stage="beta", racks__1__room="hall-z", racks__3__cooling__capacity_kw=15),
-                     secrets=("ssh_private_key", "llm_gateway_master_key"))
+                     secrets=("ssh_private_key", "llm_gateway_master_key", "munge_key"))
     assert found == [
         "bmc_password: required; set it with `pulumi config set --secret bmc_password`",
         'racks[1].room: no room named "hall-z" (known: hall-a, hall-b)',
