@@ -196,17 +196,22 @@ def _inference_series(prometheus: Prometheus, window: Window, step_s: int) -> li
             for t in (first.timestamp() + k * step_s for k in range(window.seconds // step_s))]
 
 
+def teams(site: Site, jobs: list[Job]) -> list[str]:
+    """The site's teams, then any other Slurm account with jobs (root's, a team not yet in the spec), by name."""
+    names = [t.name for t in site.teams]
+    return names + sorted({j.account for j in jobs} - set(names))
+
+
 def measure(prometheus: Prometheus, site: Site, jobs: list[Job], window: Window, step_s: int, now: float) -> Period:
-    """Every figure of one period. Teams are the site's, plus any Slurm account with jobs in the period."""
+    """Every figure of one period, per team of `teams(site, jobs)`: both periods of a report list the same teams."""
     capacity = pool_capacity(site)
     dcgm, dcgm_pools, series = _dcgm(prometheus, site, window, step_s)
     slurm_s = _slurm_gpu_s(site, jobs, window, now)
     kubernetes_s = _kubernetes_gpu_s(prometheus, site, window, step_s)
     allocated = {pool: slurm_s.get(pool, 0.0) + kubernetes_s.get(pool, 0.0) for pool in {*slurm_s, *kubernetes_s}}
     utilization, pools = _shares(allocated, capacity, window.seconds)
-    accounts = {j.account for j in jobs if window.holds(j.submit) or j.held_s(window, now) > 0}
-    teams = [t.name for t in site.teams] + sorted(accounts - {t.name for t in site.teams})
-    waits, waits_h = _waits(jobs, window, teams)
+    names = teams(site, jobs)
+    waits, waits_h = _waits(jobs, window, names)
     return Period(
         window=window,
         capacity=capacity,
@@ -219,7 +224,7 @@ def measure(prometheus: Prometheus, site: Site, jobs: list[Job], window: Window,
         inference_latency_p95_s=_scalar(prometheus, inference_latency_p95(window.seconds), window.end),
         inference_error_pct=_scalar(prometheus, inference_error_pct(window.seconds), window.end),
         waits=waits,
-        adoption=_adoption(jobs, window, teams, now),
+        adoption=_adoption(jobs, window, names, now),
         dcgm_series=series,
         inference_series=_inference_series(prometheus, window, step_s),
         waits_h=waits_h,
