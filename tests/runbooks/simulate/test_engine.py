@@ -154,3 +154,14 @@ def test_lent_gpus_serve_only_models_of_their_gpu() -> None:
     outcome = simulate(site, workload, Policy.STACK, LENDING, 600, StaticSlices({}, {}, {}))
     assert outcome.covered_s == {"m": 4140, "small": 4200, "all": 4140}
     assert figures(outcome).lent_peak_gpus == 8
+
+
+def test_a_flex_node_is_lent_as_soon_as_its_protected_job_ends() -> None:
+    """f1 runs a train_normal job, which inference may not requeue, until 1500 s: at the peak decide() finds nothing
+    lendable, and the controller lends f1 at the first tick after the job ends (1500 s, on its 30-s grid), not at the
+    next demand step (1800 s)."""
+    workload = replace(LEND_WORKLOAD, jobs=[job(0, "a", 0, 8, 10, "train_preemptible"),
+                                            job(1, "a", 0, 8, 1500 / HOUR, "train_normal")])
+    outcome = simulate(small_site(FLEX_SITE, 8), workload, Policy.STACK, LENDING, 600, StaticSlices({}, {}, {}))
+    assert outcome.covered_s["all"] == 4200 - (1500 - 1200)
+    assert figures(outcome).lost_gpu_h == 0  # the lend requeued nothing
