@@ -4,6 +4,7 @@ Prometheus holding known backfilled series; every figure is checked against what
 import json
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,6 +89,15 @@ def _whole_second_after(t: float) -> datetime:
 
 
 
+@pytest.fixture
+def second_user(slurm: Cluster) -> Iterator[str]:
+    """SECOND_USER may submit to speech for this test only: the session cluster's associations stay as they were."""
+    slurm.run("sacctmgr", "--immediate", "add", "user", SECOND_USER, "account=speech")
+    yield SECOND_USER
+    slurm.run("sacctmgr", "--immediate", "delete", "user", f"name={SECOND_USER}", "account=speech")
+
+
+@pytest.mark.usefixtures("second_user")
 def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Cluster, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf_dir / "slurm.conf"))
@@ -101,7 +111,6 @@ def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Clust
     # Window: nlp-foundation's long job takes one node's 8 GPUs and still runs at the window's end, where its next
     # job on that node still waits; speech waits 0, 5 and 10 s (a second user's job among them), nlp-foundation's
     # 4-GPU job 1 s.
-    slurm.run("sacctmgr", "--immediate", "add", "user", SECOND_USER, "account=speech", check=False)
     running = _submit(slurm, "nlp-foundation", 8, "-w", PINNED, run_s=120)
     _release(slurm, running)
     slurm.wait_state(running.job_id, "RUNNING")
