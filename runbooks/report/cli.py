@@ -31,11 +31,11 @@ def report(
     project_dir: ProjectDirOption = Path("."),
     prometheus_url: Annotated[str | None, typer.Option(help="Prometheus' HTTP API; default: the site's "
                                                             "rollout.prometheus_url.")] = None,
-    resolution: Annotated[str, typer.Option(help="Step of the utilization and Kubernetes request series: 30s, "
-                                                 "5m, 1h... (at least twice the scrape interval).")] = "5m",
+    resolution: Annotated[str, typer.Option(help="Step of the DCGM, pod-request and gateway series: 30s, 5m, "
+                                                 "1h... (at least twice the scrape interval).")] = "5m",
 ) -> None:
     """Measure GPU utilization and allocation, training queue wait, inference latency and errors, and adoption per
-    team, for a window against a baseline; print the table, write report.md and PNG plots to --out."""
+    team, for a window against a baseline; print the tables, write report.md, report.json and PNG plots to --out."""
     site = site_or_exit(project_dir, stack)
     now = datetime.now(UTC)
     try:
