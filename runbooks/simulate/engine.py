@@ -15,8 +15,11 @@ steps and the lending controller's ticks are SimPy processes; a run preempted is
 - A preempted job loses the work since its last checkpoint (every checkpoint_s of run time) and queues again.
 """
 
+import bisect
+import heapq
+import itertools
 import math
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -136,7 +139,8 @@ class Simulation:
         self.flavor_jobs = dict.fromkeys(model.flavors, 0)
         self.slurm_used = dict.fromkeys(model.teams, 0)
         self.kube_used = {(t, f): 0 for t in model.teams for f in model.flavors}
-        self.queue: dict[Side, list[Run]] = {side: [] for side in Side}
+        self.queue: dict[Side, dict[tuple[str, str], list[Run]]] = {side: {} for side in Side}
+        """Waiting jobs by side, then by (QoS or class, team), each list in arrival order: what a pass orders by."""
         self.changed: set[Side] = set()
         """Sides whose queue or room changed since their last pass; a pass over an unchanged side starts nothing."""
         self.running: set[Run] = set()
@@ -323,7 +327,7 @@ class Simulation:
         gpus = min(job.gpus, most)
         run = Run(job, side, gpus, job.duration_s * job.gpus / gpus)
         self.runs.append(run)
-        self.queue[side].append(run)
+        self._enqueue(run)
         self.changed.add(side)
 
     def _start(self, run: Run, held: dict[str, int]) -> None:
@@ -344,7 +348,7 @@ class Simulation:
                 self.kube_used[run.team, place] += gpus
         if run.side == Side.SLURM:
             self.slurm_used[run.team] += run.gpus
-        self.queue[run.side].remove(run)
+        self.queue[run.side][run.qos, run.team].remove(run)
         self.running.add(run)
         if run.side == Side.SLURM:
             self.running_slurm.add(run)
@@ -381,7 +385,7 @@ class Simulation:
         run.started = None
         self._release(run)
         run.process.interrupt()
-        self.queue[run.side].append(run)
+        self._enqueue(run)
 
     def _schedule(self) -> None:
         if Side.SLURM in self.changed:
@@ -397,24 +401,27 @@ class Simulation:
         free = self.free_owned
         return free if team is None else min(free, self.slices.slurm[team] - self.slurm_used[team])
 
+    def _enqueue(self, run: Run) -> None:
+        bisect.insort(self.queue[run.side].setdefault((run.qos, run.team), []), run, key=_arrival)
+
+    def _in_order(self, side: Side, rank: Any, team: str | None = None) -> Iterator[Run]:
+        """The side's waiting jobs (of one team, or all), lazily, by rank((QoS or class, team)) and then arrival; each
+        list is copied, so jobs may start (and leave their list) while the pass walks them."""
+        groups = sorted(((rank(key), runs) for key, runs in self.queue[side].items()
+                         if runs and team in (None, key[1])), key=lambda g: g[0])
+        for _, same in itertools.groupby(groups, key=lambda g: g[0]):
+            yield from heapq.merge(*(list(runs) for _, runs in same), key=_arrival)
+
     def _slurm_pass(self) -> None:
-        waiting = list(self.queue[Side.SLURM])
-        if not waiting:
-            return
         if self.stack:
             # Multifactor: QoS first (its weight is the larger), then fairshare: the team's GPUs held over its shares.
-            waiting.sort(key=lambda r: (-self.model.qos_priority[r.qos],
-                                        self.slurm_used[r.team] / self.model.fairshare[r.team], r.job.arrival_s,
-                                        r.job.id))
-            groups: dict[str | None, list[Run]] = {None: waiting}
-        else:
-            groups = {}
-            for r in sorted(waiting, key=lambda r: (r.job.arrival_s, r.job.id)):
-                groups.setdefault(r.team, []).append(r)
-        for team, runs in groups.items():
-            self._easy(team, runs)
+            self._easy(None, self._in_order(Side.SLURM, lambda key: (
+                -self.model.qos_priority[key[0]], self.slurm_used[key[1]] / self.model.fairshare[key[1]])))
+            return
+        for team in self.model.teams:
+            self._easy(team, self._in_order(Side.SLURM, lambda key: 0, team))
 
-    def _easy(self, team: str | None, runs: list[Run]) -> None:
+    def _easy(self, team: str | None, runs: Iterable[Run]) -> None:
         now, free = self.env.now, self._slurm_free(team)
         shadow: float | None = None
         extra = 0
@@ -460,7 +467,7 @@ class Simulation:
         if not preempts:
             return False
         victims = sorted((r for r in self.running_slurm if r.qos in preempts),
-                         key=lambda r: (self.model.qos_priority[r.qos], -(r.started or 0.0)))
+                         key=lambda r: (self.model.qos_priority[r.qos], -(r.started or 0.0), r.job.id))
         chosen, freed = [], free
         for victim in victims:
             if freed >= run.gpus:
@@ -485,9 +492,7 @@ class Simulation:
         return gpus - reserved - self.flavor_jobs[flavor]
 
     def _kube_pass(self) -> None:
-        waiting = sorted(self.queue[Side.KUBERNETES],
-                         key=lambda r: (-self.model.class_priority[r.qos], r.job.arrival_s, r.job.id))
-        for run in waiting:
+        for run in self._in_order(Side.KUBERNETES, lambda key: -self.model.class_priority[key[0]]):
             for flavor in self.model.flavors:
                 if (self.kube_used[run.team, flavor] + run.gpus <= self._kube_limit(run.team, flavor)
                         and self._flavor_free(flavor) >= run.gpus):
@@ -508,7 +513,7 @@ class Simulation:
             victims = sorted((r for r in self.running if r.side == Side.KUBERNETES and flavor in r.held
                               and r.qos in preempts and (r.team == run.team or self.kube_used[r.team, flavor]
                                                          > self.model.guaranteed[r.team, flavor])),
-                             key=lambda r: (self.model.class_priority[r.qos], -(r.started or 0.0)))
+                             key=lambda r: (self.model.class_priority[r.qos], -(r.started or 0.0), r.job.id))
             free, used, chosen = self._flavor_free(flavor), self.kube_used[run.team, flavor], []
             for victim in victims:
                 if free >= run.gpus and used + run.gpus <= limit:
@@ -561,7 +566,7 @@ class Simulation:
         preempts = self.model.class_preempts.get(self.model.inference_class or "", set())
         victims = sorted((r for r in self.running if r.side == Side.KUBERNETES and flavor in r.held
                           and r.qos in preempts),
-                         key=lambda r: (self.model.class_priority[r.qos], -(r.started or 0.0)))
+                         key=lambda r: (self.model.class_priority[r.qos], -(r.started or 0.0), r.job.id))
         freed = 0
         for victim in victims:
             if freed >= need:
@@ -598,6 +603,10 @@ class Simulation:
             if not node.runs and node.owner == Owner.LENDING:
                 node.owner = Owner.LENT
                 self.lent[node.gpu_model] += node.gpus
+
+
+def _arrival(run: Run) -> tuple[float, int]:
+    return run.job.arrival_s, run.job.id
 
 
 def simulate(model: SiteModel, workload: Workload, policy: Policy, lending: Lending, checkpoint_s: float,
