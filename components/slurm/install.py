@@ -112,7 +112,8 @@ def start_node_services(site: Site) -> str:
 
 def node_admission(site: Site, node: str, verdict: Verdict) -> str:
     """Waits until slurmctld hears from the node's slurmd, then drains the node with the node check's reason or
-    resumes it. The node's slurmd fetched the configuration (configless): the clients read slurmd's cache of it."""
+    resumes it. The node's slurmd fetched the configuration (configless): the clients read slurmd's cache of it,
+    <SlurmdSpoolDir>/conf-cache (Debian's slurmd 22.05.8 names it so: `strings /usr/sbin/slurmd`)."""
     conf = shlex.quote(f"{site.slurm.slurmd_spool_dir}/conf-cache/slurm.conf")
     state = f"SLURM_CONF={conf} timeout {CLIENT_TIMEOUT_S} sinfo --noheader --nodes={node} --format=%T"
     # sinfo marks a node slurmctld does not hear from with `*`; unknown and down are no answer either.
