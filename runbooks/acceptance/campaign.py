@@ -30,6 +30,8 @@ from runbooks.rollout.lock import StackLock, StackLockedError
 from runbooks.rollout.machine import ACCEPTANCE_RECORD
 
 POLL_S = 0.5
+WHERE_LABELS = ("Hostname", "instance")
+"""Labels that say where an alert fired, shown beside its name in a drill's detail."""
 """s between two looks at Alertmanager, a probe or a deadline: the campaign's resolution."""
 
 
@@ -211,6 +213,9 @@ class Runbook:
                 return {"verdict": FAILED, "sop": drill.sop, "error": f"the fault could not be injected: {error}"}
             detected_at = self._until(lambda: self._detected(drill, target), injected + scale(drill.detect_within_s))
             self._sleep_until(injected + scale(drill.hold_s))
+            # Which alerts fire while the fault still holds: the report names them, expected or not.
+            seen = sorted({" ".join([a.name, *(f"{k}={a.labels[k]}" for k in WHERE_LABELS if k in a.labels)])
+                           for a in self._firing()})
             if target.fault.stays:
                 self.switches.disarm(armed)
                 self.store.fault_reverted(row, self.clock(), "kept: a change meant to stay")
@@ -230,7 +235,7 @@ class Runbook:
             "detection_s": round(detected_at - injected, 2) if detected_at is not None else None,
             "recovery_s": round(recovered_at - reverted, 2) if recovered_at is not None else None,
             "detect_within_s": scale(drill.detect_within_s), "recover_within_s": scale(drill.recover_within_s),
-            "reactions": [r.__dict__ for r in reactions],
+            "reactions": [r.__dict__ for r in reactions], "alerts_at_end_of_hold": seen,
         }
         self._log(campaign, f"drill.{drill.kind.value}", verdict, detail)
         return detail

@@ -26,6 +26,7 @@ from runbooks.acceptance.load import (
     Checkpoints,
     DirectoryTier,
     PrometheusSampler,
+    QueueWaitSampler,
     inference_load,
     storage_load,
     training_load,
@@ -142,9 +143,7 @@ def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[s
     loads: list[Load] = [inference, storage, training,
                          PrometheusSampler("gpu_util_pct", site.rollout.prometheus_url,
                                            "avg(gpu:dcgm_gpu_util:max)"),
-                         PrometheusSampler("training_queue_wait_s", site.rollout.prometheus_url,
-                                           "histogram_quantile(0.95, sum by (le) "
-                                           "(rate(slurm_job_queue_wait_seconds_bucket[5m])))")]
+                         QueueWaitSampler(("squeue",), {})]
     log, rollout_log = _logs(context)
     return Runbook(spec, CampaignStore(context.state_dir / "acceptance.sqlite"), log, rollout_log,
                    Switches(context.state_dir / "switches"), context.project_dir / "docs" / "sop",

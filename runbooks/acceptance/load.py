@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -24,6 +25,8 @@ WORKERS = 8
 """Requests one load has in flight at most: past it a tick is skipped and counted, never queued without end."""
 REQUEST_TIMEOUT_S = 30.0
 MIB = 1 << 20
+TRAINING_JOB_NAMES = "acceptance-training"
+"""The job name every training job of the load carries: how the queue sampler finds them and nothing else."""
 
 
 @dataclass
@@ -179,7 +182,7 @@ def training_load(sbatch: Sequence[str], env: Mapping[str, str], accounts: Seque
         gang = ["--nodes", str(nodes_per_gang)] if number % 3 == 0 else ["--nodes", "1"]
         account, level = accounts[number % len(accounts)], qos[number % len(qos)]
         done = subprocess.run([*sbatch, "--parsable", "--requeue", f"--account={account}", f"--qos={level}", *gang,
-                               f"--job-name=acceptance-{number}", "--wrap", f"sleep {job_seconds:g}"],
+                               f"--job-name={TRAINING_JOB_NAMES}", "--wrap", f"sleep {job_seconds:g}"],
                               env={**os.environ, **env}, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
                               check=False)
         return done.returncode == 0, {}
@@ -208,6 +211,37 @@ class PrometheusSampler:
                     self.samples.setdefault(self.name, []).append((time.time(), float(result[0]["value"][1])))
             except (OSError, ValueError, KeyError):
                 pass  # a missing point shows as a gap in the plot
+            stop.wait(self.every_s)
+
+    def drain(self) -> dict[str, list[tuple[float, float]]]:
+        taken, self.samples = self.samples, {}
+        return taken
+
+
+@dataclass
+class QueueWaitSampler:
+    """Not a load: each job the training load started, once, with how long it waited from submission to start
+    (squeue's %V and %S), for the report's training queue panel."""
+
+    squeue: Sequence[str]
+    env: Mapping[str, str]
+    every_s: float = 1.0
+    seen: set[str] = field(default_factory=set)
+    samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    name: str = "training_queue_wait_s"
+
+    def run(self, factor: float, until: float, stop: threading.Event) -> None:
+        while not stop.is_set() and time.time() < until:
+            done = subprocess.run([*self.squeue, "--noheader", "--states=R", "--name=" + TRAINING_JOB_NAMES,
+                                   "--format=%i %V %S"], env={**os.environ, **self.env}, capture_output=True,
+                                  text=True, timeout=REQUEST_TIMEOUT_S, check=False)
+            for line in done.stdout.splitlines():
+                job, submitted, started = (line.split() + ["", "", ""])[:3]
+                if job in self.seen or "T" not in submitted or "T" not in started:
+                    continue
+                self.seen.add(job)
+                wait = (datetime.fromisoformat(started) - datetime.fromisoformat(submitted)).total_seconds()
+                self.samples.setdefault(self.name, []).append((time.time(), wait))
             stop.wait(self.every_s)
 
     def drain(self) -> dict[str, list[tuple[float, float]]]:

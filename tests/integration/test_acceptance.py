@@ -21,17 +21,25 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from components.scheduling.preemption import team_qos
 from components.spec.site import Site
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import Load, Runbook, Target
 from runbooks.acceptance.faults import Switches, daemon_killed, link_down, storage_delay, version_swap
-from runbooks.acceptance.load import Checkpoints, PrometheusSampler, inference_load, storage_load
+from runbooks.acceptance.load import (
+    Checkpoints,
+    PrometheusSampler,
+    QueueWaitSampler,
+    inference_load,
+    storage_load,
+    training_load,
+)
 from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, StorageJitterProbe
 from runbooks.acceptance.report import write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
@@ -44,6 +52,7 @@ from tests.harness.daemons import PROMETHEUS, free_ports, wait_for
 from tests.harness.figures import FIGURES
 from tests.harness.gateway import LITELLM, Backend, rendered_config, running_gateway
 from tests.harness.http_double import JsonHandler, Served
+from tests.harness.slurm_cluster import Cluster, slurm_marks
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "tests" / "harness" / "node_agent.py"
@@ -53,14 +62,16 @@ CHUNK = 1 << 20
 """Bytes per checkpoint chunk: checkpoint_gib 1 at the scale, in 1 MiB writes."""
 AGENT_PORT = 9400
 DELAY_MS = 300
+TRAINING_JOB_S = 8
+"""s each training job of the load runs (--requeue, every third a two-node gang)."""
 ACCEPTANCE: dict[str, Any] = {
     "time_scale": SCALE, "soak_h": 1, "shock_minutes": 10, "peak_source": "declared", "checkpoint_gib": 1,
     "peak": {"training_jobs_per_h": 360, "inference_rps": 4, "storage_write_mib_s": 3},
     "drills": [
-        {"kind": "network_partition", "sop": "network-partition", "alert": "DcgmExporterDown", "hold_s": 1000,
-         "detect_within_s": 1000, "recover_within_s": 800, "revert_after_s": 1100},
-        {"kind": "node_failure", "sop": "node-power-loss", "alert": "DcgmExporterDown", "hold_s": 900,
-         "detect_within_s": 900, "recover_within_s": 800, "revert_after_s": 2000},
+        {"kind": "network_partition", "sop": "network-partition", "alert": "DcgmExporterDown", "hold_s": 1500,
+         "detect_within_s": 1500, "recover_within_s": 800, "revert_after_s": 1600},
+        {"kind": "node_failure", "sop": "node-power-loss", "alert": "DcgmExporterDown", "hold_s": 1500,
+         "detect_within_s": 1500, "recover_within_s": 800, "revert_after_s": 2000},
         {"kind": "storage_jitter", "sop": "storage-jitter", "hold_s": 400, "detect_within_s": 400,
          "recover_within_s": 400, "revert_after_s": 1500, "delay_ms": DELAY_MS},
         {"kind": "model_hot_swap", "sop": "model-hot-swap", "hold_s": 400, "detect_within_s": 400,
@@ -69,7 +80,7 @@ ACCEPTANCE: dict[str, Any] = {
 """The test site's campaign: this machine's peak (declared), a one-hour soak and a ten-minute shock, the drills'
 alerts as this world raises them (node B's exporter is all of its daemons here)."""
 
-pytestmark = [pytest.mark.usefixtures("module_timer"), pytest.mark.skipif(
+pytestmark = [*slurm_marks(), pytest.mark.skipif(
     bool(netns.missing() or not PROMETHEUS or not ALERTMANAGER or not LITELLM.exists()),
     reason=f"{netns.missing() or 'needs prometheus, prometheus-alertmanager and the LiteLLM venv (make test)'}")]
 
@@ -131,6 +142,8 @@ class World:
     new_backend: str
     alertmanager: str
     prometheus: str
+    slurm_conf: str = ""
+    """The loopback Slurm cluster the training load submits to (tests/harness/slurm_cluster.py)."""
 
     def hot_url(self) -> str:
         return f"http://{self.address_a}:{AGENT_PORT}/hot"
@@ -169,7 +182,11 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
     store = CampaignStore(state / "acceptance.sqlite")
     rollout_state = state / "rollout"
     key = audit_key(rollout_state)
-    loads: list[Load] = [inference, storage,
+    slurm = {"SLURM_CONF": world.slurm_conf}
+    training = training_load(("sbatch", "--chdir=/tmp", "--output=/dev/null"), slurm,
+                             [t.name for t in site.teams_onboarded()], team_qos(site), 2, spec.peak.training_jobs_per_h,
+                             spec.max_training_jobs, TRAINING_JOB_S)
+    loads: list[Load] = [inference, storage, training, QueueWaitSampler(("squeue",), slurm),
                          PrometheusSampler("gpu_util_pct", world.prometheus, "avg(DCGM_FI_DEV_GPU_UTIL)")]
     runbook = Runbook(spec, store, AuditLog(state / "failures.jsonl", key),
                       AuditLog(rollout_state / "audit.jsonl", key), Switches(state / "switches"), REPO / "docs" / "sop",
@@ -246,7 +263,8 @@ def link_state(ns: str, link: str) -> str:
 
 
 def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_fault(
-        world: World, tmp_path: Path) -> None:
+        world: World, slurm: Cluster, tmp_path: Path) -> None:
+    world = replace(world, slurm_conf=str(slurm.conf_dir / "slurm.conf"))
     state = tmp_path / "state"
     (tmp_path / "world.json").write_text(json.dumps(asdict(world)))
     child = subprocess.Popen([sys.executable, "-c", f"from tests.integration.test_acceptance import main; "
@@ -294,17 +312,21 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
     assert link_state(world.ns_a, world.link_a) == "up" and "tbf" not in netns_qdisc(world)
     steps = store.steps(campaign.id)
     drills = {k: v[2] for k, v in steps.items() if k.startswith("drill:")}
-    assert campaign.verdict == PASSED, json.dumps([campaign.reason, drills], indent=1)
+    assert campaign.verdict == PASSED, json.dumps([campaign.reason, drills, [f.__dict__ for f in failures]], indent=1)
     fired_alerts = {f.mode for f in failures if f.source == "fired"}
     assert "DcgmExporterDown" in fired_alerts and all(f.sop for f in failures)
     assert drills["drill:model_hot_swap"]["reactions"][0]["ok"]
+    samples = store.samples(campaign.id)
+    submitted = len(samples["training_error"])
+    assert submitted and not any(v for _, v in samples["training_error"]), "sbatch refused the job mix"
+    assert samples.get("training_queue_wait_s"), "no training job of the mix started"
     assert (tmp_path / "report" / "report.png").stat().st_size > 10_000
     # The passed campaign is in the rollout's audit log, bound to the deployment it judged.
     records = [json.loads(line) for line in (state / "rollout" / "audit.jsonl").read_text().splitlines()]
     assert [(r["what"], r["plan_digest"]) for r in records] == [("acceptance.campaign", "sha256:deployed")]
     FIGURES.append(f"acceptance campaign (time scale {SCALE:g}) resumed after a kill mid-partition: the node's "
                    f"switch reverted the partition {reverted_after:.1f} s after the kill; the resumed run took "
-                   f"{took:.1f} s: " + "; ".join(
+                   f"{took:.1f} s ({submitted} training jobs submitted after the kill): " + "; ".join(
                        f"{k[6:]} detected {v['detection_s']} s, recovered {v['recovery_s']} s"
                        for k, v in drills.items()) + f"; failures logged: {len(failures)}; report {report}")
 
