@@ -1,6 +1,6 @@
 """The Slurm controller's install path, run as the deploy runs it, against Debian 12's real packages: the rendered
 install script and its command (components.slurm.install) run as root in a copy-on-write overlay of this machine's
-root, in private mount, UTS (hostname slurm-controller) and network namespaces, with the MUNGE key on stdin. The
+root, in private mount, UTS (hostname slurm-controller), network and PID namespaces, with the MUNGE key on stdin. The
 packages it checks are the ones `make test` installs; munged, MariaDB, slurmdbd and slurmctld are the real daemons.
 Only systemctl is faked (the container has no systemd as PID 1): it starts each daemon as its Debian unit does, no
 more. The daemons' post-deploy check (scontrol ping, sacctmgr show cluster) runs against them."""
@@ -100,8 +100,9 @@ def test_should_install_slurm_from_the_spec_and_prove_the_daemons_answer(tmp_pat
         (given / name / "script").write_text(script)
         (given / name / "stdin").write_bytes(stdin)
     started = time.monotonic()
-    subprocess.run(["unshare", "--mount", "--uts", "--net", "--fork", "--", "sh", "-c", DRIVER, "driver", str(root),
-                    str(given)], check=True, timeout=120)
+    # The driver is PID 1 of its own PID namespace: when it ends, however it ends, the kernel ends every daemon.
+    subprocess.run(["unshare", "--mount", "--uts", "--net", "--pid", "--fork", "--", "sh", "-c", DRIVER, "driver",
+                    str(root), str(given)], check=True, timeout=120)
     out = {name: {part: (given / name / part).read_text() for part in ("rc", "stdout", "stderr", "seconds")}
            for name in cases}
 
