@@ -32,7 +32,7 @@ from runbooks.acceptance.load import (
     training_load,
 )
 from runbooks.acceptance.peak import measured_peak
-from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, StorageJitterProbe
+from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, SlurmNodeProbe, StorageJitterProbe, jobs_on
 from runbooks.acceptance.report import drill_lines, write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
 from runbooks.acceptance.targets import KEY_ENV, TargetsError, hot_dir, placed
@@ -135,10 +135,13 @@ def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[s
         DrillKind.STORAGE_JITTER: StorageJitterProbe(storage, (_delay_ms(site) or 1) / 1000, tier, checkpoints),
         DrillKind.MODEL_HOT_SWAP: HotSwapProbe(inference, int(targets["model_hot_swap"].get("new_version", 0)),
                                                spec.inference_error_pct)}
+    node_failure = where[DrillKind.NODE_FAILURE].node or ""
+    probes[DrillKind.NODE_FAILURE] = SlurmNodeProbe(node_failure, ("squeue",), ("scontrol",), {},
+                                                    lambda: jobs_on(node_failure))
     runbook_targets = {}
     for kind, place in where.items():
         probe = probes.get(kind) or NodeDaemonProbe(place.exporter or "")
-        labels = {"Hostname": place.node} if place.node and kind not in probes else {}
+        labels = {"Hostname": place.node} if place.node else {}
         runbook_targets[kind] = Target(place.fault, probe, labels)
     loads: list[Load] = [inference, storage, training,
                          PrometheusSampler("gpu_util_pct", site.rollout.prometheus_url,

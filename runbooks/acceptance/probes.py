@@ -2,6 +2,7 @@
 service is back, and the reactions that must hold (checkpoints intact, inference errors within the objective, the
 new model version serving, jobs requeued and none lost)."""
 
+import os
 import subprocess
 import time
 import urllib.request
@@ -92,6 +93,13 @@ class HotSwapProbe:
                          f"{self.error_pct:g} %)")]
 
 
+def jobs_on(node: str, squeue: Sequence[str] = ("squeue",), env: Mapping[str, str] | None = None) -> list[str]:
+    """The jobs running on `node` now, by id."""
+    done = subprocess.run([*squeue, "--noheader", "--states=R", "--format=%i", f"--nodelist={node}"],
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=15, check=False)
+    return done.stdout.split()
+
+
 @dataclass
 class SlurmNodeProbe:
     """A node Slurm must mark down, whose training jobs must be requeued, none lost (the job ids the load submitted
@@ -106,7 +114,7 @@ class SlurmNodeProbe:
     seen: list[str] = field(default_factory=list)
 
     def _state(self) -> str:
-        done = subprocess.run([*self.scontrol, "--oneliner", "show", "node", self.node], env=dict(self.env),
+        done = subprocess.run([*self.scontrol, "--oneliner", "show", "node", self.node], env={**os.environ, **self.env},
                               capture_output=True, text=True, timeout=15, check=False)
         return next((w.split("=", 1)[1] for w in done.stdout.split() if w.startswith("State=")), "UNKNOWN")
 
@@ -122,7 +130,7 @@ class SlurmNodeProbe:
         if not self.seen:
             return [Reaction("training requeued", False, f"no training job ran on {self.node} when it failed")]
         done = subprocess.run([*self.squeue, "--noheader", "--format=%i %T %r", "--jobs", ",".join(self.seen)],
-                              env=dict(self.env), capture_output=True, text=True, timeout=15, check=False)
+                              env={**os.environ, **self.env}, capture_output=True, text=True, timeout=15, check=False)
         states = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines() if line.strip()}
         lost = [job for job in self.seen if states.get(job) not in ("PENDING", "RUNNING", "COMPLETED")]
         return [Reaction("training requeued, none lost", not lost,

@@ -93,7 +93,10 @@ def placed(site: Site, targets: dict[str, Any]) -> dict[DrillKind, Placed]:
             password = entry.get("bmc_password_file")
             if not isinstance(password, str) or not password.startswith("/"):
                 raise TargetsError(f"{key}.bmc_password_file: an absolute path to a root-only file is required")
-            fault = bmc_power(key, node.name, node.bmc_host, site.bmc_user, password)
+            power = bmc_power(key, node.name, node.bmc_host, site.bmc_user, password)
+            # Back on, the node stays DOWN in Slurm until resumed (slurm-nodes-unavailable.md): the undo resumes it.
+            fault = Fault(key, node.name, power.inject,
+                          (*power.undo, ("scontrol", "update", f"nodename={node.name}", "state=resume")))
         elif kind == DrillKind.NETWORK_PARTITION:
             fault = on_node(link_down(key, _interface(entry.get("interface"), key)), ssh, revert, unit)
         else:
