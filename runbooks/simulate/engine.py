@@ -64,6 +64,8 @@ class Run:
     started: float | None = None
     held: dict[str, int] = field(default_factory=dict)
     """Slurm node or Kubernetes flavor -> GPUs, while it runs."""
+    ends: tuple[float, int, int] | None = None
+    """(when its run ends unless preempted, job id, GPUs) while it runs on Slurm: its entry in the end-time lists."""
     done_gpu_s: float = 0.0
     lost_gpu_s: float = 0.0
     finished: float | None = None
@@ -145,6 +147,8 @@ class Simulation:
         """Sides whose queue or room changed since their last pass; a pass over an unchanged side starts nothing."""
         self.running: set[Run] = set()
         self.running_slurm: set[Run] = set()
+        self.ends: dict[str | None, list[tuple[float, int, int]]] = {None: [], **{t: [] for t in model.teams}}
+        """Running Slurm jobs' Run.ends, in order, of all teams (None) and of each: what backfill reads."""
         self.runs: list[Run] = []
         self.served = [Served(d) for d in workload.inference]
         self.memory = Memory()
@@ -352,6 +356,9 @@ class Simulation:
         self.running.add(run)
         if run.side == Side.SLURM:
             self.running_slurm.add(run)
+            run.ends = (self.env.now + run.work_s, run.job.id, run.gpus)
+            for key in (None, run.team):
+                bisect.insort(self.ends[key], run.ends)
         run.process = self.env.process(self._running(run))
 
     def _release(self, run: Run) -> None:
@@ -373,6 +380,11 @@ class Simulation:
         self.changed.add(run.side)
         self.running.discard(run)
         self.running_slurm.discard(run)
+        if run.ends is not None:
+            for key in (None, run.team):
+                ends = self.ends[key]
+                del ends[bisect.bisect_left(ends, run.ends)]
+            run.ends = None
 
     def _preempt(self, run: Run) -> None:
         """Requeue a running job: it keeps the work up to its last checkpoint and loses the rest."""
@@ -444,10 +456,8 @@ class Simulation:
     def _shadow(self, team: str | None, need: int, free: int) -> tuple[float, int]:
         """When the first blocked job can start as running jobs end (their remaining run time is known here; Slurm
         reads time limits), and the GPUs left over then."""
-        ends = sorted((r.started + r.work_s, r.gpus) for r in self.running_slurm  # type: ignore[operator]
-                      if team is None or r.team == team)
         available = free
-        for end, gpus in ends:
+        for end, _, gpus in self.ends[team]:
             available += gpus
             if available >= need:
                 return end, available - need
