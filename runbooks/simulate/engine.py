@@ -138,6 +138,8 @@ class Simulation:
         self.stack = policy == Policy.STACK
         self.nodes = [Node(n.name, n.pool, n.gpu_model, n.gpus, n.gpus) for n in model.nodes]
         self.by_name = {n.name: n for n in self.nodes}
+        self.flex = [n for n in self.nodes if n.pool == Pool.FLEX]
+        self.slurm_gpus = sum(n.gpus for n in self.nodes)
         self.flavor_jobs = dict.fromkeys(model.flavors, 0)
         self.slurm_used = dict.fromkeys(model.teams, 0)
         self.kube_used = {(t, f): 0 for t in model.teams for f in model.flavors}
@@ -218,7 +220,7 @@ class Simulation:
         self.env.process(self._arrivals())
         if self.served:
             self.env.process(self._inference())
-        if self.stack and self.served and any(n.pool == Pool.FLEX for n in self.nodes):
+        if self.stack and self.served and self.flex:
             self.env.process(self._controller())
         self.env.run(until=self.workload.window_s)
         self._advance()
@@ -316,7 +318,7 @@ class Simulation:
     def _most(self, team: str, side: Side) -> int:
         """The most GPUs a team's job can ever hold on a side."""
         if side == Side.SLURM:
-            return self.slices.slurm[team] if not self.stack else sum(n.gpus for n in self.nodes)
+            return self.slices.slurm[team] if not self.stack else self.slurm_gpus
         return max((self._kube_limit(team, f) if not self.stack else min(self._kube_limit(team, f), gpus)
                     for f, (_, gpus) in self.model.flavors.items()), default=0)
 
@@ -590,7 +592,7 @@ class Simulation:
         return tuple(FlexNode(n.name, n.owner, True, tuple(
             Job(str(r.job.id), r.qos, r.qos in self.model.lending_preempts, now - (r.started or now))
             for r in sorted(n.runs, key=lambda r: r.job.id)))
-            for n in self.nodes if n.pool == Pool.FLEX)
+            for n in self.flex)
 
     def _move(self, action: Action, names: Iterable[str]) -> None:
         self.changed.add(Side.SLURM)
