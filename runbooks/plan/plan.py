@@ -267,7 +267,9 @@ def claim_out_dir(out_dir: Path) -> None:
 
 
 def record_out_dir(out_dir: Path, files: list[Path]) -> None:
-    (out_dir / OUT_MANIFEST).write_text("".join(f"{path.relative_to(out_dir).as_posix()}\n" for path in files))
+    # Sorted: the charts render in parallel and finish in any order, and the manifest is a plan file like the rest.
+    relative = sorted(path.relative_to(out_dir).as_posix() for path in files)
+    (out_dir / OUT_MANIFEST).write_text("".join(f"{path}\n" for path in relative))
 
 
 def write_plan(site: Site, graph: ResourceGraph, out_dir: Path) -> list[Path]:
