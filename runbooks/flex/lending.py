@@ -12,8 +12,9 @@ Flex nodes run Slurm work until lent (docs/scheduling.md, "Lending the flex pool
    manifests in docs/scheduling.md also require the label, so they use lent nodes only. Kueue's flex flavor
    selects the label too.
 
-A requeued job gets SIGTERM and, KillWait seconds later, SIGKILL (slurm.conf's KILL_WAIT_S, components/slurm/
-conf.py): a trainer that ignores SIGTERM holds the node that long, not Slurm's 30 s default.
+A requeued job gets SIGTERM and, KillWait seconds later, SIGKILL (slurm.conf's KillWait: KILL_WAIT_S in
+components/scheduling/preemption.py): a trainer that ignores SIGTERM holds the node that long, not Slurm's 30 s
+default.
 
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
