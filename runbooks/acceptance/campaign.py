@@ -126,7 +126,13 @@ class Runbook:
 
     def _run(self, deployment: str, stage: str) -> Campaign:
         campaign = self.store.open_campaign()
-        if campaign is None or campaign.deployment != deployment:
+        if campaign is not None and campaign.deployment != deployment:
+            # The stack changed under an unfinished campaign: it judged nothing whole. Leave no fault of it behind.
+            self._revert_left(campaign)
+            self.store.finish_campaign(campaign.id, FAILED, f"superseded: the deployment is now {deployment}")
+            self._log(campaign, "campaign.verdict", FAILED, {"reason": "superseded by another deployment"})
+            campaign = None
+        if campaign is None:
             campaign = Campaign(f"campaign-{uuid.uuid4().hex[:8]}", deployment, stage, self.spec.time_scale,
                                 self.clock(), RUNNING, None, None)
             self.store.add_campaign(campaign)
@@ -318,6 +324,9 @@ class Runbook:
         failing = [f"{name} failed" for name, (_, _, detail) in steps.items() if detail.get("verdict") == FAILED]
         failing += [f"{f.mode} fired with no SOP in docs/sop/" for f in self.store.failures(campaign.id)
                     if f.sop is None]
+        blind = len(self.store.samples(campaign.id).get("alertmanager_unreadable", []))
+        if blind:
+            failing.append(f"Alertmanager could not be read {blind} times: alerts may have fired unlogged")
         verdict = FAILED if failing else PASSED
         reason = "; ".join(dict.fromkeys(failing)) or "every drill reacted as expected; every failure has its SOP"
         self.store.finish_campaign(campaign.id, verdict, reason)

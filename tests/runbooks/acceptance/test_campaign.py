@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from components.spec.acceptance import Acceptance, DrillKind
-from runbooks.acceptance.alerts import FiringAlert
+from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert
 from runbooks.acceptance.campaign import CampaignRefusedError, Reaction, Runbook, Target
 from runbooks.acceptance.faults import Fault, Switches
 from runbooks.acceptance.store import FAILED, PASSED, CampaignStore
@@ -22,7 +22,7 @@ from runbooks.rollout.machine import ACCEPTANCE_RECORD
 
 REPO = Path(__file__).resolve().parents[3]
 KEY = b"k" * 32
-DRILL = {"hold_s": 500, "detect_within_s": 400, "recover_within_s": 400, "revert_after_s": 2000}
+DRILL = {"hold_s": 500, "detect_within_s": 400, "recover_within_s": 400, "revert_after_s": 20000}
 SPEC = Acceptance(time_scale=0.0002, soak_h=1, shock_minutes=1, peak_source="declared", drills=[
     {"kind": "network_partition", "sop": "network-partition", **DRILL},
     {"kind": "node_failure", "sop": "node-power-loss", **DRILL},
@@ -157,3 +157,28 @@ def test_should_revert_and_log_the_fault_a_run_killed_mid_drill_left(world: Worl
     reverted = [f for f in store.faults(campaign.id) if f.drill == "network_partition"]
     assert [f.reverted_by for f in reverted] == ["resume", "drill"]
     assert not partition.marker.exists()
+
+
+def test_should_fail_a_campaign_that_could_not_read_alertmanager(world: World) -> None:
+    def unreadable() -> list[FiringAlert]:
+        raise AlertmanagerError("cannot read http://127.0.0.1:9/api/v2/alerts: connection refused")
+
+    runbook, _ = world.runbook(firing=unreadable)
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert campaign.verdict == FAILED and "Alertmanager could not be read" in (campaign.reason or "")
+
+
+def test_should_end_a_campaign_the_deployment_changed_under_leaving_no_fault(world: World) -> None:
+    partition = world.probes[DrillKind.NETWORK_PARTITION]
+    partition.die_on_detection = True
+    runbook, store = world.runbook()
+    with pytest.raises(Killed):
+        runbook.run("sha256:old", "canary")
+    store.close()
+    partition.die_on_detection = False
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:new", "canary")
+    old = next(c for c in store.campaigns() if c.deployment == "sha256:old")
+    assert (old.verdict, old.reason) == (FAILED, "superseded: the deployment is now sha256:new")
+    assert all(f.reverted_at is not None for f in store.faults(old.id)) and not partition.marker.exists()
+    assert campaign.verdict == PASSED
