@@ -175,3 +175,23 @@ def test_the_same_workload_gives_the_same_figures(prod_site: Site) -> None:
                      for _ in range(2))
     assert first.allocated_gpu_s == second.allocated_gpu_s
     assert [(r.first_start, r.lost_gpu_s) for r in first.runs] == [(r.first_start, r.lost_gpu_s) for r in second.runs]
+
+
+def kube_job(id: int, team: str, at_h: float, gpus: int, hours: float, priority_class: str) -> SimJob:
+    return SimJob(id, team, at_h * HOUR, gpus, hours * HOUR, Side.KUBERNETES, "train_normal", priority_class)
+
+
+def test_a_team_reclaims_its_guarantee_from_a_lower_priority_borrower() -> None:
+    """Kueue on 8 GPUs: b (no guarantee) borrows all 8 with a dev job; at 1 h a's production job asks for 4 of the 4
+    guaranteed to a, so b's job is requeued (checkpoints every 25 min: the 10 min since the one at 50 min are lost on
+    8 GPUs) and waits until a's 2-h job ends at 3 h, then runs the 9 h 10 min left."""
+    site = replace(small_site([], 8), guaranteed={("a", FLAVOR): 4, ("b", FLAVOR): 0},
+                   class_priority={"inference": 10_000_000, "production": 1_000_000, "dev": 1000},
+                   class_preempts={"inference": {"production", "dev"}, "production": {"dev"}, "dev": set()})
+    workload = Workload([kube_job(0, "b", 0, 8, 10, "dev"), kube_job(1, "a", 1, 4, 2, "production")], [], 24 * HOUR,
+                        1.0)
+    outcome = simulate(site, workload, Policy.STACK, Lending(), 1500, StaticSlices({}, {}, {}))
+    borrower = next(r for r in outcome.runs if r.job.id == 0)
+    assert waits_h(outcome) == {0: 0.0, 1: 0.0}
+    assert borrower.lost_gpu_s == 600 * 8 and borrower.finished == 3 * HOUR + 36000 - 3000
+    conserved(outcome)
