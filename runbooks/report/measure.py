@@ -23,23 +23,13 @@ from components.spec.site import Site
 from runbooks.report.accounting import Job, submitted_in
 from runbooks.report.prometheus import Prometheus
 from runbooks.report.window import Window, steps
+from runbooks.waits import Waits
 
 WEEK_S = 7 * 86_400
 ALL = "all"
 """The key of every team together, as in gpuctl simulate's results."""
 OTHER = "other"
 """The pool of hosts and partitions that are no node or partition of the site: counted in the total, never dropped."""
-
-
-@dataclass(frozen=True)
-class Waits:
-    p50_h: float
-    p95_h: float
-    """NaN when no job was submitted."""
-    jobs: int
-    """Jobs submitted in the period."""
-    never_started: int
-    """Of those, the ones not started by the period's end."""
 
 
 @dataclass(frozen=True)
@@ -80,15 +70,6 @@ class Period:
     @property
     def capacity_gpus(self) -> int:
         return sum(self.capacity.values())
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest rank, as gpuctl simulate computes it: the smallest value with at least pct % of the values at or below
-    it; NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
 def host_pools(site: Site) -> dict[str, str]:
@@ -160,8 +141,7 @@ def _waits(jobs: list[Job], window: Window, teams: list[str]) -> tuple[dict[str,
     for team in [*teams, ALL]:
         mine = [j for j in submitted if team in (j.account, ALL)]
         waits[team] = sorted(j.wait_s(window) / 3600 for j in mine)
-        result[team] = Waits(percentile(waits[team], 50), percentile(waits[team], 95), len(mine),
-                             sum(1 for j in mine if not j.started_by(window)))
+        result[team] = Waits.of(waits[team], sum(1 for j in mine if not j.started_by(window)))
     return result, waits
 
 

@@ -2,19 +2,10 @@
 in all and per pool), training queue wait p50/p95 per team, the share of time inference had every replica it asked
 for, GPU-hours lost to preemption and GPUs lent at the peak."""
 
-import math
 from dataclasses import dataclass
 
 from runbooks.simulate.engine import Outcome
-
-
-@dataclass(frozen=True)
-class Waits:
-    p50_h: float
-    p95_h: float
-    jobs: int
-    never_started: int
-    """Jobs still queued at the window's end: their wait counts up to the end, a lower bound."""
+from runbooks.waits import Waits
 
 
 @dataclass(frozen=True)
@@ -29,14 +20,6 @@ class Figures:
     lent_peak_gpus: int
     jobs_done: int
     unrunnable: int
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile (the smallest value with at least pct % of the values at or below it)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
 def figures(outcome: Outcome) -> Figures:
@@ -54,8 +37,7 @@ def figures(outcome: Outcome) -> Figures:
         utilization_pct=100 * allocated / (capacity * window),
         pool_utilization_pct={pool: 100 * outcome.allocated_gpu_s[pool] / (gpus * window)
                               for pool, gpus in outcome.capacity.items() if gpus},
-        waits={key: Waits(percentile(w, 50) / 3600, percentile(w, 95) / 3600, len(w), never[key])
-               for key, w in waits.items()},
+        waits={key: Waits.of([s / 3600 for s in w], never[key]) for key, w in waits.items()},
         inference_covered_pct=100 * outcome.covered_s["all"] / window,
         model_covered_pct={m: 100 * s / window for m, s in outcome.covered_s.items() if m != "all"},
         lost_gpu_h=sum(r.lost_gpu_s for r in outcome.runs) / 3600,

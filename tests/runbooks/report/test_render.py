@@ -5,9 +5,10 @@ import math
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runbooks.report.measure import ALL, Adoption, Period, Waits
+from runbooks.report.measure import ALL, Adoption, Period
 from runbooks.report.render import FIGURES, PLOTS, SUMMARY, write
 from runbooks.report.window import Window
+from runbooks.waits import Waits
 
 
 def _period(start: int, jobs: int, latency_s: float) -> Period:
