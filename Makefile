@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 PLAN_DIR ?= build/plan
 # Real consumers of what the stack renders: promtool/amtool judge rules and routing, a live Prometheus,
 # Alertmanager and VictoriaMetrics deliver an alert and keep the cold tier, node_exporter serves the mover's
-# textfile metrics, Slurm's daemons (with slurmdbd on MariaDB and munge) judge slurm.conf, gres.conf and the QoS set.
-APT_TEST_PACKAGES := prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics slurmctld slurmd slurm-client slurmdbd munge mariadb-server systemd
+# textfile metrics, Slurm's daemons (with slurmdbd on MariaDB and munge) judge slurm.conf, gres.conf and the QoS set;
+# iproute2's ip and tc make the acceptance drills' network namespaces, partitions and storage delay.
+APT_TEST_PACKAGES := prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics slurmctld slurmd slurm-client slurmdbd munge mariadb-server systemd iproute2
 
 .PHONY: plan test bench clean
 
