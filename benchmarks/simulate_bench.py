@@ -21,7 +21,7 @@ from plan_bench import PROD_GPUS, generated_site  # noqa: E402 (the benchmark's 
 
 from components.validate import parse_site  # noqa: E402
 from runbooks.offline.engine import load_stack_config  # noqa: E402
-from runbooks.simulate.compare import CHECKPOINT_MINUTES, at_stage  # noqa: E402
+from runbooks.simulate.compare import at_stage, checkpoint_s  # noqa: E402
 from runbooks.simulate.engine import Policy, simulate  # noqa: E402
 from runbooks.simulate.results import figures  # noqa: E402
 from runbooks.simulate.site_model import site_model, static_slices  # noqa: E402
@@ -44,7 +44,7 @@ def bench(gpus: int) -> dict[str, float]:
     row: dict[str, float] = {"gpus": model.gpus, "jobs": len(workload.jobs), "setup_s": perf_counter() - started}
     for policy in Policy:
         started = perf_counter()
-        outcome = simulate(model, workload, policy, site.lending, CHECKPOINT_MINUTES * 60, slices)
+        outcome = simulate(model, workload, policy, site.lending, checkpoint_s(site), slices)
         row[f"{policy}_s"] = perf_counter() - started
         row[f"{policy}_util"] = figures(outcome).utilization_pct
     return row

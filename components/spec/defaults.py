@@ -98,6 +98,10 @@ THERMAL_THROTTLE_PCT: Final = 10.0
 HOT_CHECKPOINT_KEEP: Final = 3
 """checkpoints per run directory kept on the NFS hot tier for fast rollback."""
 
+CHECKPOINT_INTERVAL_MINUTES: Final = 30
+"""minutes of run time between a training job's checkpoints, as the site asks of its teams: every half-hourly mover
+run (MOVER_SCHEDULE) then finds a new one, and a requeue loses at most half an hour of work."""
+
 COLD_ARCHIVE_AFTER_DAYS: Final = 7
 """days after which a checkpoint moves from the NFS hot tier to the Ceph cold tier."""
 

@@ -162,6 +162,10 @@ class NfsHotTier(Spec):
     # The mover's --keep; a thousand checkpoints per run is past any hot tier.
     keep_checkpoints: Annotated[Int, Field(gt=0, le=1000)] = defaults.HOT_CHECKPOINT_KEEP
     """Newest checkpoints per run directory kept on the hot tier."""
+    # A day at most: a job that checkpoints less often than daily is not one lending or preemption can plan around.
+    checkpoint_interval_minutes: Annotated[Int, Field(gt=0, le=1440)] = defaults.CHECKPOINT_INTERVAL_MINUTES
+    """minutes of run time between a training job's checkpoints to the hot tier, as the site asks of its teams: a
+    requeued job loses at most this much work. The lending decision and `gpuctl simulate` charge a requeue with it."""
     export_root: AbsolutePath = defaults.NFS_EXPORT_ROOT
     """Each team's share is <export_root>/<team> on the server it is assigned to."""
     models_export: AbsolutePath = defaults.NFS_MODELS_EXPORT

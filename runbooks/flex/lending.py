@@ -230,6 +230,8 @@ class Flex:
         its jobs with what a requeue would lose."""
         lent = self._lent()
         preemptible = inference_preempts(self.site)
+        # A job that ran longer than the site's checkpoint interval has saved one since: a requeue loses less.
+        interval_s = 60.0 * self.site.storage.nfs_hot.checkpoint_interval_minutes
         nodes = []
         for node in flex_nodes(self.site):
             fields = self.node_fields(node)
@@ -237,7 +239,7 @@ class Flex:
             owner = Owner.LENT if node in lent else Owner.LENDING if reason == LEND_REASON else Owner.SLURM
             out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={RUNNING}",
                               "--format=%i %q %M"])
-            jobs = tuple(Job(job, qos, qos in preemptible, elapsed_s(used))
+            jobs = tuple(Job(job, qos, qos in preemptible, min(elapsed_s(used), interval_s))
                          for job, qos, used in (line.split() for line in out.splitlines() if line.strip()))
             usable = reason in ("", LEND_REASON) and not unhealthy(fields.get("State", ""))
             nodes.append(FlexNode(node, owner, usable, jobs))

@@ -11,7 +11,7 @@ from rich.table import Table
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.options import StackOption, find_project_dir, site_or_exit
-from runbooks.simulate.compare import CHECKPOINT_MINUTES, Comparison, at_stage, compare
+from runbooks.simulate.compare import Comparison, at_stage, compare
 from runbooks.simulate.engine import Policy
 from runbooks.simulate.plots import write_plots
 from runbooks.simulate.results import Figures, figures
@@ -42,9 +42,10 @@ def simulate(
         help="team=group (repeatable): the team takes that trace group's jobs (a Philly VC; openb for Alibaba). "
              "Default: team i takes group i modulo the number of groups.")] = None,
     stage: Annotated[str | None, typer.Option(help="Rollout stage whose teams submit; default: the last.")] = None,
-    checkpoint_minutes: Annotated[float, typer.Option(
+    checkpoint_minutes: Annotated[float | None, typer.Option(
         min=0.1, max=10_000, help="Minutes of run time between a job's checkpoints: a preemption loses the work "
-                                  "since the last one.")] = CHECKPOINT_MINUTES,
+                                  "since the last one. Default: the spec's storage.nfs_hot.checkpoint_interval_minutes."
+    )] = None,
     seed: Annotated[int, typer.Option(help="Seed of the thinning and copying of trace jobs.")] = DEFAULTS.seed,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write the PNG plots here.")] = None,
     project_dir: Annotated[

@@ -8,10 +8,6 @@ from runbooks.simulate.engine import Outcome, Policy, simulate
 from runbooks.simulate.site_model import site_model, static_slices
 from runbooks.simulate.workload import Mapping, Workload, build
 
-CHECKPOINT_MINUTES = 30.0
-"""minutes of run time between a training job's checkpoints. The site spec sets none (its nearest fact is the
-checkpoint mover's schedule, every 30 minutes), so it is an option with this default."""
-
 
 @dataclass(frozen=True)
 class Comparison:
@@ -29,10 +25,16 @@ def at_stage(site: Site, stage: str | None) -> Site:
     return site.model_copy(update={"stage": chosen})
 
 
-def compare(site: Site, traces: Path, mapping: Mapping, checkpoint_minutes: float = CHECKPOINT_MINUTES) -> Comparison:
+def checkpoint_s(site: Site, minutes: float | None = None) -> float:
+    """s of run time between a job's checkpoints: `minutes`, else the spec's
+    storage.nfs_hot.checkpoint_interval_minutes."""
+    return 60 * (site.storage.nfs_hot.checkpoint_interval_minutes if minutes is None else minutes)
+
+
+def compare(site: Site, traces: Path, mapping: Mapping, checkpoint_minutes: float | None = None) -> Comparison:
     model = site_model(site)
     workload = build(site, model.teams, traces, mapping)
     slices = static_slices(model, site)
-    outcomes = {policy: simulate(model, workload, policy, site.lending, checkpoint_minutes * 60, slices)
+    outcomes = {policy: simulate(model, workload, policy, site.lending, checkpoint_s(site, checkpoint_minutes), slices)
                 for policy in Policy}
     return Comparison(workload, outcomes)
