@@ -2,6 +2,7 @@
 render_rule_groups(site) every second, each `for:` multiplied by a campaign's time_scale, sending to a real
 Alertmanager whose API (/api/v2/alerts) the acceptance campaign reads. Both on 127.0.0.1, stopped by PID."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -53,25 +54,31 @@ class AlertingWorld:
         alertmanager = [ALERTMANAGER, f"--config.file={directory / 'alertmanager.yml'}",
                         f"--storage.path={directory / 'am'}", f"--web.listen-address=127.0.0.1:{alertmanager_port}",
                         "--cluster.listen-address=", "--log.level=warn"]
+        # A fired alert reaches Alertmanager when it starts firing, then again every resend delay: 1 m by default,
+        # the scaled world's 1 s, so an alert lost to a busy moment is not missing for a whole drill.
         prometheus = [PROMETHEUS, f"--config.file={directory / 'prometheus.yml'}",
-                      f"--storage.tsdb.path={directory / 'data'}",
+                      f"--storage.tsdb.path={directory / 'data'}", "--rules.alert.resend-delay=1s",
                       f"--web.listen-address=127.0.0.1:{prometheus_port}", "--log.level=warn"]
         self.processes = [
             subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=(directory / f"{name}.log").open("w"))
             for name, command in (("alertmanager", alertmanager), ("prometheus", prometheus))]
 
     def wait_ready(self) -> None:
+        """Both answer, and Prometheus sends to the Alertmanager: it applies its static Alertmanager target only
+        after its discovery's 5 s update throttle, and drops the alerts that fire before."""
         def ready() -> bool:
             try:
                 for url in (f"{self.alertmanager_url}/-/ready", f"{self.prometheus_url}/-/ready"):
                     with urllib.request.urlopen(url, timeout=1) as response:
                         if response.status != 200:
                             return False
-                return True
-            except OSError:
+                with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/alertmanagers", timeout=1) as response:
+                    active = json.load(response)["data"]["activeAlertmanagers"]
+                return any(self.alertmanager_url in a["url"] for a in active)
+            except (OSError, ValueError, KeyError):
                 return False
 
-        wait_for("prometheus and alertmanager to be ready", ready, 20, interval_s=0.2)
+        wait_for("prometheus to send to alertmanager", ready, 30, interval_s=0.2)
 
     def stop(self) -> None:
         stop_all(self.processes)
