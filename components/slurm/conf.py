@@ -217,6 +217,8 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
     # slurm.conf(5) KillWait: seconds from SIGTERM to SIGKILL for a job that is requeued, preempted or out of time;
     # chosen from the checkpoint interval (KILL_WAIT_S says why), so a lend never waits Slurm's default 30 s.
     conf.record(KillWait=KILL_WAIT_S)
+    # slurm.conf(5) SlurmdTimeout: a slurmd silent this long is DOWN and its jobs are requeued (JobRequeue above).
+    conf.record(SlurmdTimeout=slurm.slurmd_timeout_s)
 
     conf.section("Accounting: slurmdbd enforces associations, limits and QoS")
     conf.record(AccountingStorageType="accounting_storage/slurmdbd")

@@ -262,6 +262,9 @@ SLURM_EXPORTER_PORT: Final = 9341
 """TCP port the Slurm exporter serves /metrics on, on the controller (chosen here; no Slurm daemon uses it)."""
 SLURM_EXPORTER_INTERVAL_S: Final = 30
 """s between the exporter's polls of sinfo and sacct: Prometheus's scrape interval, so each scrape sees news."""
+SLURMD_TIMEOUT_S: Final = 300
+"""s slurmctld waits for a silent slurmd before it sets the node DOWN and requeues its jobs: slurm.conf(5)'s default
+SlurmdTimeout, kept (a shorter one marks a node busy with a large checkpoint flush dead)."""
 SLURM_PRIORITY_WEIGHT_QOS: Final = 100_000
 SLURM_PRIORITY_WEIGHT_FAIRSHARE: Final = 10_000
 """Multifactor priority weights: QoS orders the queue first, fairshare orders jobs of one QoS."""

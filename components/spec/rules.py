@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from components.spec import defaults
+from components.spec.acceptance import DrillKind
 from components.spec.problems import Problem
 from components.spec.site import Pool, Site
 
@@ -172,6 +173,16 @@ def check_slurm_version(site: Site) -> list[Problem]:
                     f"{version} is older than Slurm {oldest}, the oldest release the site runs", "slurm-version")]
 
 
+def check_node_failure_detectable(site: Site) -> list[Problem]:
+    """Slurm sees a dead node only after SlurmdTimeout: a node-failure drill must be given that long to detect it."""
+    acceptance, timeout = site.acceptance, site.slurm.slurmd_timeout_s
+    return [Problem(f"acceptance.drills[{i}].detect_within_s",
+                    f"{acceptance.scaled(d.detect_within_s):g} s (scaled) is shorter than slurm.slurmd_timeout_s "
+                    f"{timeout} s: Slurm cannot mark the failed node down by then", "node-failure-detectable")
+            for i, d in enumerate(acceptance.drills)
+            if d.kind == DrillKind.NODE_FAILURE and acceptance.scaled(d.detect_within_s) < timeout]
+
+
 def check_inference_names(site: Site) -> list[Problem]:
     """A gateway model name is one model: served and external names share one namespace."""
     inference = site.inference
@@ -240,6 +251,7 @@ SPEC_RULES: tuple[Rule, ...] = (
     rule(check_retention, "monitoring"),
     rule(check_driver_version, "gpu_operator", "node_check"),
     rule(check_slurm_version, "slurm"),
+    rule(check_node_failure_detectable, "acceptance", "slurm"),
     rule(check_inference_names, "inference"),
     rule(check_inference_teams, "inference", "teams"),
     rule(check_served_models_fit, "inference", "node_groups"),

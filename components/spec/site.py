@@ -446,6 +446,10 @@ class SlurmSettings(Spec):
     """Where each slurmd keeps batch scripts and its state (Debian's slurmd package default)."""
     log_dir: AbsolutePath = "/var/log/slurm"
     """Where the daemons write their logs (Debian's slurm-wlm default)."""
+    # slurm.conf(5) SlurmdTimeout: "The value may not exceed 65533 seconds".
+    slurmd_timeout_s: Annotated[Int, Field(gt=0, le=65533)] = defaults.SLURMD_TIMEOUT_S
+    """s slurmctld waits for a node's slurmd to answer before it sets the node DOWN and requeues its jobs: how long
+    a power loss goes unseen by Slurm (the node-failure drill must be given at least this long to detect it)."""
     exporter_port: Port = defaults.SLURM_EXPORTER_PORT
     """TCP port of the Slurm exporter (hosts/slurm_exporter.py) on the controller; Prometheus scrapes it."""
     os_memory_reserve_pct: Annotated[Float, Field(ge=0, lt=50)] = defaults.SLURM_OS_MEMORY_RESERVE_PCT

@@ -218,7 +218,9 @@ class Runbook:
                 self._log(campaign, f"drill.{drill.kind.value}", FAILED, {"error": str(error)})
                 return {"verdict": FAILED, "sop": drill.sop, "error": f"the fault could not be injected: {error}"}
             detected_at = self._until(lambda: self._detected(drill, target), injected + scale(drill.detect_within_s))
-            self._sleep_until(injected + scale(drill.hold_s))
+            # The drill's own measurement is read through the whole hold, as the fault develops (Slurm marks a
+            # silent node NOT_RESPONDING, later DOWN): its reactions judge what it saw.
+            measured_at = self._watch_probe(target.probe, injected + scale(drill.hold_s))
             # Which alerts fire while the fault still holds: the report names them, expected or not.
             seen = sorted({" ".join([a.name, *(f"{k}={a.labels[k]}" for k in WHERE_LABELS if k in a.labels)])
                            for a in self._firing()})
@@ -239,6 +241,7 @@ class Runbook:
             "verdict": verdict, "sop": drill.sop, "alert": drill.alert,
             "where": target.fault.where, "injected_at": injected, "reverted_at": reverted,
             "detection_s": round(detected_at - injected, 2) if detected_at is not None else None,
+            "measured_s": round(measured_at - injected, 2) if measured_at is not None else None,
             "recovery_s": round(recovered_at - reverted, 2) if recovered_at is not None else None,
             "detect_within_s": scale(drill.detect_within_s), "recover_within_s": scale(drill.recover_within_s),
             "reactions": [r.__dict__ for r in reactions], "alerts_at_end_of_hold": seen,
@@ -353,6 +356,15 @@ class Runbook:
             if self.clock() >= deadline:
                 return None
             time.sleep(self.poll_s)
+
+    def _watch_probe(self, probe: Probe, until: float) -> float | None:
+        """Reads the probe until `until` (time.time()); when it first showed the fault, or None."""
+        first = None
+        while self.clock() < until:
+            if probe.detected() and first is None:
+                first = self.clock()
+            self._sleep_until(min(self.clock() + self.poll_s, until))
+        return first
 
     def _sleep_until(self, moment: float) -> None:
         while (left := moment - self.clock()) > 0:

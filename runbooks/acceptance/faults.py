@@ -8,7 +8,8 @@ reverting what a dead run left all agree. No command goes through a shell.
 
 Where each fault is injected, and the lowest layer reached on the test machine (docs/acceptance.md):
 - node_failure: the node's power off through its BMC (ipmitool, the spec's BMC user, the password from a root-only
-  file, never an argument); on loopback Slurm, the node's slurmd killed and started again.
+  file, never an argument); on the loopback Slurm cluster, the node's daemons and jobs killed, its daemons started
+  again.
 - network_partition: the node's link down inside its network namespace (production: the node's uplink interface).
 - storage_jitter: a qdisc on the storage path's interface: netem delay in production; this test kernel has no
   sch_netem, so a tbf rate limit delays every write in proportion to its size there.
@@ -153,12 +154,6 @@ def bmc_power(drill: str, node: str, bmc_host: str, bmc_user: str, password_file
     """Power off through the BMC; `-f` reads the password from a root-only file (ipmitool(1)), never an argument."""
     base = ("ipmitool", "-I", "lanplus", "-H", bmc_host, "-U", bmc_user, "-f", password_file, "chassis", "power")
     return Fault(drill, node, ((*base, "off"),), ((*base, "on"),))
-
-
-def daemon_killed(drill: str, node: str, pid_file: str, start: Sequence[str], env: Mapping[str, str]) -> Fault:
-    """A node's daemon killed as power loss kills it (SIGKILL, no goodbye), started again as the undo."""
-    # setsid -f: the daemon outlives the command that starts it (the campaign, or the switch).
-    return Fault(drill, node, (("pkill", "--signal", "KILL", "-F", pid_file),), (("setsid", "-f", *start),), env)
 
 
 def version_swap(drill: str, where: str, to_new: Sequence[str], to_old: Sequence[str]) -> Fault:

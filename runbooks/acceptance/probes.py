@@ -112,6 +112,8 @@ class SlurmNodeProbe:
     jobs_on_node: Callable[[], list[str]]
     """Jobs that ran on the node when the fault was injected."""
     seen: list[str] = field(default_factory=list)
+    down: str = ""
+    """The node's state when Slurm was first seen to have marked it DOWN."""
 
     def _state(self) -> str:
         done = subprocess.run([*self.scontrol, "--oneliner", "show", "node", self.node], env={**os.environ, **self.env},
@@ -121,18 +123,28 @@ class SlurmNodeProbe:
     def detected(self) -> bool:
         if not self.seen:
             self.seen.extend(self.jobs_on_node())
-        return "DOWN" in self._state() or "NOT_RESPONDING" in self._state()
+        # Slurm first marks a silent node NOT_RESPONDING, then DOWN after SlurmdTimeout, requeueing its jobs.
+        state = self._state()
+        if "DOWN" in state and not self.down:
+            self.down = state
+        return "DOWN" in state or "NOT_RESPONDING" in state
 
     def recovered(self) -> bool:
         return "DOWN" not in self._state()
 
     def reactions(self) -> list[Reaction]:
+        marked = Reaction("node marked down", bool(self.down),
+                          f"Slurm showed {self.node} {self.down}" if self.down else
+                          f"Slurm never showed {self.node} DOWN while the fault held")
+        return [marked, self._requeued()]
+
+    def _requeued(self) -> Reaction:
         if not self.seen:
-            return [Reaction("training requeued", False, f"no training job ran on {self.node} when it failed")]
+            return Reaction("training requeued", False, f"no training job ran on {self.node} when it failed")
         done = subprocess.run([*self.squeue, "--noheader", "--format=%i %T %r", "--jobs", ",".join(self.seen)],
                               env={**os.environ, **self.env}, capture_output=True, text=True, timeout=15, check=False)
         states = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines() if line.strip()}
         lost = [job for job in self.seen if states.get(job) not in ("PENDING", "RUNNING", "COMPLETED")]
-        return [Reaction("training requeued, none lost", not lost,
-                         f"{len(self.seen) - len(lost)} of {len(self.seen)} jobs on {self.node} requeued or running"
-                         + (f"; lost: {', '.join(lost)}" if lost else ""))]
+        return Reaction("training requeued, none lost", not lost,
+                        f"{len(self.seen) - len(lost)} of {len(self.seen)} jobs on {self.node} requeued or running"
+                        + (f"; lost: {', '.join(lost)}" if lost else ""))

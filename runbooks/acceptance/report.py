@@ -39,7 +39,9 @@ def drill_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
         lines.append(
             f"{step}: {detail['verdict'].upper()} - {detail.get('error') or ''}"
             f"detected by {detail.get('alert') or 'measurement'} after {_s(detail.get('detection_s'))} "
-            f"(within {_s(detail.get('detect_within_s'))}), recovered after {_s(detail.get('recovery_s'))} "
+            f"(within {_s(detail.get('detect_within_s'))})"
+            + (f", measured after {_s(detail.get('measured_s'))}" if detail.get("alert") else "")
+            + f", recovered after {_s(detail.get('recovery_s'))} "
             f"(within {_s(detail.get('recover_within_s'))}); SOP docs/sop/{detail.get('sop')}.md"
             + (f"; {reactions}" if reactions else ""))
     return lines

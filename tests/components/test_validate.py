@@ -195,6 +195,12 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
              "racks[1].pdus: feed B alone carries 19.2 kW at 80 % continuous derating, less than the rack's 26.0 kW"],
             id="rejects odd PDU ratings and phases",
         ),
+        pytest.param(
+            {"slurm": {"slurmd_timeout_s": 1800}},
+            ["acceptance.drills[0].detect_within_s: 1500 s (scaled) is shorter than slurm.slurmd_timeout_s 1800 s: "
+             "Slurm cannot mark the failed node down by then"],
+            id="rejects a node-failure drill that ends before Slurm can see the node dead",
+        ),
     ],
 )
 def test_should_deny(prod: dict[str, Any], changes: dict[str, Any], expected: list[str]) -> None:

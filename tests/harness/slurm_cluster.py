@@ -86,6 +86,29 @@ class Cluster:
         self.daemons[name] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                               start_new_session=True)
 
+    def reconfigure(self, site: Site) -> None:
+        """slurm.conf rendered for `site` on this cluster's overlay, read again by slurmctld and every slurmd (a
+        test's own Slurm settings, such as its SlurmdTimeout); the same nodes as the cluster's own site."""
+        write(self.conf_dir / "slurm.conf", render_slurm_conf(site, self.overlay))
+        self.run("scontrol", "reconfigure")
+
+    def slurmd_pid_file(self, node: str) -> Path:
+        """Where `slurmd -N node` writes its PID (the overlay's SlurmdPidFile)."""
+        return self.overlay.root / "run" / f"slurmd-{node}.pid"
+
+    def adopt_slurmd(self, node: str) -> None:
+        """A node's slurmd that a drill killed and started again on its own (detached): stopped by its PID file and
+        started again as one of this cluster's daemons, so the session's teardown stops it."""
+        if self.daemons[f"slurmd-{node}"].poll() is None:
+            return  # never killed
+        pid_file = self.slurmd_pid_file(node)
+        pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+        if pid is not None and pid != self.daemons[f"slurmd-{node}"].pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            wait_for(f"the detached slurmd of {node} to stop", lambda: not _alive(pid), 15)
+        self.start(f"slurmd-{node}", "slurmd", "-D", "-N", node)
+
     def wait(self, what: str, check: Callable[[], bool], timeout_s: float = START_TIMEOUT_S) -> None:
         """Like wait_for, but fails at once, with the log's tail, when a daemon has exited."""
 
@@ -142,6 +165,14 @@ class Cluster:
         except TimeoutError as err:
             raise AssertionError(f"job {job_id} is {seen.get('JobState')} ({seen.get('Reason')}), not {state}") from err
         return seen
+
+
+def _alive(pid: int) -> bool:
+    """A process that has not exited (a zombie nobody reaped has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
 
 
 def _rmdir_tree(path: Path) -> None:

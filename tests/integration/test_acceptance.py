@@ -31,7 +31,7 @@ from components.scheduling.preemption import team_qos
 from components.spec.site import Site
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import Load, Runbook, Target
-from runbooks.acceptance.faults import Switches, daemon_killed, link_down, storage_delay, version_swap
+from runbooks.acceptance.faults import Fault, Switches, link_down, storage_delay, version_swap
 from runbooks.acceptance.load import (
     Checkpoints,
     PrometheusSampler,
@@ -40,7 +40,7 @@ from runbooks.acceptance.load import (
     storage_load,
     training_load,
 )
-from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, StorageJitterProbe
+from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, SlurmNodeProbe, StorageJitterProbe, jobs_on
 from runbooks.acceptance.report import write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
 from runbooks.rollout.audit import AuditLog, audit_key
@@ -56,6 +56,7 @@ from tests.harness.slurm_cluster import Cluster, slurm_marks
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "tests" / "harness" / "node_agent.py"
+POWER = REPO / "tests" / "harness" / "loopback_power.py"
 SCALE = 0.01
 KEY, TEAM, MODEL = "sk-acceptance-test", "speech", "qwen2-5-72b"
 CHUNK = 1 << 20
@@ -64,14 +65,18 @@ AGENT_PORT = 9400
 DELAY_MS = 300
 TRAINING_JOB_S = 8
 """s each training job of the load runs (--requeue, every third a two-node gang)."""
+SLURMD_TIMEOUT_S = 5
+"""s the test cluster's slurmctld gives a silent slurmd before the node is DOWN (the prod default 300, about scaled)."""
 ACCEPTANCE: dict[str, Any] = {
     "time_scale": SCALE, "soak_h": 1, "shock_minutes": 10, "peak_source": "declared", "checkpoint_gib": 1,
     "peak": {"training_jobs_per_h": 360, "inference_rps": 4, "storage_write_mib_s": 3},
     "drills": [
         {"kind": "network_partition", "sop": "network-partition", "alert": "DcgmExporterDown", "hold_s": 1500,
          "detect_within_s": 1500, "recover_within_s": 800, "revert_after_s": 1600},
-        {"kind": "node_failure", "sop": "node-power-loss", "alert": "DcgmExporterDown", "hold_s": 1500,
-         "detect_within_s": 1500, "recover_within_s": 800, "revert_after_s": 2000},
+        # Held 40 s: slurmctld shows a silent slurmd NOT_RESPONDING after a ping times out (MessageTimeout 10 s)
+        # and DOWN, requeueing its jobs, some 26 s after the power loss with SlurmdTimeout 5 s (measured here).
+        {"kind": "node_failure", "sop": "node-power-loss", "alert": "DcgmExporterDown", "hold_s": 4000,
+         "detect_within_s": 1500, "recover_within_s": 800, "revert_after_s": 4500},
         {"kind": "storage_jitter", "sop": "storage-jitter", "hold_s": 400, "detect_within_s": 400,
          "recover_within_s": 400, "revert_after_s": 1500, "delay_ms": DELAY_MS},
         {"kind": "model_hot_swap", "sop": "model-hot-swap", "hold_s": 400, "detect_within_s": 400,
@@ -144,13 +149,15 @@ class World:
     prometheus: str
     slurm_conf: str = ""
     """The loopback Slurm cluster the training load submits to (tests/harness/slurm_cluster.py)."""
+    slurmd_pid_file_b: str = ""
+    """Node B's slurmd there: the node failure kills it with node B's other daemons and its jobs."""
 
     def hot_url(self) -> str:
         return f"http://{self.address_a}:{AGENT_PORT}/hot"
 
 
 def acceptance_site() -> Site:
-    return parse(with_changes(prod_values(), acceptance=ACCEPTANCE))
+    return parse(with_changes(prod_values(), acceptance=ACCEPTANCE, slurm={"slurmd_timeout_s": SLURMD_TIMEOUT_S}))
 
 
 def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]]:
@@ -165,13 +172,21 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
     rate_kbit = int(CHUNK * 8 / (3 * DELAY_MS / 1000) / 1000)
     qdisc = ("tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", "5s")
     curl = ("curl", "-fsS", "-X", "PUT", "--data")
+    slurm = {"SLURM_CONF": world.slurm_conf}
     targets = {
         "network_partition": Target(link_down("network_partition", world.link_a, world.ns_a),
                                     NodeDaemonProbe(f"http://{world.address_a}:{AGENT_PORT}/metrics"),
                                     {"Hostname": world.node_a}),
-        "node_failure": Target(daemon_killed("node_failure", world.node_b, world.pid_file_b, world.agent_b, {}),
-                               NodeDaemonProbe(f"http://{world.address_b}:{AGENT_PORT}/metrics"),
-                               {"Hostname": world.node_b}),
+        # Power loss: node B's exporter, slurmd and jobs killed at once; power on starts the daemons, and the node,
+        # DOWN in Slurm, is resumed (as targets.py's BMC undo does).
+        "node_failure": Target(Fault(
+            "node_failure", world.node_b,
+            (("pkill", "--signal", "KILL", "-F", world.pid_file_b),
+             (sys.executable, str(POWER), world.node_b, world.slurmd_pid_file_b)),
+            (("setsid", "-f", *world.agent_b), ("setsid", "-f", "slurmd", "-D", "-N", world.node_b),
+             ("scontrol", "update", f"nodename={world.node_b}", "state=resume")), slurm),
+            SlurmNodeProbe(world.node_b, ("squeue",), ("scontrol",), slurm, lambda: jobs_on(world.node_b, env=slurm)),
+            {"Hostname": world.node_b}),
         "storage_jitter": Target(storage_delay("storage_jitter", world.link_a, qdisc, world.ns_a),
                                  StorageJitterProbe(storage, DELAY_MS / 1000, tier, checkpoints)),
         "model_hot_swap": Target(version_swap("model_hot_swap", f"{MODEL} service",
@@ -182,7 +197,6 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
     store = CampaignStore(state / "acceptance.sqlite")
     rollout_state = state / "rollout"
     key = audit_key(rollout_state)
-    slurm = {"SLURM_CONF": world.slurm_conf}
     training = training_load(("sbatch", "--chdir=/tmp", "--output=/dev/null"), slurm,
                              [t.name for t in site.teams_onboarded()], team_qos(site), 2, spec.peak.training_jobs_per_h,
                              spec.max_training_jobs, TRAINING_JOB_S)
@@ -262,9 +276,27 @@ def link_state(ns: str, link: str) -> str:
     return done.stdout.strip()
 
 
+@pytest.fixture
+def acceptance_slurm(slurm: Cluster, world: World) -> Iterator[Cluster]:
+    """The session cluster with the acceptance site's SlurmdTimeout and a long training job on node B (the node
+    failure's requeue needs one there); node B's slurmd, started again by the drill's undo, is the cluster's again
+    after, and the prod settings are back."""
+    slurm.reconfigure(acceptance_site())
+    try:
+        slurm.sbatch("-A", TEAM, "--qos=train_normal", "-w", world.node_b, "-p", "a800-train", "--requeue",
+                     "--wrap", "sleep 600")
+        yield slurm
+    finally:
+        slurm.adopt_slurmd(world.node_b)
+        slurm.reconfigure(slurm.site)
+        slurm.run("scontrol", "update", f"nodename={world.node_b}", "state=resume", check=False)
+
+
 def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_fault(
-        world: World, slurm: Cluster, tmp_path: Path) -> None:
-    world = replace(world, slurm_conf=str(slurm.conf_dir / "slurm.conf"))
+        world: World, acceptance_slurm: Cluster, tmp_path: Path) -> None:
+    slurm = acceptance_slurm
+    world = replace(world, slurm_conf=str(slurm.conf_dir / "slurm.conf"),
+                    slurmd_pid_file_b=str(slurm.slurmd_pid_file(world.node_b)))
     state = tmp_path / "state"
     (tmp_path / "world.json").write_text(json.dumps(asdict(world)))
     child = subprocess.Popen([sys.executable, "-c", f"from tests.integration.test_acceptance import main; "
@@ -316,6 +348,10 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
     fired_alerts = {f.mode for f in failures if f.source == "fired"}
     assert "DcgmExporterDown" in fired_alerts and all(f.sop for f in failures)
     assert drills["drill:model_hot_swap"]["reactions"][0]["ok"]
+    # Slurm's side of the power loss, on the real cluster: node B DOWN, the job pinned there requeued, none lost.
+    node_failure = drills["drill:node_failure"]
+    assert [(r["name"], r["ok"]) for r in node_failure["reactions"]] == [
+        ("node marked down", True), ("training requeued, none lost", True)], node_failure["reactions"]
     samples = store.samples(campaign.id)
     submitted = len(samples["training_error"])
     assert submitted and not any(v for _, v in samples["training_error"]), "sbatch refused the job mix"
@@ -328,7 +364,10 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
                    f"switch reverted the partition {reverted_after:.1f} s after the kill; the resumed run took "
                    f"{took:.1f} s ({submitted} training jobs submitted after the kill): " + "; ".join(
                        f"{k[6:]} detected {v['detection_s']} s, recovered {v['recovery_s']} s"
-                       for k, v in drills.items()) + f"; failures logged: {len(failures)}; report {report}")
+                       for k, v in drills.items()) + f"; Slurm saw node B silent after {node_failure['measured_s']} s "
+                   f"(SlurmdTimeout {SLURMD_TIMEOUT_S} s), {node_failure['reactions'][0]['detail']}: "
+                   f"{node_failure['reactions'][1]['detail']}; "
+                   f"failures logged: {len(failures)}; report {report}")
 
 
 def netns_qdisc(world: World) -> str:

@@ -32,8 +32,9 @@ def test_should_see_the_node_down_and_every_job_requeued(tmp_path: Path) -> None
     node = probe(tmp_path, "DOWN*+NOT_RESPONDING", "101 PENDING BeginTime\n102 RUNNING None\n")
     assert node.detected() and node.seen == ["101", "102"]
     assert not node.recovered()
-    (reaction,) = node.reactions()
-    assert reaction.ok and reaction.detail == "2 of 2 jobs on gpu-a800-05 requeued or running"
+    marked, requeued = node.reactions()
+    assert marked.ok and marked.detail == "Slurm showed gpu-a800-05 DOWN*+NOT_RESPONDING"
+    assert requeued.ok and requeued.detail == "2 of 2 jobs on gpu-a800-05 requeued or running"
     (tmp_path / "state").write_text("IDLE")
     assert node.recovered()
 
@@ -41,7 +42,7 @@ def test_should_see_the_node_down_and_every_job_requeued(tmp_path: Path) -> None
 def test_should_name_a_job_lost_with_the_node(tmp_path: Path) -> None:
     node = probe(tmp_path, "DOWN*", "101 PENDING BeginTime\n")
     assert node.detected()
-    (reaction,) = node.reactions()
+    _, reaction = node.reactions()
     assert not reaction.ok and reaction.detail.endswith("1 of 2 jobs on gpu-a800-05 requeued or running; lost: 102")
 
 
@@ -49,5 +50,13 @@ def test_should_fail_the_reaction_when_no_training_ran_on_the_node(tmp_path: Pat
     node = probe(tmp_path, "IDLE", "")
     node.jobs_on_node = lambda: []
     assert not node.detected()
-    (reaction,) = node.reactions()
-    assert not reaction.ok and "no training job ran on gpu-a800-05" in reaction.detail
+    marked, requeued = node.reactions()
+    assert not requeued.ok and "no training job ran on gpu-a800-05" in requeued.detail
+    assert not marked.ok and marked.detail == "Slurm never showed gpu-a800-05 DOWN while the fault held"
+
+
+def test_should_not_count_a_node_only_not_responding_as_marked_down(tmp_path: Path) -> None:
+    node = probe(tmp_path, "ALLOCATED+NOT_RESPONDING", "101 RUNNING None\n102 RUNNING None\n")
+    assert node.detected()
+    marked, _ = node.reactions()
+    assert not marked.ok
