@@ -121,6 +121,24 @@ def test_should_run_the_program_without_collection_and_collect_again_after(tmp_p
     assert gc.isenabled()
 
 
+def test_should_wait_for_every_output_and_raise_what_one_raised(tmp_path: Path) -> None:
+    project = make_project(tmp_path, "config:\n  boxes:token: plain\n")
+    # Each resource's input waits on the last one's id: the outputs finish one after another, as a plan's do.
+    (project / "__main__.py").write_text(textwrap.dedent("""\
+        import pulumi
+        last = pulumi.Output.from_input("start")
+        for i in range(200):
+            thing = pulumi.CustomResource("test:index:Thing", f"thing-{i}", {"after": last})
+            last = thing.id.apply(lambda id_, i=i: f"{id_}:{i}")
+        pulumi.export("last", last)
+    """))
+    graph = run_program(project, "dev")
+    assert len(graph.resources) == 201 and str(graph.stack_outputs["last"]).endswith(":199")
+    (project / "__main__.py").write_text("import pulumi\npulumi.Output.from_input(1).apply(lambda v: v / 0)\n")
+    with pytest.raises(ProgramError, match="division by zero"):
+        run_program(project, "dev")
+
+
 @pytest.mark.parametrize(
     ("stack_file", "message"),
     [
