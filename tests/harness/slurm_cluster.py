@@ -89,7 +89,10 @@ class Cluster:
     def reconfigure(self, site: Site) -> None:
         """slurm.conf rendered for `site` on this cluster's overlay, read again by slurmctld and every slurmd (a
         test's own Slurm settings, such as its SlurmdTimeout); the same nodes as the cluster's own site."""
-        write(self.conf_dir / "slurm.conf", render_slurm_conf(site, self.overlay))
+        # Whole or not at all: a slurmd starting meanwhile must never read a half-written file.
+        new = self.conf_dir / "slurm.conf.new"
+        write(new, render_slurm_conf(site, self.overlay))
+        new.replace(self.conf_dir / "slurm.conf")
         self.run("scontrol", "reconfigure")
 
     def slurmd_pid_file(self, node: str) -> Path:

@@ -287,8 +287,8 @@ def acceptance_slurm(slurm: Cluster, world: World) -> Iterator[Cluster]:
                      "--wrap", "sleep 600")
         yield slurm
     finally:
-        slurm.adopt_slurmd(world.node_b)
         slurm.reconfigure(slurm.site)
+        slurm.adopt_slurmd(world.node_b)
         slurm.run("scontrol", "update", f"nodename={world.node_b}", "state=resume", check=False)
 
 
