@@ -176,6 +176,11 @@ class NfsHotTier(Spec):
     """Where hosts mount the hot tier: each server's export_root at <mount_root>/<server>, so a team's share is
     <mount_root>/<server>/<team> on every Slurm node (and on pods that mount the same way)."""
 
+    @property
+    def checkpoint_interval_s(self) -> float:
+        """checkpoint_interval_minutes in seconds, as the lending decision and the simulator count run time."""
+        return 60.0 * self.checkpoint_interval_minutes
+
 
 class CephColdTier(Spec):
     capacity_tib: Capacity

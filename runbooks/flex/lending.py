@@ -231,7 +231,7 @@ class Flex:
         lent = self._lent()
         preemptible = inference_preempts(self.site)
         # A job that ran longer than the site's checkpoint interval has saved one since: a requeue loses less.
-        interval_s = 60.0 * self.site.storage.nfs_hot.checkpoint_interval_minutes
+        interval_s = self.site.storage.nfs_hot.checkpoint_interval_s
         nodes = []
         for node in flex_nodes(self.site):
             fields = self.node_fields(node)

@@ -28,7 +28,7 @@ def at_stage(site: Site, stage: str | None) -> Site:
 def checkpoint_s(site: Site, minutes: float | None = None) -> float:
     """s of run time between a job's checkpoints: `minutes`, else the spec's
     storage.nfs_hot.checkpoint_interval_minutes."""
-    return 60 * (site.storage.nfs_hot.checkpoint_interval_minutes if minutes is None else minutes)
+    return site.storage.nfs_hot.checkpoint_interval_s if minutes is None else 60 * minutes
 
 
 def compare(site: Site, traces: Path, mapping: Mapping, checkpoint_minutes: float | None = None) -> Comparison:

@@ -6,6 +6,7 @@ power is cut. Standard library only; it runs as root, as the cluster does.
 
 A job's processes are found by the cgroups slurmd made for the node: `<controller>/slurm_<NODE>/` under cgroup v1,
 `<NODE>_slurmstepd.scope/` under cgroup v2 (slurmd names them after `-N NODE`, so each emulated node has its own).
+Only the v1 layout has run here: this machine's kernel mounts cgroup v1.
 """
 
 import contextlib

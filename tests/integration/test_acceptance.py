@@ -4,7 +4,8 @@ reads, two GPU nodes' daemons each inside a network namespace this test makes (t
 nodes' exporters on 127.0.0.1, and the real LiteLLM gateway in front of a served model's test double.
 
 Drills: the partition takes node A's link down inside its namespace (DcgmExporterDown must fire for that node and
-clear); the node failure kills node B's daemons as power loss does (the same alert, for node B); storage jitter puts
+clear); the node failure kills node B's exporter, its slurmd on the loopback Slurm cluster and its jobs as power loss
+does (the same alert, for node B; Slurm must mark it DOWN and requeue its job); storage jitter puts
 a tbf qdisc on node A's link, the storage path the checkpoint writes and reads take (this kernel has no sch_netem);
 the hot swap moves the model's service to a new version under the inference load.
 
