@@ -25,7 +25,8 @@ PREEMPT_LOWER = "PreemptLowerPriority"
 NEVER = "Never"
 KILL_WAIT_S = 5
 """s between the SIGTERM and the SIGKILL of a job Slurm requeues, preempts or stops at its time limit (slurm.conf
-KillWait; Slurm's default, 30, held a lent node 30 s for a trainer slow to stop). What a requeued trainer loses is the
+KillWait; Slurm's default, 30, held a lent node 30 s for a trainer slow to stop, before the lend stopped jobs itself:
+runbooks/flex/lending.py STOP_GRACE_S). What a requeued trainer loses is the
 work since its last periodic checkpoint, bounded by its checkpoint interval (minutes), never by this wait: a sharded
 checkpoint takes far longer than seconds to write, so a longer wait saves no work and only keeps a node from
 inference. slurmd waits MAX(KillWait, 5) s before the SIGKILL (src/slurmd/slurmd/req.c, _rpc_terminate_job and

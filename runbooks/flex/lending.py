@@ -12,9 +12,13 @@ Flex nodes run Slurm work until lent (docs/scheduling.md, "Lending the flex pool
    manifests in docs/scheduling.md also require the label, so they use lent nodes only. Kueue's flex flavor
    selects the label too.
 
-A requeued job gets SIGTERM and, KillWait seconds later, SIGKILL (slurm.conf's KillWait: KILL_WAIT_S in
-components/scheduling/preemption.py): a trainer that ignores SIGTERM holds the node that long, not Slurm's 30 s
-default.
+A job is stopped by the lend itself, then requeued: SIGTERM to the job and its children, STOP_GRACE_S to end, then
+SIGKILL to whatever still runs, and `scontrol requeue` once Slurm has it ended (scontrol(1): "Requeue a running,
+suspended or finished Slurm batch job"). Requeueing a running job instead makes slurmd wait MAX(KillWait, 5) s between
+its SIGTERM and SIGKILL (components/scheduling/preemption.py KILL_WAIT_S): a trainer that ignores SIGTERM held the
+node 5.4 s that way, this way 2-3 s. Before the first signal each job is marked in its AdminComment with its restart
+count; a lend run again requeues a marked job that ended unrequeued (its restart count unchanged), so a crash between
+the stop and the requeue loses no job while Slurm still keeps the ended one (MinJobAge, 300 s by default).
 
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
@@ -40,6 +44,15 @@ RUNNING = "R,CF,CG,S,ST,SI,SO,RS"
 """squeue states of jobs that hold a node's GPUs (all but pending and ended)."""
 UNHEALTHY = ("DOWN", "FAIL", "MAINT", "REBOOT", "POWER")
 """Prefixes of Slurm node state flags that make a node unfit to lend or to resume (NOT_RESPONDING is transient)."""
+STOP_GRACE_S = 2.0
+"""s a lend gives a job between its SIGTERM and its SIGKILL: enough to flush logs and close files, as a requeue
+loses the work since the last periodic checkpoint whatever the wait (no sharded checkpoint is written in seconds,
+KILL_WAIT_S says more), and short enough that the node is lent within 5 s of the decision (issue 22)."""
+REQUEUE_MARK = "gpuctl-flex-requeue-at-restart-"
+"""AdminComment of a job the lend stops and then requeues, followed by its restart count (only a Slurm administrator
+sets AdminComment; no spaces, as `scontrol show job` separates its fields by them)."""
+ENDED = "CD,F,CA,TO,NF,OOM,PR,BF,DL"
+"""squeue states of jobs that have ended (Slurm keeps them MinJobAge seconds)."""
 POLL_S = 0.5
 """s between looks at the nodes a lend waits for: a node is labelled at most this long after Slurm has it idle
 (each look is one squeue and one scontrol per waiting node)."""
@@ -145,21 +158,77 @@ class Flex:
                 continue
             self.slurm(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={LEND_REASON}"])
             targets.append(node)
-        preemptible, kept = inference_preempts(self.site), {}
+        self._requeue_stopped(targets)
+        preemptible, kept, stopping = inference_preempts(self.site), {}, {}
         for node in targets:
             for job, qos in self.jobs(node):
                 if qos not in preemptible:
                     kept[job] = "not preempted by inference"
                     continue
-                try:
-                    self.slurm(["scontrol", "requeue", job])
-                except CommandError as error:
+                fields = self.job_fields(job)
+                if fields.get("Requeue") != "1" or fields.get("BatchFlag") != "1":
                     # Interactive jobs and --no-requeue ones cannot be requeued; cancelling is the owner's call.
                     kept[job] = "could not be requeued"
-                    self.progress(f"{node}: job {job} ({qos}) stays: {error}")
+                    self.progress(f"{node}: job {job} ({qos}) stays: Slurm cannot requeue it (an interactive or "
+                                  "--no-requeue job)")
                     continue
-                self.progress(f"{node}: requeued job {job} ({qos}), which inference preempts")
+                self.slurm(["scontrol", "update", f"JobId={job}",
+                            f"AdminComment={REQUEUE_MARK}{fields.get('Restarts', '0')}"])
+                self.slurm(["scancel", "--signal=TERM", "--full", job])
+                stopping[job] = (node, qos)
+        self._stop_and_requeue(stopping, poll_s)
         return refused + self._wait_idle(targets, wait_s, poll_s, kept, self._label)
+
+    def job_fields(self, job: str) -> dict[str, str]:
+        out = self.slurm(["scontrol", "--oneliner", "show", "job", job])
+        return dict(pair.partition("=")[::2] for pair in out.split() if "=" in pair)
+
+    def _running(self, jobs: Sequence[str]) -> set[str]:
+        if not jobs:
+            return set()
+        out = self.slurm(["squeue", "--noheader", f"--jobs={','.join(jobs)}", f"--states={RUNNING}", "--format=%i"])
+        return set(out.split())
+
+    def _stop_and_requeue(self, stopping: dict[str, tuple[str, str]], poll_s: float) -> None:
+        """SIGKILL to the jobs that outlive STOP_GRACE_S after their SIGTERM, then requeue each once Slurm has it
+        ended: a running job's requeue would wait MAX(KillWait, 5) s in slurmd before its SIGKILL."""
+        deadline = self.clock() + STOP_GRACE_S
+        running = self._running(list(stopping))
+        while running and self.clock() < deadline:
+            self.sleep(min(poll_s, 0.1))
+            running = self._running(list(running))
+        for job in sorted(running):
+            # --batch with --full: the batch step and its children (srun steps among them) at once; without
+            # --batch, scancel's SIGKILL is a cancel, which waits KillWait like a requeue.
+            self.slurm(["scancel", "--signal=KILL", "--batch", "--full", job])
+        deadline = self.clock() + COMMAND_TIMEOUT_S
+        while running and self.clock() < deadline:
+            self.sleep(min(poll_s, 0.1))
+            running = self._running(list(running))
+        for job, (node, qos) in stopping.items():
+            if job in running:
+                self.progress(f"{node}: job {job} ({qos}) still runs {COMMAND_TIMEOUT_S} s after its SIGKILL; run "
+                              "lend again to requeue it")
+                continue
+            self._requeue(node, job, f"({qos}), which inference preempts")
+
+    def _requeue(self, node: str, job: str, why: str) -> None:
+        try:
+            self.slurm(["scontrol", "requeue", job])
+        except CommandError as error:
+            self.progress(f"{node}: job {job} was stopped but not requeued: {error}; run lend again within Slurm's "
+                          "MinJobAge to requeue it")
+            return
+        self.progress(f"{node}: requeued job {job} {why}")
+
+    def _requeue_stopped(self, nodes: Sequence[str]) -> None:
+        """Requeues the jobs an earlier lend stopped but did not requeue (it crashed or timed out in between)."""
+        for node in nodes:
+            out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={ENDED}", "--format=%i"])
+            for job in out.split():
+                fields = self.job_fields(job)
+                if fields.get("AdminComment") == f"{REQUEUE_MARK}{fields.get('Restarts', '0')}":
+                    self._requeue(node, job, "(stopped by an earlier lend)")
 
     def _label(self, node: str) -> None:
         self.kubectl(["kubectl", "label", "node", node, f"{LENT_LABEL}=true", "--overwrite"])
