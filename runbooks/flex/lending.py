@@ -42,6 +42,8 @@ LEND_REASON = "gpuctl flex: lent to kubernetes inference"
 COMMAND_TIMEOUT_S = 30
 RUNNING = "R,CF,CG,S,ST,SI,SO,RS"
 """squeue states of jobs that hold a node's GPUs (all but pending and ended)."""
+LIVE = "R,CF,S,ST,SI,SO,RS"
+"""RUNNING but completing (CG): the jobs whose processes may still run."""
 UNHEALTHY = ("DOWN", "FAIL", "MAINT", "REBOOT", "POWER")
 """Prefixes of Slurm node state flags that make a node unfit to lend or to resume (NOT_RESPONDING is transient)."""
 STOP_GRACE_S = 2.0
@@ -51,8 +53,8 @@ KILL_WAIT_S says more), and short enough that the node is lent within 5 s of the
 REQUEUE_MARK = "gpuctl-flex-requeue-at-restart-"
 """AdminComment of a job the lend stops and then requeues, followed by its restart count (only a Slurm administrator
 sets AdminComment; no spaces, as `scontrol show job` separates its fields by them)."""
-ENDED = "CD,F,CA,TO,NF,OOM,PR,BF,DL"
-"""squeue states of jobs that have ended (Slurm keeps them MinJobAge seconds)."""
+STOPPED = "CG,CD,F,CA,TO,NF,OOM,PR,BF,DL"
+"""squeue states of jobs completing or ended (Slurm keeps an ended one MinJobAge seconds)."""
 POLL_S = 0.5
 """s between looks at the nodes a lend waits for: a node is labelled at most this long after Slurm has it idle
 (each look is one squeue and one scontrol per waiting node)."""
@@ -142,9 +144,9 @@ class Flex:
             fields["Reason"] = out.split("Reason=", 1)[1].rsplit(" [", 1)[0].strip()
         return fields
 
-    def jobs(self, node: str) -> list[tuple[str, str]]:
-        """(job id, QoS) of the jobs holding the node's GPUs."""
-        out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={RUNNING}", "--format=%i %q"])
+    def jobs(self, node: str, states: str = RUNNING) -> list[tuple[str, str]]:
+        """(job id, QoS) of the jobs holding the node's GPUs (of those in `states`)."""
+        out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={states}", "--format=%i %q"])
         return [(job, qos) for job, qos in (line.split() for line in out.splitlines() if line.strip())]
 
     def lend(self, nodes: Sequence[str], wait_s: float, poll_s: float = POLL_S) -> list[NodeOutcome]:
@@ -161,7 +163,7 @@ class Flex:
         self._requeue_stopped(targets)
         preemptible, kept, stopping = inference_preempts(self.site), {}, {}
         for node in targets:
-            for job, qos in self.jobs(node):
+            for job, qos in self.jobs(node, LIVE):  # a completing job is only waited for
                 if qos not in preemptible:
                     kept[job] = "not preempted by inference"
                     continue
@@ -174,7 +176,7 @@ class Flex:
                     continue
                 self.slurm(["scontrol", "update", f"JobId={job}",
                             f"AdminComment={REQUEUE_MARK}{fields.get('Restarts', '0')}"])
-                self.slurm(["scancel", "--signal=TERM", "--full", job])
+                self._signal(job, "TERM", [node])
                 stopping[job] = (node, qos)
         self._stop_and_requeue(stopping, poll_s)
         return refused + self._wait_idle(targets, wait_s, poll_s, kept, self._label)
@@ -183,30 +185,41 @@ class Flex:
         out = self.slurm(["scontrol", "--oneliner", "show", "job", job])
         return dict(pair.partition("=")[::2] for pair in out.split() if "=" in pair)
 
-    def _running(self, jobs: Sequence[str]) -> set[str]:
+    def _live(self, jobs: Sequence[str], nodes: Sequence[str]) -> set[str]:
+        """Those of `jobs` whose processes may still run on `nodes` (not yet completing, nor ended)."""
         if not jobs:
             return set()
-        out = self.slurm(["squeue", "--noheader", f"--jobs={','.join(jobs)}", f"--states={RUNNING}", "--format=%i"])
-        return set(out.split())
+        out = self.slurm(["squeue", "--noheader", f"--nodelist={','.join(nodes)}", f"--states={LIVE}",
+                          "--format=%i"])
+        return set(out.split()) & set(jobs)
+
+    def _signal(self, job: str, signal: str, nodes: Sequence[str], *flags: str) -> None:
+        try:
+            self.slurm(["scancel", f"--signal={signal}", *flags, "--full", job])
+        except CommandError:
+            if job in self._live([job], nodes):
+                raise  # not the race with the job's own end
 
     def _stop_and_requeue(self, stopping: dict[str, tuple[str, str]], poll_s: float) -> None:
-        """SIGKILL to the jobs that outlive STOP_GRACE_S after their SIGTERM, then requeue each once Slurm has it
-        ended: a running job's requeue would wait MAX(KillWait, 5) s in slurmd before its SIGKILL."""
+        """SIGKILL to the jobs that outlive STOP_GRACE_S after their SIGTERM, then requeue each once its processes
+        are gone: a live job's requeue would wait MAX(KillWait, 5) s in slurmd before its SIGKILL. A completing or
+        ended job is requeued as it is (scontrol(1) requeues "a running, suspended or finished" batch job)."""
+        nodes = sorted({node for node, _ in stopping.values()})
+        live = self._live(list(stopping), nodes)
         deadline = self.clock() + STOP_GRACE_S
-        running = self._running(list(stopping))
-        while running and self.clock() < deadline:
+        while live and self.clock() < deadline:
             self.sleep(min(poll_s, 0.1))
-            running = self._running(list(running))
-        for job in sorted(running):
+            live = self._live(list(live), nodes)
+        for job in sorted(live):
             # --batch with --full: the batch step and its children (srun steps among them) at once; without
             # --batch, scancel's SIGKILL is a cancel, which waits KillWait like a requeue.
-            self.slurm(["scancel", "--signal=KILL", "--batch", "--full", job])
+            self._signal(job, "KILL", nodes, "--batch")
         deadline = self.clock() + COMMAND_TIMEOUT_S
-        while running and self.clock() < deadline:
+        while live and self.clock() < deadline:
             self.sleep(min(poll_s, 0.1))
-            running = self._running(list(running))
+            live = self._live(list(live), nodes)
         for job, (node, qos) in stopping.items():
-            if job in running:
+            if job in live:
                 self.progress(f"{node}: job {job} ({qos}) still runs {COMMAND_TIMEOUT_S} s after its SIGKILL; run "
                               "lend again to requeue it")
                 continue
@@ -224,7 +237,7 @@ class Flex:
     def _requeue_stopped(self, nodes: Sequence[str]) -> None:
         """Requeues the jobs an earlier lend stopped but did not requeue (it crashed or timed out in between)."""
         for node in nodes:
-            out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={ENDED}", "--format=%i"])
+            out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={STOPPED}", "--format=%i"])
             for job in out.split():
                 fields = self.job_fields(job)
                 if fields.get("AdminComment") == f"{REQUEUE_MARK}{fields.get('Restarts', '0')}":

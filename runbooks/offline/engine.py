@@ -319,6 +319,7 @@ class _Mocks(mocks.Mocks):
 class _RecordingMonitor(mocks.MockMonitor):
     def __init__(self, mocks_: _Mocks) -> None:
         super().__init__(mocks_)
+        self._seen = mocks_.seen
         self._lock = threading.Lock()
         self._records: dict[str, Resource] = {}
 
@@ -335,10 +336,10 @@ class _RecordingMonitor(mocks.MockMonitor):
         return f"urn:pulumi:{settings.get_stack()}::{settings.get_project()}::{type_}::{name}"
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
-        self.mocks.seen.inputs = None
+        self._seen.inputs = None
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         _ensure_event_loop()  # type: ignore[no-untyped-call]
-        seen = self.mocks.seen.inputs  # None for the Stack, which the MockMonitor answers itself
+        seen = self._seen.inputs  # None for the Stack, which the MockMonitor answers itself
         inputs = _plain(rpc.deserialize_properties(request.object) if seen is None else seen)
         # A custom resource's outputs are the state the mocks made, which the MockMonitor keeps.
         outputs = _plain(self.resources[response.urn].state) if request.custom else {}
