@@ -13,12 +13,13 @@ Flex nodes run Slurm work until lent (docs/scheduling.md, "Lending the flex pool
    selects the label too.
 
 A job is stopped by the lend itself, then requeued: SIGTERM to the job and its children, STOP_GRACE_S to end, then
-SIGKILL to whatever still runs, and `scontrol requeue` once Slurm has it ended (scontrol(1): "Requeue a running,
-suspended or finished Slurm batch job"). Requeueing a running job instead makes slurmd wait MAX(KillWait, 5) s between
-its SIGTERM and SIGKILL (components/scheduling/preemption.py KILL_WAIT_S): a trainer that ignores SIGTERM held the
-node 5.4 s that way, this way 2-3 s. Before the first signal each job is marked in its AdminComment with its restart
-count; a lend run again requeues a marked job that ended unrequeued (its restart count unchanged), so a crash between
-the stop and the requeue loses no job while Slurm still keeps the ended one (MinJobAge, 300 s by default).
+SIGKILL to whatever still runs, and `scontrol requeue` once Slurm has it completing or ended (scontrol(1): "Requeue a
+running, suspended or finished Slurm batch job"). Requeueing a running job instead makes slurmd wait MAX(KillWait, 5) s
+between its SIGTERM and SIGKILL (components/scheduling/preemption.py KILL_WAIT_S): a trainer that ignores SIGTERM
+held the node 5.4 s that way, this way 2.7-3.4 s. Before the first signal each job is marked in its AdminComment with
+its restart count; a lend run again requeues a marked job that ended unrequeued (its restart count unchanged), so a
+crash between the stop and the requeue loses no job while Slurm still keeps the ended one (MinJobAge, 300 s by
+default).
 
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
