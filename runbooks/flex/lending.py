@@ -194,6 +194,15 @@ class Flex:
                           "--format=%i"])
         return set(out.split()) & set(jobs)
 
+    def _live_after(self, jobs: Sequence[str], nodes: Sequence[str], wait_s: float, poll_s: float) -> set[str]:
+        """Those of `jobs` still live once they all have stopped, or after wait_s."""
+        deadline = self.clock() + wait_s
+        live = self._live(jobs, nodes)
+        while live and self.clock() < deadline:
+            self.sleep(min(poll_s, 0.1))
+            live = self._live(sorted(live), nodes)
+        return live
+
     def _signal(self, job: str, signal: str, nodes: Sequence[str], *flags: str) -> None:
         try:
             self.slurm(["scancel", f"--signal={signal}", *flags, "--full", job])
@@ -206,19 +215,12 @@ class Flex:
         are gone: a live job's requeue would wait MAX(KillWait, 5) s in slurmd before its SIGKILL. A completing or
         ended job is requeued as it is (scontrol(1) requeues "a running, suspended or finished" batch job)."""
         nodes = sorted({node for node, _ in stopping.values()})
-        live = self._live(list(stopping), nodes)
-        deadline = self.clock() + STOP_GRACE_S
-        while live and self.clock() < deadline:
-            self.sleep(min(poll_s, 0.1))
-            live = self._live(list(live), nodes)
+        live = self._live_after(list(stopping), nodes, STOP_GRACE_S, poll_s)
         for job in sorted(live):
             # --batch with --full: the batch step and its children (srun steps among them) at once; without
             # --batch, scancel's SIGKILL is a cancel, which waits KillWait like a requeue.
             self._signal(job, "KILL", nodes, "--batch")
-        deadline = self.clock() + COMMAND_TIMEOUT_S
-        while live and self.clock() < deadline:
-            self.sleep(min(poll_s, 0.1))
-            live = self._live(list(live), nodes)
+        live = self._live_after(sorted(live), nodes, COMMAND_TIMEOUT_S, poll_s)
         for job, (node, qos) in stopping.items():
             if job in live:
                 self.progress(f"{node}: job {job} ({qos}) still runs {COMMAND_TIMEOUT_S} s after its SIGKILL; run "
