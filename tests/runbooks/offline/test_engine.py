@@ -5,8 +5,18 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pulumi.output import Unknown
+from pulumi.runtime import rpc
+from pulumi_kubernetes.meta.v1.outputs import LabelSelectorRequirement
 
-from runbooks.offline.engine import ProgramError, Secret, StackConfigError, load_stack_config, run_program
+from runbooks.offline.engine import (
+    ProgramError,
+    Secret,
+    StackConfigError,
+    _contains_unknowns,
+    load_stack_config,
+    run_program,
+)
 
 PROGRAM = '''
 import pulumi
@@ -119,6 +129,43 @@ def test_should_run_the_program_without_collection_and_collect_again_after(tmp_p
     with pytest.raises(ProgramError, match="broken program"):
         run_program(project, "dev")
     assert gc.isenabled()
+
+
+def test_should_leave_no_reference_cycle_per_output_and_give_the_sdk_its_own_function_back(tmp_path: Path) -> None:
+    project = make_project(tmp_path, "config:\n  boxes:token: plain\n")
+    # The last Output settles after the 200 before it: the collector, run by hand there, counts what they left.
+    (project / "__main__.py").write_text(textwrap.dedent("""\
+        import gc
+        import pulumi
+        last = pulumi.Output.from_input("start")
+        for i in range(200):
+            thing = pulumi.CustomResource("test:index:Thing", f"thing-{i}", {"after": last, "n": [i, {"k": last}]})
+            last = thing.id.apply(lambda id_, i=i: f"{id_}:{i}")
+        pulumi.export("unreachable", last.apply(lambda _: gc.collect()))
+    """))
+    sdk = rpc.contains_unknowns
+    # The SDK's contains_unknowns left 22,861 unreachable objects here (a cycle of 6 per call).
+    assert run_program(project, "dev").stack_outputs["unreachable"] < 100
+    assert rpc.contains_unknowns is sdk
+
+
+@pytest.mark.parametrize("value", [
+    None, 3, "text", [], {}, Unknown(), [1, [2, [3, Unknown()]]], {"a": {"b": [{"c": Unknown()}]}},
+    {"a": [1, 2], "b": {"c": "d"}}, [{"x": 1}] * 3, {"keys": Unknown()}, [Unknown()] * 2,
+    # An output type: a dict whose `values` is a field, not dict.values.
+    LabelSelectorRequirement(key="k", operator="In", values=[Unknown()]),
+    LabelSelectorRequirement(key="k", operator="In", values=["v"]),
+], ids=repr)
+def test_should_find_unknowns_where_the_sdk_finds_them(value: object) -> None:
+    assert _contains_unknowns(value) is rpc.contains_unknowns(value)
+
+
+def test_should_find_unknowns_in_a_container_that_holds_itself() -> None:
+    looped: list[object] = [1]
+    looped.append(looped)
+    assert _contains_unknowns(looped) is rpc.contains_unknowns(looped) is False
+    looped.append({"late": Unknown()})
+    assert _contains_unknowns(looped) is rpc.contains_unknowns(looped) is True
 
 
 def test_should_wait_for_every_output_and_raise_what_one_raised(tmp_path: Path) -> None:
