@@ -46,7 +46,9 @@ def release(stack: str, project_dir: Path = PROJECT_DIR) -> Release:
     for package in PACKAGES:
         names += sorted(str(path.relative_to(project_dir)) for path in (project_dir / package).rglob("*.py"))
     buffer = io.BytesIO()
-    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as zipped, \
+    # gzip's own default level, 6: the module's default, 9, took twice the CPU (0.10 s of a 0.8 s prod plan) for an
+    # archive 0.5 % smaller.
+    with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=6, mtime=0) as zipped, \
             tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in names:
             data = (project_dir / name).read_bytes()
