@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from pulumi.output import Unknown
+from pulumi.runtime import resource as sdk_resource
 from pulumi.runtime import rpc
 from pulumi_kubernetes.meta.v1.outputs import LabelSelectorRequirement
 
@@ -166,6 +167,40 @@ def test_should_find_unknowns_in_a_container_that_holds_itself() -> None:
     assert _contains_unknowns(looped) is rpc.contains_unknowns(looped) is False
     looped.append({"late": Unknown()})
     assert _contains_unknowns(looped) is rpc.contains_unknowns(looped) is True
+
+
+# The SDK's trace starts below the third __init__ on the stack (Resource's, its subclass's, the concrete class's).
+TRACED = """\
+from pulumi.runtime import resource
+
+class Resource:
+    def __init__(self):
+        self.frames = len(resource._get_stack_trace().frames)
+
+class Custom(Resource):
+    def __init__(self):
+        super().__init__()
+
+class Thing(Custom):
+    def __init__(self):
+        super().__init__()
+
+def declare():
+    return Thing()
+
+frames = declare().frames
+"""
+
+
+def test_should_take_no_stack_trace_of_a_registration_and_give_the_sdk_its_own_back(tmp_path: Path) -> None:
+    project = make_project(tmp_path, "config:\n  boxes:token: plain\n")
+    (project / "__main__.py").write_text(f"import pulumi\n{TRACED}pulumi.export('frames', frames)\n")
+    sdk = sdk_resource._get_stack_trace
+    outside: dict[str, object] = {}
+    exec(TRACED, outside)
+    assert isinstance(outside["frames"], int) and outside["frames"] >= 1  # what the SDK's own takes
+    assert run_program(project, "dev").stack_outputs == {"frames": 0}
+    assert sdk_resource._get_stack_trace is sdk
 
 
 def test_should_wait_for_every_output_and_raise_what_one_raised(tmp_path: Path) -> None:
