@@ -29,7 +29,11 @@ from components.spec.wellknown import (
 )
 from hosts import NODE_CHECK
 
-REMOTE_PATH = "/opt/gpucluster/node_check.py"
+CHECK_COPY = "gpucluster-node_check.py"
+"""Where the program's copy lands on a node: in ssh_user's home, which SFTP starts in and only that user writes.
+CopyToRemote makes no missing parent directory (pulumi-command's remotePath), so the check's command installs it
+at CHECK_PROGRAM."""
+CHECK_PROGRAM = "/opt/gpucluster/node_check.py"
 RECORD_DIR = "/var/lib/gpucluster/node-check"
 """Where each node keeps every report of its check, evidence included (the verdict's stdout also stays in the state)."""
 CHECK_VERSION = hashlib.sha256(NODE_CHECK.read_bytes()).hexdigest()[:12]
@@ -74,7 +78,7 @@ def check_command(site: Site, load: NodeLoad) -> str:
     rack = next(r for r in site.racks if r.name == load.rack)
     node = nodes_by_name(site)[load.name]
     args = [
-        "python3", REMOTE_PATH, "--node", load.name, "--rack", rack.name,
+        "python3", CHECK_PROGRAM, "--node", load.name, "--rack", rack.name,
         "--cooling", f"{rack.cooling.type.value} {rack.cooling.capacity_kw:g} kW",
         "--expect-name", gpu.smi_name, "--expect-count", str(load.gpus), "--expect-nvlinks", str(gpu.nvlinks),
         "--driver-version", site.gpu_operator.driver_version,
@@ -86,8 +90,9 @@ def check_command(site: Site, load: NodeLoad) -> str:
         "--driver-wait-s", str(settings.driver_wait_s),
     ]
     # Exit 1 means "checked, and a check failed": recorded as a verdict, not a failed deploy.
-    # Anything else (no python3, a crash) fails the resource so the operator looks at it.
-    return f"PATH={CHECK_SEARCH_PATH} {shlex.join(args)}; rc=$?; [ $rc -le 1 ]"
+    # Anything else (no copy to install, no python3, a crash) fails the resource so the operator looks at it.
+    install = f'install -D -m 0755 "$HOME/{CHECK_COPY}" {CHECK_PROGRAM} || exit 2'
+    return f"{install}; PATH={CHECK_SEARCH_PATH} {shlex.join(args)}; rc=$?; [ $rc -le 1 ]"
 
 
 def node_labels(load: NodeLoad, verdict: Verdict) -> dict[str, str]:

@@ -14,8 +14,8 @@ import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 
 from components.facility.admission import (
+    CHECK_COPY,
     CHECK_VERSION,
-    REMOTE_PATH,
     Verdict,
     check_command,
     node_labels,
@@ -88,7 +88,7 @@ class GpuNode(pulumi.ComponentResource):
             f"{load.name}-node-check-copy",
             connection=connection,
             source=pulumi.FileAsset(NODE_CHECK_ASSET),
-            remote_path=REMOTE_PATH,
+            remote_path=CHECK_COPY,
             triggers=[CHECK_VERSION],
             opts=pulumi.ResourceOptions(parent=self),
         )

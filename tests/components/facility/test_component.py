@@ -2,16 +2,19 @@
 
 import json
 import shlex
+import subprocess
 import threading
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components.facility.admission import check_command
+from components.facility.admission import CHECK_COPY, CHECK_PROGRAM, check_command
 from components.facility.component import GpuNode, NodeAdmission
 from components.facility.power import node_loads
+from hosts import NODE_CHECK
 from tests.builders import parse, prod_values
 
 HEALTHY = json.dumps({"node": "gpu-a800-01", "ok": True, "checks": [{"name": "gpu-inventory", "ok": True,
@@ -98,7 +101,7 @@ def test_should_check_the_node_on_the_operators_driver_and_pass_the_bmc_password
     # Still a secret when it reaches the engine (the secret signature wraps it), and nowhere in the command line.
     assert check["stdin"] == {rpc._special_sig_key: rpc._special_secret_sig, "value": "bmc-secret\n"}
     assert "bmc-secret" not in check["create"]
-    argv = shlex.split(check["create"].split(";")[0])
+    argv = shlex.split(check["create"].split("; ")[1])
     assert argv[0] == "PATH=/usr/sbin:/usr/bin:/sbin:/bin"  # never the login's PATH
     options = dict(zip(argv[3::2], argv[4::2], strict=True))
     assert {key: options[key] for key in ("--driver-version", "--driver-root", "--toolkit-cli", "--expect-nvlinks",
@@ -112,6 +115,29 @@ def test_should_check_the_node_on_the_operators_driver_and_pass_the_bmc_password
 def test_should_run_consumer_gpus_at_the_only_diagnostic_level_dcgm_supports_on_them() -> None:
     site = parse(prod_values())
     rtx = next(load for load in node_loads(site) if load.gpu_model == "RTX-4090")
-    argv = shlex.split(check_command(site, rtx).split(";")[0])
+    argv = shlex.split(check_command(site, rtx).split("; ")[1])
     assert argv[argv.index("--diag-level") + 1] == "1"
     assert argv[argv.index("--expect-nvlinks") + 1] == "0"
+
+
+def on_a_fresh_node(script: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """`script` as the node's shell runs it, with no /opt/gpucluster yet: a private mount namespace, /opt empty."""
+    return subprocess.run(["unshare", "--mount", "--", "sh", "-c", 'mount -t tmpfs tmpfs /opt && exec sh -c "$0"',
+                           script], env={"HOME": str(home), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_should_run_the_check_from_the_copy_in_the_ssh_users_home_and_fail_the_deploy_without_it(
+        tmp_path: Path) -> None:
+    mocks, _ = admit(HEALTHY)
+    # CopyToRemote makes no missing parent directory: a relative remotePath lands in the home SFTP starts in.
+    assert mocks.inputs["command:remote:CopyToRemote"]["remotePath"] == CHECK_COPY
+    command = mocks.inputs["command:remote:Command"]["create"]
+    install, check = command.split("; ")[:2]
+    assert f"python3 {CHECK_PROGRAM} " in check
+    missing = on_a_fresh_node(command, tmp_path)
+    assert missing.returncode == 2, missing.stderr  # not 1, a verdict: the deploy fails before any check runs
+    (tmp_path / CHECK_COPY).write_bytes(NODE_CHECK.read_bytes())
+    installed = on_a_fresh_node(f"{install} && stat -c %a {CHECK_PROGRAM} && cmp $HOME/{CHECK_COPY} {CHECK_PROGRAM}",
+                                tmp_path)
+    assert (installed.returncode, installed.stdout) == (0, "755\n"), installed.stderr

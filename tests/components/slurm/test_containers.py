@@ -60,7 +60,7 @@ def test_should_point_slurm_containers_and_the_node_check_at_the_driver_root_and
     assert shlex.split(wrapper.splitlines()[-1]) == ["exec", toolkit_cli, f"--root={driver_root}", "$@"]
     assert mode == 0o755
     # ...and the node check proves exactly that path works before the node takes a job.
-    argv = shlex.split(check_command(site, node_loads(site)[0]).split(";")[0])
+    argv = shlex.split(check_command(site, node_loads(site)[0]).split("; ")[1])
     assert argv[argv.index("--driver-root") + 1] == driver_root
     assert argv[argv.index("--toolkit-cli") + 1] == toolkit_cli
 
