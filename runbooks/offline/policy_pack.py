@@ -29,7 +29,7 @@ from pulumi.runtime.proto import analyzer_pb2 as proto
 from pulumi.runtime.proto.analyzer_pb2_grpc import AnalyzerStub
 
 from runbooks.children import cause, exit_status, tail
-from runbooks.offline.engine import Resource, ResourceGraph, Secret
+from runbooks.offline.engine import Resource, ResourceGraph, Secret, no_collection
 
 POLICY_DIR = Path(__file__).resolve().parents[2] / "policy"
 ENGINE_ADDRESS = "127.0.0.1:0"
@@ -84,7 +84,7 @@ def check_policies(graph: ResourceGraph, config: dict[str, Any] | None = None,
     """Every policy in the pack, judged on the graph, with `config` in the `--policy-pack-config` JSON form."""
     if config is not None and not isinstance(config, dict):
         raise PolicyConfigError(f"policy config must be a JSON object of policy names, got {type(config).__name__}")
-    with _serve(policy_dir, graph) as stub:
+    with _serve(policy_dir, graph) as stub, no_collection():
         info = stub.GetAnalyzerInfo(empty_pb2.Empty())
         levels = _levels(info, config or {})
         stub.Configure(proto.ConfigureAnalyzerRequest(policyConfig={

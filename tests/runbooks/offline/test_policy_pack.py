@@ -1,13 +1,16 @@
 """The policy pack through its real gRPC entry point, on the prod graph and on graphs edited to break a rule."""
 
 import copy
+import gc
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pulumi.output import UNKNOWN
 
+from runbooks.offline import policy_pack
 from runbooks.offline.engine import Resource, ResourceGraph, run_program
 from runbooks.offline.policy_pack import Finding, PolicyConfigError, PolicyPackError, PolicyResult, check_policies
 from tests.builders import REPO
@@ -155,3 +158,18 @@ def test_should_name_a_module_the_pack_cannot_import(prod: ResourceGraph, tmp_pa
     assert first.startswith("the policy pack exited with status 1 before it served: module "
                             "'gpucluster_not_installed' is not installed in ")
     assert rest[-1] == "  ModuleNotFoundError: No module named 'gpucluster_not_installed'"
+
+
+def test_should_exchange_with_the_pack_without_collection_and_collect_again_after(
+        prod: ResourceGraph, monkeypatch: pytest.MonkeyPatch) -> None:
+    collecting: list[bool] = []
+    collect = policy_pack._collect
+
+    def noting(response: Any, results: dict[str, PolicyResult]) -> None:
+        collecting.append(gc.isenabled())
+        collect(response, results)
+
+    monkeypatch.setattr(policy_pack, "_collect", noting)
+    assert all(result.passed for result in check_policies(prod))
+    assert collecting and not any(collecting)  # one per response: the requests never had the graph walked
+    assert gc.isenabled() and gc.get_freeze_count() == 0
