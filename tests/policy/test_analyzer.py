@@ -1,9 +1,12 @@
 """The pack's analyzer answers AnalyzeStack exactly as the SDK's own servicer does, building the stack once."""
 
+import contextvars
 import copy
+import inspect
 from typing import Any
 
 import analyzer
+import pulumi
 import pytest
 from pulumi.output import UNKNOWN
 from pulumi_policy import EnforcementLevel
@@ -73,3 +76,19 @@ def test_should_be_the_servicer_the_pack_serves() -> None:
     source = (REPO / "policy" / "__main__.py").read_text()
     assert "sdk._PolicyAnalyzerServicer = analyzer.StackBuiltOnceServicer" in source
     assert sdk.PolicyPack.__init__.__code__.co_names.count("_PolicyAnalyzerServicer") == 1
+
+
+def test_should_learn_the_settings_signature_once_and_still_configure_every_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sdk.signature(pulumi.runtime.Settings) == inspect.signature(pulumi.runtime.Settings)
+    assert sdk.signature(pulumi.runtime.Settings) is sdk.signature(pulumi.runtime.Settings)
+    for name, value in {"PULUMI_PROJECT": "gpu-cluster", "PULUMI_STACK": "prod", "PULUMI_DRY_RUN": "true"}.items():
+        monkeypatch.setenv(name, value)
+    _, ours = servicers(None)
+
+    def configured() -> tuple[str, str, bool]:
+        ours._configure_runtime_settings()
+        return pulumi.get_project(), pulumi.get_stack(), pulumi.runtime.is_dry_run()
+
+    # gRPC runs each call in a fresh context, where the SDK keeps its settings: each one gets them.
+    assert [contextvars.Context().run(configured) for _ in range(2)] == [("gpu-cluster", "prod", True)] * 2
