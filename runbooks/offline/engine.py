@@ -163,7 +163,12 @@ def run_program(project_dir: Path, stack: str, config: StackConfig | None = None
     sys.path.insert(0, str(project_dir))
     loop = asyncio.new_event_loop()
     try:
-        with no_collection(), _no_cycle_per_output(), _no_source_positions():
+        # Two SDK functions (pulumi 3.272) are swapped for the run (docs/offline-engine.md). A plan records no source
+        # positions: the SDK's walk of the stack at every registration, each frame below the resource's constructor
+        # made a file URI (20 a resource), was 9 % of the plan's CPU at 1,024 GPUs; the run gets the empty trace the
+        # SDK sends when it finds no constructor frame.
+        with no_collection(), _swapped(rpc, "contains_unknowns", _contains_unknowns), \
+                _swapped(sdk_resource, "_get_stack_trace", source_pb2.StackTrace):
             loop.run_until_complete(run_in_stack(program))
     except ModuleNotFoundError as error:
         raise ProgramError(missing_module(error.name or str(error)), monitor.recorded()) from error
@@ -217,43 +222,24 @@ def no_collection() -> Iterator[None]:
 
 
 @contextmanager
-def _no_cycle_per_output() -> Iterator[None]:
-    """Run a program with a contains_unknowns that makes no reference cycle.
-
-    Without the collector, every reference cycle made during the run stays until it ends. The SDK makes one on each
-    call of rpc.contains_unknowns (pulumi 3.272: its recursive inner `impl` holds itself through its closure cell),
-    which every Output's result calls: 38,800 cycles at 1,024 GPUs, 70 MiB of the peak at 8,192. For the run it is
-    replaced by _contains_unknowns, which gives the same answer and makes none; the SDK's own comes back after.
-    """
-    sdk_contains_unknowns = rpc.contains_unknowns
-    rpc.contains_unknowns = _contains_unknowns
+def _swapped(module: Any, name: str, replacement: Any) -> Iterator[None]:
+    """`module.name` is `replacement` meanwhile, and what it was after."""
+    original = getattr(module, name)
+    setattr(module, name, replacement)
     try:
         yield
     finally:
-        rpc.contains_unknowns = sdk_contains_unknowns
-
-
-@contextmanager
-def _no_source_positions() -> Iterator[None]:
-    """Run a program without the SDK taking a stack trace of each registration.
-
-    The SDK sends the engine where each resource was declared, for its diagnostics: it walks the Python stack down to
-    the resource's constructor and turns each frame below it into a file URI (pulumi 3.272, runtime/resource.py
-    _get_stack_trace). A plan records no source positions, and the walk grows with how deep the components nest: 20
-    frames a resource, 9 % of the plan's CPU at 1,024 GPUs. For the run the SDK gets the empty trace it sends when no
-    constructor frame is found; its own comes back after.
-    """
-    sdk_stack_trace = sdk_resource._get_stack_trace
-    sdk_resource._get_stack_trace = source_pb2.StackTrace
-    try:
-        yield
-    finally:
-        sdk_resource._get_stack_trace = sdk_stack_trace
+        setattr(module, name, original)
 
 
 def _contains_unknowns(val: Any) -> bool:
     """rpc.contains_unknowns without recursion (its parameter's name too): whether an Unknown is `val` or in its dicts
-    and lists, each container looked into once."""
+    and lists, each container looked into once.
+
+    Without the collector, every reference cycle made during a run stays until it ends. The SDK's makes one on each
+    call (its recursive inner `impl` holds itself through its closure cell), and every Output's result calls it:
+    38,800 cycles at 1,024 GPUs, 70 MiB of the peak at 8,192. This one gives the same answer and makes none.
+    """
     seen: set[int] = set()
     pending = [val]
     while pending:
