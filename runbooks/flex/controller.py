@@ -6,7 +6,8 @@ Each decision is one audit line (JSON) in <state_dir>/decisions.jsonl and on std
 the last one, with what the next decision must remember, is <state_dir>/last-decision.json, which `gpuctl flex
 status` shows. A file <state_dir>/paused (written by `gpuctl flex pause`) keeps it deciding and auditing without
 moving anything; so does --dry-run. A lend that has to wait for jobs is left draining and finished by later
-decisions, so one step never blocks longer than interval_s on a drain.
+decisions, so one step never blocks longer than interval_s on a drain; each live step also requeues what a lend
+stopped on a lent node and Slurm refused to requeue then.
 """
 
 import json
@@ -120,6 +121,8 @@ class Controller:
         decision = decide(signals, State(nodes, self.memory), self.site.lending)
         paused = self.store.paused()
         mode = "paused" if paused else "dry-run" if self.dry_run else "live"
+        if mode == "live":
+            self._finish_requeues(nodes)
         outcomes = self._act(decision, signals.at) if mode == "live" else []
         # Paused, nothing moved: the cooldown runs from the last real move. A dry run keeps the cadence it would have.
         self.memory = decision.memory if mode != "paused" else replace(decision.memory,
@@ -144,6 +147,18 @@ class Controller:
             self.say(f"flex pool unreadable: {error}")
             self.metrics.errors += 1
             return None
+
+    def _finish_requeues(self, nodes: tuple[FlexNode, ...] | None) -> None:
+        """A lent node's lend is over, so no later lend requeues a job it stopped and Slurm refused to requeue: each
+        live step does, while Slurm still keeps the ended job (MinJobAge). A lending node's next lend does it."""
+        lent = [node.name for node in nodes or () if node.owner == Owner.LENT]
+        if not lent:
+            return
+        try:
+            self.flex.requeue_stopped(lent)
+        except CommandError as error:
+            self.say(f"requeue of jobs stopped by a lend failed: {error}")
+            self.metrics.errors += 1
 
     def _act(self, decision: Decision, at: float) -> list[NodeOutcome]:
         if decision.action == Action.HOLD:

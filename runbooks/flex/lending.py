@@ -19,7 +19,7 @@ between its SIGTERM and SIGKILL (components/scheduling/preemption.py KILL_WAIT_S
 held the node 5.4 s that way, this way 2.7-3.4 s. Before the first signal each job is marked in its AdminComment with
 its restart count; a lend run again requeues a marked job that ended unrequeued (its restart count unchanged), so a
 crash between the stop and the requeue loses no job while Slurm still keeps the ended one (MinJobAge, 300 s by
-default).
+default). A requeue Slurm refuses leaves that node's outcome not done, lent or not, so the lend is run again in time.
 
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
@@ -110,6 +110,16 @@ def elapsed_s(used: str) -> float:
         return math.inf
 
 
+def _with_unrequeued(outcome: NodeOutcome, unrequeued: Sequence[tuple[str, str]]) -> NodeOutcome:
+    """A lend is not done while a job it stopped waits to be requeued, even on a node it lent: run again, the lend
+    requeues it, but only while Slurm still keeps the ended job (MinJobAge)."""
+    jobs = [job for node, job in unrequeued if node == outcome.node]
+    if not jobs:
+        return outcome
+    return NodeOutcome(outcome.node, False, f"{outcome.detail}; job {', '.join(jobs)} stopped but not requeued: run "
+                                            "lend again within Slurm's MinJobAge to requeue it")
+
+
 def flex_nodes(site: Site) -> list[str]:
     return [node.name for group in site.node_groups if group.pool == Pool.FLEX for node in group.nodes]
 
@@ -161,7 +171,7 @@ class Flex:
                 continue
             self.slurm(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={LEND_REASON}"])
             targets.append(node)
-        self._requeue_stopped(targets)
+        unrequeued = self.requeue_stopped(targets)
         preemptible, kept, stopping = inference_preempts(self.site), {}, {}
         for node in targets:
             for job, qos in self.jobs(node, LIVE):  # a completing job is only waited for
@@ -179,8 +189,9 @@ class Flex:
                             f"AdminComment={REQUEUE_MARK}{fields.get('Restarts', '0')}"])
                 self._signal(job, "TERM", [node])
                 stopping[job] = (node, qos)
-        self._stop_and_requeue(stopping, poll_s)
-        return refused + self._wait_idle(targets, wait_s, poll_s, kept, self._label)
+        unrequeued += self._stop_and_requeue(stopping, poll_s)
+        outcomes = self._wait_idle(targets, wait_s, poll_s, kept, self._label)
+        return refused + [_with_unrequeued(outcome, unrequeued) for outcome in outcomes]
 
     def job_fields(self, job: str) -> dict[str, str]:
         out = self.slurm(["scontrol", "--oneliner", "show", "job", job])
@@ -210,10 +221,11 @@ class Flex:
             if job in self._live([job], nodes):
                 raise  # not the race with the job's own end
 
-    def _stop_and_requeue(self, stopping: dict[str, tuple[str, str]], poll_s: float) -> None:
+    def _stop_and_requeue(self, stopping: dict[str, tuple[str, str]], poll_s: float) -> list[tuple[str, str]]:
         """SIGKILL to the jobs that outlive STOP_GRACE_S after their SIGTERM, then requeue each once its processes
         are gone: a live job's requeue would wait MAX(KillWait, 5) s in slurmd before its SIGKILL. A completing or
-        ended job is requeued as it is (scontrol(1) requeues "a running, suspended or finished" batch job)."""
+        ended job is requeued as it is (scontrol(1) requeues "a running, suspended or finished" batch job). Returns
+        the (node, job) of each stopped job Slurm did not requeue."""
         nodes = sorted({node for node, _ in stopping.values()})
         live = self._live_after(list(stopping), nodes, STOP_GRACE_S, poll_s)
         for job in sorted(live):
@@ -221,30 +233,38 @@ class Flex:
             # --batch, scancel's SIGKILL is a cancel, which waits KillWait like a requeue.
             self._signal(job, "KILL", nodes, "--batch")
         live = self._live_after(sorted(live), nodes, COMMAND_TIMEOUT_S, poll_s)
+        unrequeued = []
         for job, (node, qos) in stopping.items():
             if job in live:
                 self.progress(f"{node}: job {job} ({qos}) still runs {COMMAND_TIMEOUT_S} s after its SIGKILL; run "
                               "lend again to requeue it")
-                continue
-            self._requeue(node, job, f"({qos}), which inference preempts")
+                continue  # the node stays draining while it runs
+            if not self._requeue(node, job, f"({qos}), which inference preempts"):
+                unrequeued.append((node, job))
+        return unrequeued
 
-    def _requeue(self, node: str, job: str, why: str) -> None:
+    def _requeue(self, node: str, job: str, why: str) -> bool:
         try:
             self.slurm(["scontrol", "requeue", job])
         except CommandError as error:
             self.progress(f"{node}: job {job} was stopped but not requeued: {error}; run lend again within Slurm's "
                           "MinJobAge to requeue it")
-            return
+            return False
         self.progress(f"{node}: requeued job {job} {why}")
+        return True
 
-    def _requeue_stopped(self, nodes: Sequence[str]) -> None:
-        """Requeues the jobs an earlier lend stopped but did not requeue (it crashed or timed out in between)."""
+    def requeue_stopped(self, nodes: Sequence[str]) -> list[tuple[str, str]]:
+        """Requeues the jobs an earlier lend stopped but did not requeue (it crashed or timed out in between, or
+        Slurm refused); returns the (node, job) of each Slurm did not requeue this time either."""
+        unrequeued = []
         for node in nodes:
             out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={STOPPED}", "--format=%i"])
             for job in out.split():
                 fields = self.job_fields(job)
-                if fields.get("AdminComment") == f"{REQUEUE_MARK}{fields.get('Restarts', '0')}":
-                    self._requeue(node, job, "(stopped by an earlier lend)")
+                if (fields.get("AdminComment") == f"{REQUEUE_MARK}{fields.get('Restarts', '0')}"
+                        and not self._requeue(node, job, "(stopped by an earlier lend)")):
+                    unrequeued.append((node, job))
+        return unrequeued
 
     def _label(self, node: str) -> None:
         self.kubectl(["kubectl", "label", "node", node, f"{LENT_LABEL}=true", "--overwrite"])

@@ -167,6 +167,27 @@ class TestOnRealSlurm:
         flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=5)
         assert flex_slurm.job(job)["JobState"] == "CANCELLED" and said == [f"{FLEX[0]}: lent to kubernetes inference"]
 
+    def test_should_hold_a_lend_whose_requeue_slurm_refused_until_a_lend_again_requeues(
+            self, flex_slurm: Cluster) -> None:
+        job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)
+        flex_slurm.wait_state(job, "RUNNING")
+
+        def refusing_requeue(args: Sequence[str], timeout_s: float = 30) -> str:
+            if args[:2] == ["scontrol", "requeue"]:
+                raise CommandError(f"scontrol requeue {args[2]} exited 1: Unable to contact slurm controller")
+            return run_command(args, timeout_s)
+
+        kubectl = FakeKubectl()
+        (outcome,) = Flex(flex_slurm.site, refusing_requeue, kubectl, [].append).lend([FLEX[0]], wait_s=5)
+        # The node is free and lent; the lend is not done while the stopped job waits to be requeued.
+        assert (outcome.done, kubectl.labelled) == (False, {FLEX[0]})
+        assert outcome.detail == (f"lent; job {job} stopped but not requeued: run lend again within Slurm's "
+                                  "MinJobAge to requeue it")
+        assert flex_slurm.job(job)["Restarts"] == "0"
+        (again,) = flex(flex_slurm, kubectl, []).lend([FLEX[0]], wait_s=5)
+        assert (again.done, again.detail) == (True, "lent")
+        assert int(flex_slurm.wait_state(job, "PENDING")["Restarts"]) == 1
+
     def test_should_label_a_node_freed_by_requeue_while_another_is_still_blocked(
             self, flex_slurm: Cluster, report_figure: Callable[[str], None]) -> None:
         requeued = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)

@@ -36,7 +36,9 @@ class PoolDouble:
 
     owners: dict[str, Owner] = field(default_factory=lambda: {"gpu-a800-09": Owner.SLURM, "gpu-a800-10": Owner.SLURM})
     calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    requeue_checks: list[tuple[str, ...]] = field(default_factory=list)
     broken: bool = False
+    requeue_broken: bool = False
 
     def pool(self) -> tuple[FlexNode, ...]:
         if self.broken:
@@ -48,6 +50,12 @@ class PoolDouble:
         for node in nodes:
             self.owners[node] = Owner.LENT
         return [NodeOutcome(node, True, "lent") for node in nodes]
+
+    def requeue_stopped(self, nodes: list[str]) -> list[tuple[str, str]]:
+        self.requeue_checks.append(tuple(nodes))
+        if self.requeue_broken:
+            raise CommandError("squeue --noheader --nodelist=gpu-a800-09 exited 1: Unable to contact slurm controller")
+        return []
 
     def reclaim(self, nodes: tuple[str, ...], wait_s: float) -> list[NodeOutcome]:
         self.calls.append(("reclaim", tuple(nodes)))
@@ -133,6 +141,28 @@ def test_should_decide_in_a_dry_run_but_move_nothing(tmp_path: Path) -> None:
     run_peak(c, curve, 60)
     assert pool.calls == [] and audit(tmp_path)[-1]["mode"] == "dry-run"
     assert "gpucluster_flex_moves_total{" not in c.metrics.render()
+
+
+@pytest.mark.parametrize("mode", ["live", "paused", "dry-run"])
+def test_should_requeue_what_a_lend_stopped_on_lent_nodes_only_when_live(tmp_path: Path, mode: str) -> None:
+    # A lent node's lend is over: if Slurm refused a requeue then, only the controller's later steps retry it.
+    pool, curve = PoolDouble(owners={"gpu-a800-09": Owner.LENT, "gpu-a800-10": Owner.SLURM}), Curve()
+    c = controller(tmp_path, pool, curve, dry_run=mode == "dry-run")
+    if mode == "paused":
+        c.store.pause("alice", "drill in progress")
+    c.step()
+    assert pool.requeue_checks == ([("gpu-a800-09",)] if mode == "live" else [])
+
+
+def test_should_count_a_failed_requeue_check_and_still_decide(tmp_path: Path) -> None:
+    pool = PoolDouble(owners={"gpu-a800-09": Owner.LENT, "gpu-a800-10": Owner.SLURM}, requeue_broken=True)
+    curve = Curve()
+    said: list[str] = []
+    c = Controller(SITE, pool, curve, Store(tmp_path), say=said.append)  # type: ignore[arg-type]
+    c.step()
+    assert said[0] == ("requeue of jobs stopped by a lend failed: squeue --noheader --nodelist=gpu-a800-09 exited 1: "
+                       "Unable to contact slurm controller")
+    assert "gpucluster_flex_errors_total 1" in c.metrics.render() and len(audit(tmp_path)) == 1
 
 
 def test_should_hold_when_slurm_cannot_be_read(tmp_path: Path) -> None:
