@@ -8,7 +8,8 @@ serves the last snapshot, so a scrape never waits on Slurm. Metrics:
   named as vpenso/prometheus-slurm-exporter names them (the alert rules read down, drain and fail).
 - slurm_job_queue_wait_seconds{partition, qos}: a histogram of each job start's wait since submission, from
   sacct, so a job that starts and ends between two polls is counted too (what the rollout's training-queue gate
-  reads). Only starts after the exporter started are counted; a requeued job's new start counts again.
+  reads). Only starts in the whole seconds after the exporter started are counted (sacct gives whole seconds); a
+  requeued job's new start counts again.
 - slurm_job_account{slurmjobid, account}: 1 for each running job, from squeue; joins the DCGM exporter's `hpc_job`
   label (the job id the prolog writes) to the team that owns the GPU.
 - slurm_exporter_last_success_timestamp_seconds, slurm_exporter_errors_total: whether the poll works.
@@ -125,7 +126,10 @@ def _escape(value: str) -> str:
 class Exporter:
     def __init__(self, runner: Runner = run, clock: Callable[[], datetime] = datetime.now) -> None:
         self.runner, self.clock = runner, clock
-        self.started = clock().replace(microsecond=0)
+        now = clock()
+        # sacct gives whole seconds: a start in the second the exporter started in may have come before it, so the
+        # first second counted is the next whole one.
+        self.started = now.replace(microsecond=0) + timedelta(seconds=1 if now.microsecond else 0)
         self.waits = Histogram()
         self.counted: dict[tuple[str, datetime], datetime] = {}
         """(job id, start) already observed -> start, for the starts inside the sacct window."""

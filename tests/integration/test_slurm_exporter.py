@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -93,6 +94,19 @@ def test_should_count_each_job_start_once_across_polls() -> None:
     assert slurm.calls[-1][5] == "--starttime=2026-11-29T09:15:00"
 
 
+def test_should_not_count_a_start_in_the_second_the_exporter_started_in() -> None:
+    # sacct's whole seconds cannot tell a start before the exporter from one after it within that second; CI once
+    # counted the job a previous test had started 0.7 s before the exporter.
+    slurm = FakeSlurm()
+    slurm.now = T0 + timedelta(milliseconds=500)
+    exporter = Exporter(slurm, lambda: slurm.now)
+    slurm.sacct = line("24", T0 - timedelta(seconds=1), T0) + line("25", T0, T0 + timedelta(seconds=1))
+    slurm.now = T0 + timedelta(seconds=5)
+    exporter.poll()
+    labels = 'partition="a800-train",qos="train_normal"'
+    assert sample(exporter.render(), f"slurm_job_queue_wait_seconds_count{{{labels}}}") == 1
+
+
 def test_should_count_a_failed_poll_and_keep_the_last_snapshot() -> None:
     def broken(args: list[str]) -> str:
         raise RuntimeError("sinfo exited 1: Unable to contact slurm controller")
@@ -137,17 +151,20 @@ def exporter_url(slurm: Cluster) -> Iterator[str]:
                                 "--interval", "1"], env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}/metrics"
     try:
-        wait_for("the exporter to serve", lambda: _answers(url), timeout_s=10)
+        wait_for("the exporter's first poll", lambda: _polled_at(url) > 0, timeout_s=10)
+        # It counts starts from the first whole second after it started: a test's jobs start after that.
+        time.sleep(max(0.0, math.floor(_polled_at(url)) + 1 - time.time()))
         yield url
     finally:
         stop_all([process])
 
 
-def _answers(url: str) -> bool:
+def _polled_at(url: str) -> float:
+    """When the exporter last heard from Slurm (0: not yet, or not serving yet)."""
     try:
-        return "slurm_nodes_idle" in scrape(url)
+        return sample(scrape(url), "slurm_exporter_last_success_timestamp_seconds")
     except OSError:
-        return False
+        return 0.0
 
 
 def make_a_job_wait(slurm: Cluster, node: str, qos: str, seconds: float,
