@@ -17,9 +17,10 @@ SIGKILL to whatever still runs, and `scontrol requeue` once Slurm has it complet
 running, suspended or finished Slurm batch job"). Requeueing a running job instead makes slurmd wait MAX(KillWait, 5) s
 between its SIGTERM and SIGKILL (components/scheduling/preemption.py KILL_WAIT_S): a trainer that ignores SIGTERM
 held the node 5.4 s that way, this way 2.7-3.4 s. Before the first signal each job is marked in its AdminComment with
-its restart count; a lend run again requeues a marked job that ended unrequeued (its restart count unchanged), so a
-crash between the stop and the requeue loses no job while Slurm still keeps the ended one (MinJobAge, 300 s by
-default). A requeue Slurm refuses leaves that node's outcome not done, lent or not, so the lend is run again in time.
+its restart count (the mark is cleared once Slurm has requeued it); a lend run again requeues a marked job that
+ended unrequeued (its restart count unchanged), so a crash between the stop and the requeue loses no job while
+Slurm still keeps the ended one (MinJobAge, 300 s by default). A requeue Slurm refuses leaves that node's outcome
+not done, lent or not, so the lend is run again in time.
 
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
@@ -178,15 +179,14 @@ class Flex:
                 if qos not in preemptible:
                     kept[job] = "not preempted by inference"
                     continue
-                fields = self.job_fields(job)
-                if fields.get("Requeue") != "1" or fields.get("BatchFlag") != "1":
+                if not self._requeueable(job):
                     # Interactive jobs and --no-requeue ones cannot be requeued; cancelling is the owner's call.
                     kept[job] = "could not be requeued"
                     self.progress(f"{node}: job {job} ({qos}) stays: Slurm cannot requeue it (an interactive or "
                                   "--no-requeue job)")
                     continue
                 self.slurm(["scontrol", "update", f"JobId={job}",
-                            f"AdminComment={REQUEUE_MARK}{fields.get('Restarts', '0')}"])
+                            f"AdminComment={REQUEUE_MARK}{self.job_fields(job).get('Restarts', '0')}"])
                 self._signal(job, "TERM", [node])
                 stopping[job] = (node, qos)
         unrequeued += self._stop_and_requeue(stopping, poll_s)
@@ -194,8 +194,17 @@ class Flex:
         return refused + [_with_unrequeued(outcome, unrequeued) for outcome in outcomes]
 
     def job_fields(self, job: str) -> dict[str, str]:
+        """`scontrol show job`'s fields by name. Text the job's owner writes (its name, working directory and output
+        paths) may hold `Key=value` as well, so whether a job may be stopped is read elsewhere (_requeueable)."""
         out = self.slurm(["scontrol", "--oneliner", "show", "job", job])
         return dict(pair.partition("=")[::2] for pair in out.split() if "=" in pair)
+
+    def _requeueable(self, job: str) -> bool:
+        """Whether Slurm can requeue the job (a batch job, not --no-requeue), from squeue's two numeric columns: in
+        `scontrol show job` a path its owner chose could read " Requeue=1" and have the lend stop a job Slurm then
+        refuses to requeue."""
+        out = self.slurm(["squeue", "--noheader", f"--jobs={job}", "--Format=Requeue,BatchFlag"])
+        return out.split() == ["1", "1"]
 
     def _live(self, jobs: Sequence[str], nodes: Sequence[str]) -> set[str]:
         """Those of `jobs` whose processes may still run on `nodes` (not yet completing, nor ended)."""
@@ -251,6 +260,11 @@ class Flex:
                           "MinJobAge to requeue it")
             return False
         self.progress(f"{node}: requeued job {job} {why}")
+        try:
+            # Done with: no later lend may take the mark for a stop it still has to finish.
+            self.slurm(["scontrol", "update", f"JobId={job}", "AdminComment="])
+        except CommandError as error:
+            self.progress(f"{node}: job {job}'s lend mark stays ({error}); its restart count keeps it from use")
         return True
 
     def requeue_stopped(self, nodes: Sequence[str]) -> list[tuple[str, str]]:

@@ -101,8 +101,9 @@ class TestOnRealSlurm:
         assert [(o.node, o.done) for o in outcomes] == [(FLEX[0], True), (FLEX[1], False)]
         assert outcomes[1].detail == (f"draining: still runs {normal} (train_normal, not preempted by inference); "
                                       "run lend again to finish")
-        # Requeued, not lost; the train_normal job runs on.
-        assert int(flex_slurm.wait_state(preemptible, "PENDING")["Restarts"]) >= 1
+        # Requeued, not lost, and its lend mark cleared; the train_normal job runs on.
+        requeued = flex_slurm.wait_state(preemptible, "PENDING")
+        assert int(requeued["Restarts"]) >= 1 and requeued.get("AdminComment", "") == ""
         assert flex_slurm.job(normal)["JobState"] == "RUNNING"
         assert kubectl.labelled == {FLEX[0]}
         assert said == [f"{FLEX[0]}: requeued job {preemptible} (train_preemptible), which inference preempts",
@@ -116,7 +117,11 @@ class TestOnRealSlurm:
         assert kubectl.labelled == set(FLEX)
 
     def test_should_wait_for_a_job_slurm_cannot_requeue(self, flex_slurm: Cluster) -> None:
-        job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "--no-requeue", "-w", FLEX[0], *GPU8)
+        # Its owner chose a working directory that reads as the fields of a job Slurm could requeue.
+        disguise = flex_slurm.overlay.root / "run Requeue=1 BatchFlag=1"
+        disguise.mkdir(exist_ok=True)
+        job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "--no-requeue", f"--chdir={disguise}",
+                                "-w", FLEX[0], *GPU8)
         flex_slurm.wait_state(job, "RUNNING")
         kubectl, said = FakeKubectl(), []
         (outcome,) = flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=3, poll_s=0.5)
