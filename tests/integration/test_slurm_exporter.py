@@ -213,7 +213,8 @@ class TestOnRealSlurm:
             wait_for("the waiter's start in the histogram", waiter_counted, timeout_s=15)
         out = scrape(exporter_url)
         record = f"the exporter's histogram:\n{out}\nSlurm's record of every start:\n{starts_in_slurm(slurm)}"
-        # Two starts, each counted once: the blocker's, at once, and the waiter's, after the 4 s its node was taken.
+        # Two starts, each counted once: the blocker's, seconds after its submission, and the waiter's, after the 4 s
+        # its node was taken.
         assert sample(out, f"slurm_job_queue_wait_seconds_count{{{labels}}}") == 2, record
         assert 4 <= sample(out, f"slurm_job_queue_wait_seconds_sum{{{labels}}}") <= 30, record
         assert sample(out, f'slurm_job_queue_wait_seconds_bucket{{{labels},le="60"}}') == 2, record
