@@ -1,28 +1,34 @@
 """Benchmark the offline plan against two floors of the Pulumi SDK, in CPU time, in the same run.
 
 Per size (GPUs; 128 is the prod site, Pulumi.prod.yaml; a larger size is that many GPUs / 128 copies of the
-prod site's racks and nodes, so the mix of Slurm, flex and Kubernetes nodes stays prod's), three programs run
+prod site's racks and nodes, so the mix of Slurm, flex and Kubernetes nodes stays prod's), four programs run
 under the offline engine, each in a child process of its own:
 
 - plan: what `gpuctl plan` does minus printing and policies (parse_site, then run_program of __main__.py);
 - replay floor: a bare program that re-registers the plan's own recorded graph (every resource with its type,
   name, parent, dependencies, provider and inputs, components with their outputs) as plain values: what the SDK
   costs for exactly this graph, so plan/replay is what the project's own code adds;
+- typed floor: the same replay, each custom resource registered through the SDK class the plan registers it by
+  (pulumi_kubernetes' ConfigMap, Release, ..., pulumi_command's Command) with its recorded inputs as that class's
+  arguments, still as plain values: what the SDK's typed classes cost on top of the replay floor (their type hints,
+  typed serialization and constructors), so plan/typed is the project's own code and its Outputs alone;
 - bare floor: as many empty ComponentResources, nested as deep as GpuCluster > Facility > Rack > GpuNode.
 
 A first child per size runs the plan once to record its graph (for the replay), the modules it imported (every
 later child imports them before its clock, so no one pays the ~110 Pulumi submodules loaded lazily during the
 run) and, with --policy, the policy pack's wall time on that graph (over its real gRPC entry point). Then
---samples rounds run plan, replay and bare one after the other (paired, so a noisy machine slows all three
-alike). Each child times its run in CPU time (process_time: every thread of the SDK's pool) and wall time; peak
-RSS comes from os.wait4. min and median are printed.
+--samples rounds run plan, replay, typed and bare one after the other (paired, so a noisy machine slows all three
+alike). Each child times its run in CPU time (process_time: every thread of the SDK's pool) and wall time, and reads
+its peak RSS as the run ends (getrusage), before it digests the graph it registered: the plan's, the replay's and
+the typed floor's digests must all be the recorded plan's. min and median are printed.
 
 Run from the repo root: `make bench` or `.venv/bin/python benchmarks/plan_bench.py [--sizes 128,1024]`.
-Targets, printed and not asserted: plan at most 1.5x the replay floor at each size; the largest size's plan
+Targets, printed and not asserted (issue 22): plan at most 1.5x the replay floor at each size; the largest size's plan
 plus policy pack under 20 s; prod plan under 5 s.
 """
 
 import argparse
+import hashlib
 import importlib
 import json
 import os
@@ -87,6 +93,8 @@ for r in RESOURCES:  # parents, dependencies and providers first
         provider=made.get(r["provider"]), protect=r["protect"], ignore_changes=r["ignore_changes"])
     if r["type"].startswith("pulumi:providers:"):
         made[r["urn"]] = pulumi.ProviderResource(r["type"].split(":")[2], r["name"], r["inputs"], opts)
+    elif r.get("class"):  # the typed floor: the SDK's class, the inputs as its arguments
+        made[r["urn"]] = r["class"](r["name"], opts=opts, **r["arguments"])
     elif r["custom"]:
         made[r["urn"]] = pulumi.CustomResource(r["type"], r["name"], r["inputs"], opts)
     else:
@@ -167,6 +175,43 @@ def replayable(graph: "ResourceGraph") -> dict[str, Any]:
     return {"resources": ordered, "stack_outputs": plain(graph.stack_outputs)}
 
 
+def through_classes(resources: list[dict[str, Any]]) -> int:
+    """Give each custom resource the SDK class the plan registers its type by, and its recorded inputs (wire names)
+    as that class's arguments (Python names, from the SDK's own name table); a kind with no class of its own (a
+    custom resource of a CRD: Kueue's queues, the Prometheus operator's rules) gets apiextensions.CustomResource, as
+    in the plan. A resource with an input no argument takes stays a plain CustomResource. Returns how many got a
+    class. The SDK's name tables filled here are emptied again, so the floor's clock finds them as the plan's does."""
+    from pulumi import _types
+    from pulumi.runtime import rpc
+    from pulumi_kubernetes.apiextensions import CustomResource as KubernetesCustomResource
+
+    classes = {}
+    for modules in rpc._RESOURCE_MODULES.values():
+        for module in modules:
+            info = module.mod_info  # type: ignore[attr-defined]  # the providers' Module (their _utilities.py)
+            for type_, name in info["classes"].items():
+                classes[type_] = getattr(importlib.import_module(info["fqn"]), name)
+    typed = 0
+    for r in resources:
+        if not r["custom"] or r["type"].startswith("pulumi:providers:"):
+            continue
+        inputs = dict(r["inputs"])
+        cls = classes.get(r["type"])
+        if cls is None and r["type"].startswith("kubernetes:") and {"apiVersion", "kind"} <= inputs.keys():
+            cls, names = KubernetesCustomResource, {"apiVersion": "api_version", "kind": "kind",
+                                                    "metadata": "metadata", "spec": "spec"}
+        elif cls is not None:
+            names = _types.resource_pulumi_to_py_names(cls)
+            for fixed in ("apiVersion", "kind", "compat"):  # pulumi_kubernetes' classes set these themselves
+                inputs.pop(fixed, None)
+        if cls is None or not inputs.keys() <= names.keys():
+            continue
+        r["class"], r["arguments"] = cls, {names[k]: v for k, v in inputs.items()}
+        typed += 1
+    _types._py_properties.cache_clear()
+    return typed
+
+
 def measure(kind: str, gpus: int, work: Path) -> dict[str, Any]:
     """In the child: one run of `kind` at `gpus`, its imports before the clock."""
     import components.cluster  # noqa: F401 (what __main__.py imports)
@@ -180,9 +225,11 @@ def measure(kind: str, gpus: int, work: Path) -> dict[str, Any]:
         getattr(sys.modules.get(name) or importlib.import_module(name), "loaded_before_the_clock", None)
     prod = load_stack_config(REPO, "prod")
     config = prod if gpus == PROD_GPUS else generated_site(prod, gpus)
-    project, figures = REPO, {}
-    if kind == "replay":
+    project, figures = REPO, dict[str, Any]()
+    if kind in ("replay", "typed"):
         recorded = json.loads((work / "graph.json").read_text())
+        if kind == "typed":
+            figures["typed"] = through_classes(recorded["resources"])
         replay = types.ModuleType(REPLAY_MODULE)
         replay.RESOURCES, replay.STACK_OUTPUTS = recorded["resources"], recorded["stack_outputs"]  # type: ignore[attr-defined]
         sys.modules[REPLAY_MODULE] = replay
@@ -197,6 +244,10 @@ def measure(kind: str, gpus: int, work: Path) -> dict[str, Any]:
         parse_site(*config.project_values())
     graph = run_program(project, "prod", config)  # the stack the generated sites derive from
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    figures["mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if kind != "bare":  # what the floors register must be the plan's graph, every input and dependency alike
+        resources = sorted(replayable(graph)["resources"], key=lambda r: r["urn"])  # registration order varies
+        figures["graph"] = hashlib.sha256(json.dumps(resources, sort_keys=True).encode()).hexdigest()
     if kind == "record":
         (work / "graph.json").write_text(json.dumps(replayable(graph)))
         modules.write_text(json.dumps(sorted(n for n in sys.modules if n.startswith(("pulumi", "components")))))
@@ -212,20 +263,21 @@ def measure(kind: str, gpus: int, work: Path) -> dict[str, Any]:
             figures["policy_s"], figures["policy_cpu_s"] = time.perf_counter() - started, cpu_s() - started_cpu
             figures["policy_failed"] = sorted(r.name for r in results if not r.passed)
     return {"resources": len(graph.resources) - 1, "gpus": int(graph.stack_outputs.get("gpu_count", 0)),
+            "custom": sum(r.custom and not r.type.startswith("pulumi:providers:") for r in graph.resources.values()),
             "cpu_s": cpu, "wall_s": wall, **figures}
 
 
 def run_child(kind: str, gpus: int, work: Path, policy: bool = False) -> dict[str, Any]:
-    """One run in a fresh interpreter; its peak RSS comes from wait4, its figures from its JSON line."""
+    """One run in a fresh interpreter; its figures come from its JSON line."""
     env = {**os.environ, "PLAN_BENCH_POLICY": "1" if policy else "0"}
     child = subprocess.Popen([sys.executable, __file__, "--one", kind, str(gpus), str(work)],
                              stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
     assert child.stdout is not None
     line = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{kind} at {gpus} GPUs failed with exit code {os.waitstatus_to_exitcode(status)}")
-    return {**json.loads(line), "mib": usage.ru_maxrss / 1024}
+    if child.wait() != 0:
+        raise SystemExit(f"{kind} at {gpus} GPUs failed with exit code {child.returncode}")
+    result: dict[str, Any] = json.loads(line)
+    return result
 
 
 def spread(values: list[float], unit: str = "s") -> str:
@@ -241,13 +293,14 @@ def bench_size(gpus: int, samples: int, policy: bool) -> dict[str, Any]:
             (work / kind / "__main__.py").write_text(program)
         print(f"{gpus:,} GPUs: recording the plan's graph and imports...", file=sys.stderr, flush=True)
         record = run_child("record", gpus, work, policy)
-        runs: dict[str, list[dict[str, Any]]] = {"plan": [], "replay": [], "bare": []}
+        runs: dict[str, list[dict[str, Any]]] = {"plan": [], "replay": [], "typed": [], "bare": []}
         for sample in range(samples):
             print(f"{gpus:,} GPUs: sample {sample + 1} of {samples}...", file=sys.stderr, flush=True)
             for kind, found in runs.items():
                 found.append(run_child(kind, gpus, work))
-        counts = {kind: {r["resources"] for r in found} for kind, found in runs.items()}
-        assert counts["plan"] == counts["replay"] == {record["resources"]}, counts
+        registered = {kind: {r["graph"] for r in found} for kind, found in runs.items() if kind != "bare"}
+        if any(graphs != {record["graph"]} for graphs in registered.values()):
+            raise SystemExit(f"{gpus:,} GPUs: a floor registered another graph than the plan's: {registered}")
         return {"gpus": gpus, "record": record, **runs}
 
 
@@ -255,7 +308,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
                         help=f"GPUs per site, comma-separated; {PROD_GPUS} is the prod site (default: %(default)s)")
-    parser.add_argument("--samples", type=int, default=SAMPLES, help="rounds of plan, replay and bare per size")
+    parser.add_argument("--samples", type=int, default=SAMPLES, help="rounds of plan, replay, typed and bare per size")
     parser.add_argument("--no-policy", action="store_true", help="skip timing the policy pack at the largest size")
     args = parser.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",")})
@@ -264,21 +317,27 @@ def main() -> None:
     rows = [bench_size(gpus, args.samples, policy=not args.no_policy and gpus == sizes[-1]) for gpus in sizes]
 
     print("CPU seconds, min/median of the samples; ratios of medians (and of minimums); peak RSS median")
-    header = ("GPUs", "resources", "plan", "replay floor", "bare floor", "plan/replay", "plan/bare", "plan MiB",
-              "replay MiB", "bare MiB")
-    table = [header]
+    header = ("GPUs", "resources", "plan", "replay floor", "typed floor", "bare floor", "plan/replay", "typed/replay",
+              "plan/typed", "plan/bare", "plan MiB", "replay MiB", "bare MiB")
+    table: list[tuple[str, ...]] = [header]
     for row in rows:
-        cpu = {kind: [r["cpu_s"] for r in row[kind]] for kind in ("plan", "replay", "bare")}
+        cpu = {kind: [r["cpu_s"] for r in row[kind]] for kind in ("plan", "replay", "typed", "bare")}
         mib = {kind: statistics.median(r["mib"] for r in row[kind]) for kind in ("plan", "replay", "bare")}
-        row["ratio"] = statistics.median(cpu["plan"]) / statistics.median(cpu["replay"])
+        median = {kind: statistics.median(seconds) for kind, seconds in cpu.items()}
+        row["ratio"] = median["plan"] / median["replay"]
         table.append((
             f"{row['gpus']:,}", f"{row['record']['resources']:,}", spread(cpu["plan"]), spread(cpu["replay"]),
-            spread(cpu["bare"]), f"{row['ratio']:.2f}x ({min(cpu['plan']) / min(cpu['replay']):.2f}x)",
-            f"{statistics.median(cpu['plan']) / statistics.median(cpu['bare']):.2f}x",
+            spread(cpu["typed"]), spread(cpu["bare"]),
+            f"{row['ratio']:.2f}x ({min(cpu['plan']) / min(cpu['replay']):.2f}x)",
+            *(f"{median[over] / median[under]:.2f}x" for over, under in (("typed", "replay"), ("plan", "typed"),
+                                                                         ("plan", "bare"))),
             f"{mib['plan']:.0f}", f"{mib['replay']:.0f}", f"{mib['bare']:.0f}"))
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
         print("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
+    for row in rows:
+        typed, custom = row["typed"][0]["typed"], row["record"]["custom"]
+        print(f"typed floor at {row['gpus']:,} GPUs: {typed:,} of {custom:,} custom resources through their SDK class")
 
     print("\ntargets (not asserted):")
     for row in rows:
