@@ -1,4 +1,4 @@
-"""Benchmark the offline plan against two floors of the Pulumi SDK, in CPU time, in the same run.
+"""Benchmark the offline plan against three floors of the Pulumi SDK, in CPU time, in the same run.
 
 Per size (GPUs; 128 is the prod site, Pulumi.prod.yaml; a larger size is that many GPUs / 128 copies of the
 prod site's racks and nodes, so the mix of Slurm, flex and Kubernetes nodes stays prod's), four programs run
@@ -17,7 +17,7 @@ under the offline engine, each in a child process of its own:
 A first child per size runs the plan once to record its graph (for the replay), the modules it imported (every
 later child imports them before its clock, so no one pays the ~110 Pulumi submodules loaded lazily during the
 run) and, with --policy, the policy pack's wall time on that graph (over its real gRPC entry point). Then
---samples rounds run plan, replay, typed and bare one after the other (paired, so a noisy machine slows all three
+--samples rounds run plan, replay, typed and bare one after the other (paired, so a noisy machine slows all four
 alike). Each child times its run in CPU time (process_time: every thread of the SDK's pool) and wall time, and reads
 its peak RSS as the run ends (getrusage), before it digests the graph it registered: the plan's, the replay's and
 the typed floor's digests must all be the recorded plan's. min and median are printed.
