@@ -246,10 +246,11 @@ def measure(kind: str, gpus: int, work: Path) -> dict[str, Any]:
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     figures["mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if kind != "bare":  # what the floors register must be the plan's graph, every input and dependency alike
-        resources = sorted(replayable(graph)["resources"], key=lambda r: r["urn"])  # registration order varies
+        registered = replayable(graph)
+        resources = sorted(registered["resources"], key=lambda r: r["urn"])  # registration order varies
         figures["graph"] = hashlib.sha256(json.dumps(resources, sort_keys=True).encode()).hexdigest()
     if kind == "record":
-        (work / "graph.json").write_text(json.dumps(replayable(graph)))
+        (work / "graph.json").write_text(json.dumps(registered))
         modules.write_text(json.dumps(sorted(n for n in sys.modules if n.startswith(("pulumi", "components")))))
         if os.environ.get("PLAN_BENCH_POLICY") == "1":
             from runbooks.offline.policy_pack import check_policies
