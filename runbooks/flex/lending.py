@@ -17,10 +17,12 @@ SIGKILL to whatever still runs, and `scontrol requeue` once Slurm has it complet
 running, suspended or finished Slurm batch job"). Requeueing a running job instead makes slurmd wait MAX(KillWait, 5) s
 between its SIGTERM and SIGKILL (components/scheduling/preemption.py KILL_WAIT_S): a trainer that ignores SIGTERM
 held the node 5.4 s that way, this way 2.7-3.4 s. Before the first signal each job is marked in its AdminComment with
-its restart count (the mark is cleared once Slurm has requeued it); a lend run again requeues a marked job that
-ended unrequeued (its restart count unchanged), so a crash between the stop and the requeue loses no job while
-Slurm still keeps the ended one (MinJobAge, 300 s by default). A requeue Slurm refuses leaves that node's outcome
-not done, lent or not, so the lend is run again in time.
+its restart count, ahead of the comment an administrator had put there (restored once Slurm has requeued the job); a
+lend run again requeues a marked job that ended unrequeued (its restart count unchanged), so a crash between the stop
+and the requeue loses no job while Slurm still keeps the ended one (MinJobAge, 300 s by default). Both the mark and
+whether a job can be requeued are read from `squeue --json`, whose fields are typed: `scontrol show job` prints names
+and paths the job's owner chose, which may read as `AdminComment=...` or `Requeue=1`. A requeue Slurm refuses leaves
+that node's outcome not done, lent or not, so the lend is run again in time.
 
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
@@ -28,12 +30,13 @@ then does Slurm resume it. Both directions read the live state first, so running
 timeout or a crash left half done.
 """
 
+import json
 import math
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from components.scheduling.lending_decision import FlexNode, Job, Owner
 from components.scheduling.preemption import inference_preempts
@@ -54,7 +57,9 @@ loses the work since the last periodic checkpoint whatever the wait (no sharded 
 KILL_WAIT_S says more), and short enough that the node is lent within 5 s of the decision (issue 22)."""
 REQUEUE_MARK = "gpuctl-flex-requeue-at-restart-"
 """AdminComment of a job the lend stops and then requeues, followed by its restart count (only a Slurm administrator
-sets AdminComment; no spaces, as `scontrol show job` separates its fields by them)."""
+sets AdminComment, so a job's owner cannot forge it)."""
+MARK_KEEPS = "; over: "
+"""Between a lend's mark and the AdminComment the job had before, which the lend restores after the requeue."""
 STOPPED = "CG,CD,F,CA,TO,NF,OOM,PR,BF,DL"
 """squeue states of jobs completing or ended (Slurm keeps an ended one MinJobAge seconds)."""
 POLL_S = 0.5
@@ -109,6 +114,23 @@ def elapsed_s(used: str) -> float:
         return float(int(days or 0) * 86400 + sum(v * 60 ** i for i, v in enumerate(reversed(parts))))
     except ValueError:
         return math.inf
+
+
+def kept_comment(comment: str) -> str:
+    """The AdminComment a job had before a lend marked it (its own, when it carries no mark)."""
+    return comment.partition(MARK_KEEPS)[2] if comment.startswith(REQUEUE_MARK) else comment
+
+
+def lend_mark(record: dict[str, Any]) -> str:
+    """The AdminComment a lend gives a job it will stop: the mark with the job's restart count, then what it had."""
+    kept = kept_comment(record["admin_comment"])
+    return f"{REQUEUE_MARK}{record['restart_cnt']}{MARK_KEEPS + kept if kept else ''}"
+
+
+def stopped_by_lend(record: dict[str, Any]) -> bool:
+    """Whether a lend stopped the job and Slurm has not requeued it since: marked at its current restart count."""
+    mark: str = record["admin_comment"].partition(MARK_KEEPS)[0]
+    return mark == f"{REQUEUE_MARK}{record['restart_cnt']}"
 
 
 def _with_unrequeued(outcome: NodeOutcome, unrequeued: Sequence[tuple[str, str]]) -> NodeOutcome:
@@ -174,37 +196,39 @@ class Flex:
             targets.append(node)
         unrequeued = self.requeue_stopped(targets)
         preemptible, kept, stopping = inference_preempts(self.site), {}, {}
-        for node in targets:
-            for job, qos in self.jobs(node, LIVE):  # a completing job is only waited for
+        live = {node: self.jobs(node, LIVE) for node in targets}  # a completing job is only waited for
+        records = self.job_records() if any(qos in preemptible for jobs in live.values() for _, qos in jobs) else {}
+        for node, jobs in live.items():
+            for job, qos in jobs:
                 if qos not in preemptible:
                     kept[job] = "not preempted by inference"
                     continue
-                if not self._requeueable(job):
+                record = records.get(job)
+                if record is None:
+                    continue  # ended and gone from Slurm since squeue listed it
+                if not (record["requeue"] and record["batch_flag"]):
                     # Interactive jobs and --no-requeue ones cannot be requeued; cancelling is the owner's call.
                     kept[job] = "could not be requeued"
                     self.progress(f"{node}: job {job} ({qos}) stays: Slurm cannot requeue it (an interactive or "
                                   "--no-requeue job)")
                     continue
-                self.slurm(["scontrol", "update", f"JobId={job}",
-                            f"AdminComment={REQUEUE_MARK}{self.job_fields(job).get('Restarts', '0')}"])
+                self.slurm(["scontrol", "update", f"JobId={job}", f"AdminComment={lend_mark(record)}"])
                 self._signal(job, "TERM", [node])
-                stopping[job] = (node, qos)
+                stopping[job] = (node, qos, kept_comment(record["admin_comment"]))
         unrequeued += self._stop_and_requeue(stopping, poll_s)
         outcomes = self._wait_idle(targets, wait_s, poll_s, kept, self._label)
         return refused + [_with_unrequeued(outcome, unrequeued) for outcome in outcomes]
 
-    def job_fields(self, job: str) -> dict[str, str]:
-        """`scontrol show job`'s fields by name. Text the job's owner writes (its name, working directory and output
-        paths) may hold `Key=value` as well, so whether a job may be stopped is read elsewhere (_requeueable)."""
-        out = self.slurm(["scontrol", "--oneliner", "show", "job", job])
-        return dict(pair.partition("=")[::2] for pair in out.split() if "=" in pair)
-
-    def _requeueable(self, job: str) -> bool:
-        """Whether Slurm can requeue the job (a batch job, not --no-requeue), from squeue's two numeric columns: in
-        `scontrol show job` a path its owner chose could read " Requeue=1" and have the lend stop a job Slurm then
-        refuses to requeue."""
-        out = self.slurm(["squeue", "--noheader", f"--jobs={job}", "--Format=Requeue,BatchFlag"])
-        return out.split() == ["1", "1"]
+    def job_records(self) -> dict[str, dict[str, Any]]:
+        """Slurm's record of each job it keeps (ended ones too, for MinJobAge), by id, from `squeue --json`: typed
+        fields (`admin_comment`, `restart_cnt`, `requeue`, `batch_flag`; Slurm 22.05's openapi v0.0.38), where
+        `scontrol show job` prints them amid text the job's owner writes. Slurm 22.05's squeue ignores its filters
+        with --json, so one call serves a whole lend."""
+        out = self.slurm(["squeue", "--json"])
+        try:
+            return {str(job["job_id"]): job for job in json.loads(out)["jobs"]}
+        except (ValueError, KeyError, TypeError) as error:
+            raise CommandError(f"squeue --json gave no job list ({error}): Slurm 21.08 or later is needed") from None
 
     def _live(self, jobs: Sequence[str], nodes: Sequence[str]) -> set[str]:
         """Those of `jobs` whose processes may still run on `nodes` (not yet completing, nor ended)."""
@@ -230,12 +254,12 @@ class Flex:
             if job in self._live([job], nodes):
                 raise  # not the race with the job's own end
 
-    def _stop_and_requeue(self, stopping: dict[str, tuple[str, str]], poll_s: float) -> list[tuple[str, str]]:
+    def _stop_and_requeue(self, stopping: dict[str, tuple[str, str, str]], poll_s: float) -> list[tuple[str, str]]:
         """SIGKILL to the jobs that outlive STOP_GRACE_S after their SIGTERM, then requeue each once its processes
         are gone: a live job's requeue would wait MAX(KillWait, 5) s in slurmd before its SIGKILL. A completing or
         ended job is requeued as it is (scontrol(1) requeues "a running, suspended or finished" batch job). Returns
         the (node, job) of each stopped job Slurm did not requeue."""
-        nodes = sorted({node for node, _ in stopping.values()})
+        nodes = sorted({node for node, _, _ in stopping.values()})
         live = self._live_after(list(stopping), nodes, STOP_GRACE_S, poll_s)
         for job in sorted(live):
             # --batch with --full: the batch step and its children (srun steps among them) at once; without
@@ -243,16 +267,17 @@ class Flex:
             self._signal(job, "KILL", nodes, "--batch")
         live = self._live_after(sorted(live), nodes, COMMAND_TIMEOUT_S, poll_s)
         unrequeued = []
-        for job, (node, qos) in stopping.items():
+        for job, (node, qos, comment) in stopping.items():
             if job in live:
                 self.progress(f"{node}: job {job} ({qos}) still runs {COMMAND_TIMEOUT_S} s after its SIGKILL; run "
                               "lend again to requeue it")
                 continue  # the node stays draining while it runs
-            if not self._requeue(node, job, f"({qos}), which inference preempts"):
+            if not self._requeue(node, job, comment, f"({qos}), which inference preempts"):
                 unrequeued.append((node, job))
         return unrequeued
 
-    def _requeue(self, node: str, job: str, why: str) -> bool:
+    def _requeue(self, node: str, job: str, comment: str, why: str) -> bool:
+        """Requeues a job a lend stopped, then gives it back `comment`, the AdminComment it had before the mark."""
         try:
             self.slurm(["scontrol", "requeue", job])
         except CommandError as error:
@@ -262,7 +287,7 @@ class Flex:
         self.progress(f"{node}: requeued job {job} {why}")
         try:
             # Done with: no later lend may take the mark for a stop it still has to finish.
-            self.slurm(["scontrol", "update", f"JobId={job}", "AdminComment="])
+            self.slurm(["scontrol", "update", f"JobId={job}", f"AdminComment={comment}"])
         except CommandError as error:
             self.progress(f"{node}: job {job}'s lend mark stays ({error}); its restart count keeps it from use")
         return True
@@ -270,13 +295,15 @@ class Flex:
     def requeue_stopped(self, nodes: Sequence[str]) -> list[tuple[str, str]]:
         """Requeues the jobs an earlier lend stopped but did not requeue (it crashed or timed out in between, or
         Slurm refused); returns the (node, job) of each Slurm did not requeue this time either."""
-        unrequeued = []
+        unrequeued, records = [], None
         for node in nodes:
             out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={STOPPED}", "--format=%i"])
             for job in out.split():
-                fields = self.job_fields(job)
-                if (fields.get("AdminComment") == f"{REQUEUE_MARK}{fields.get('Restarts', '0')}"
-                        and not self._requeue(node, job, "(stopped by an earlier lend)")):
+                records = self.job_records() if records is None else records
+                record = records.get(job)
+                if (record is not None and stopped_by_lend(record)
+                        and not self._requeue(node, job, kept_comment(record["admin_comment"]),
+                                              "(stopped by an earlier lend)")):
                     unrequeued.append((node, job))
         return unrequeued
 

@@ -4,6 +4,7 @@ Slurm is real (tests/harness/slurm_cluster.py) and is reached the way an operato
 SLURM_CONF in the environment. kubectl is faked at its command line: each call is recorded and answered.
 """
 
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -81,6 +82,17 @@ def flex(cluster: Cluster, kubectl: FakeKubectl, said: list[str]) -> Flex:
     return Flex(cluster.site, run_command, kubectl, said.append)
 
 
+def admin_comment(cluster: Cluster, job: str) -> str:
+    """The job's AdminComment as Slurm keeps it (`scontrol show job` would run it into the fields after it)."""
+    (record,) = [j for j in json.loads(cluster.run("squeue", "--json").stdout)["jobs"] if str(j["job_id"]) == job]
+    comment: str = record["admin_comment"]
+    return comment
+
+
+ADMINS_NOTE = "speech: ticket 4411, keep on a800"
+"""An administrator's AdminComment, with the spaces and `:` a note has: a lend keeps it for after the requeue."""
+
+
 def node(cluster: Cluster, name: str) -> dict[str, Any]:
     out = cluster.run("scontrol", "--oneliner", "show", "node", name).stdout
     return {"State": out.split("State=", 1)[1].split()[0], "Reason": out.split("Reason=", 1)[1] if "Reason=" in out
@@ -96,14 +108,15 @@ class TestOnRealSlurm:
         normal = flex_slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", FLEX[1], *GPU8)
         for job in (preemptible, normal):
             flex_slurm.wait_state(job, "RUNNING")
+        flex_slurm.run("scontrol", "update", f"JobId={preemptible}", f"AdminComment={ADMINS_NOTE}")
         kubectl, said = FakeKubectl(), []
         outcomes = flex(flex_slurm, kubectl, said).lend([], wait_s=8, poll_s=0.5)
         assert [(o.node, o.done) for o in outcomes] == [(FLEX[0], True), (FLEX[1], False)]
         assert outcomes[1].detail == (f"draining: still runs {normal} (train_normal, not preempted by inference); "
                                       "run lend again to finish")
-        # Requeued, not lost, and its lend mark cleared; the train_normal job runs on.
+        # Requeued, not lost, and its lend mark gone, the administrator's note back; the train_normal job runs on.
         requeued = flex_slurm.wait_state(preemptible, "PENDING")
-        assert int(requeued["Restarts"]) >= 1 and requeued.get("AdminComment", "") == ""
+        assert int(requeued["Restarts"]) >= 1 and admin_comment(flex_slurm, preemptible) == ADMINS_NOTE
         assert flex_slurm.job(normal)["JobState"] == "RUNNING"
         assert kubectl.labelled == {FLEX[0]}
         assert said == [f"{FLEX[0]}: requeued job {preemptible} (train_preemptible), which inference preempts",
@@ -151,6 +164,7 @@ class TestOnRealSlurm:
     def test_should_requeue_a_job_an_interrupted_lend_stopped_and_no_other(self, flex_slurm: Cluster) -> None:
         job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)
         flex_slurm.wait_state(job, "RUNNING")
+        flex_slurm.run("scontrol", "update", f"JobId={job}", f"AdminComment={ADMINS_NOTE}")
 
         def crashing_at_requeue(args: Sequence[str], timeout_s: float = 30) -> str:
             if args[:2] == ["scontrol", "requeue"]:
@@ -160,17 +174,36 @@ class TestOnRealSlurm:
         with pytest.raises(KeyboardInterrupt):
             Flex(flex_slurm.site, crashing_at_requeue, FakeKubectl(), [].append).lend([FLEX[0]], wait_s=5)
         assert flex_slurm.job(job)["JobState"] in ("COMPLETED", "COMPLETING", "CANCELLED", "FAILED")
+        assert admin_comment(flex_slurm, job) == f"gpuctl-flex-requeue-at-restart-0; over: {ADMINS_NOTE}"
         kubectl, said = FakeKubectl(), []
         (outcome,) = flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=5)
         assert said[0] == f"{FLEX[0]}: requeued job {job} (stopped by an earlier lend)"
         assert (outcome.done, kubectl.labelled) == (True, {FLEX[0]})
         assert int(flex_slurm.wait_state(job, "PENDING")["Restarts"]) == 1
+        assert admin_comment(flex_slurm, job) == ADMINS_NOTE
         # Once requeued, the mark is stale: the same job ending again is not requeued by a later lend.
         flex_slurm.run("scancel", job)
         flex_slurm.wait_state(job, "CANCELLED")
         said.clear()
         flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=5)
         assert flex_slurm.job(job)["JobState"] == "CANCELLED" and said == [f"{FLEX[0]}: lent to kubernetes inference"]
+
+    def test_should_not_requeue_an_ended_job_whose_owner_wrote_a_lend_mark_into_its_paths(
+            self, flex_slurm: Cluster) -> None:
+        # `scontrol show job` prints StdErr after AdminComment (unset here): this path reads as a lend's mark there.
+        forged = flex_slurm.overlay.root / "x AdminComment=gpuctl-flex-requeue-at-restart-0"
+        forged.mkdir(exist_ok=True)
+        job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", f"--error={forged / 'err'}", "-w",
+                                FLEX[0], *GPU8)
+        flex_slurm.wait_state(job, "RUNNING")
+        assert "AdminComment=gpuctl-flex-requeue-at-restart-0" in flex_slurm.run(
+            "scontrol", "--oneliner", "show", "job", job).stdout
+        flex_slurm.run("scancel", job)  # its owner ends it, and would have it run again at the next lend
+        flex_slurm.wait_state(job, "CANCELLED")
+        kubectl, said = FakeKubectl(), []
+        (outcome,) = flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=5)
+        assert (outcome.done, said) == (True, [f"{FLEX[0]}: lent to kubernetes inference"])
+        assert flex_slurm.job(job)["JobState"] == "CANCELLED"
 
     def test_should_hold_a_lend_whose_requeue_slurm_refused_until_a_lend_again_requeues(
             self, flex_slurm: Cluster) -> None:

@@ -1,10 +1,11 @@
-"""What `Flex.pool` hands the lending decision, from squeue's and scontrol's output as Slurm prints it."""
+"""What `Flex.pool` hands the lending decision, from squeue's and scontrol's output as Slurm prints it, and the mark a
+lend keeps in a job's AdminComment."""
 
 from collections.abc import Sequence
 
 import pytest
 
-from runbooks.flex.lending import Flex, flex_nodes
+from runbooks.flex.lending import Flex, flex_nodes, kept_comment, lend_mark, stopped_by_lend
 from tests.builders import parse, prod_values
 from tests.harness.kubectl import FakeKubectl
 
@@ -30,3 +31,32 @@ def test_should_charge_a_requeue_at_most_the_sites_checkpoint_interval(used: str
     jobs = {n.name: n.jobs for n in pool}[node]
     assert [(j.id, j.qos, j.preemptible, j.since_checkpoint_s) for j in jobs] == [
         ("101", "train_preemptible", True, loses_s)]
+
+
+MARK = "gpuctl-flex-requeue-at-restart-"
+
+
+@pytest.mark.parametrize(("comment", "restarts", "mark", "kept"), [
+    pytest.param("", 0, f"{MARK}0", "", id="should mark a job with no comment by its restart count alone"),
+    pytest.param("ticket 4411; see ops", 2, f"{MARK}2; over: ticket 4411; see ops", "ticket 4411; see ops",
+                 id="should keep an administrator's comment after the mark"),
+    pytest.param(f"{MARK}0; over: ticket 4411", 1, f"{MARK}1; over: ticket 4411", "ticket 4411",
+                 id="should replace a stale mark and keep what it kept"),
+    pytest.param(f"{MARK}0", 1, f"{MARK}1", "", id="should replace a stale mark that kept nothing"),
+])
+def test_should_mark_a_job_over_the_comment_it_had(comment: str, restarts: int, mark: str, kept: str) -> None:
+    record = {"admin_comment": comment, "restart_cnt": restarts}
+    assert lend_mark(record) == mark
+    assert kept_comment(mark) == kept_comment(comment) == kept
+    assert stopped_by_lend({"admin_comment": mark, "restart_cnt": restarts})
+
+
+@pytest.mark.parametrize(("comment", "restarts"), [
+    pytest.param(f"{MARK}1", 10, id="should not take a mark for restart 1 as one for restart 10"),
+    pytest.param(f"{MARK}10", 1, id="should not take a mark for restart 10 as one for restart 1"),
+    pytest.param(f"{MARK}0; over: x", 1, id="should not take a mark Slurm has requeued since"),
+    pytest.param("ticket 4411", 0, id="should not take an administrator's comment for a mark"),
+    pytest.param(f"note {MARK}0", 0, id="should not take a mark that does not lead the comment"),
+])
+def test_should_know_a_job_a_lend_did_not_stop(comment: str, restarts: int) -> None:
+    assert not stopped_by_lend({"admin_comment": comment, "restart_cnt": restarts})
