@@ -228,7 +228,8 @@ class Flex:
         try:
             return {str(job["job_id"]): job for job in json.loads(out)["jobs"]}
         except (ValueError, KeyError, TypeError) as error:
-            raise CommandError(f"squeue --json gave no job list ({error}): Slurm 21.08 or later is needed") from None
+            raise CommandError(f"squeue --json gave no job list ({error}): the lend reads the fields of Slurm 22.05 "
+                               "(openapi v0.0.38)") from None
 
     def _live(self, jobs: Sequence[str], nodes: Sequence[str]) -> set[str]:
         """Those of `jobs` whose processes may still run on `nodes` (not yet completing, nor ended)."""

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from runbooks.flex.lending import Flex, flex_nodes, kept_comment, lend_mark, stopped_by_lend
+from runbooks.flex.lending import CommandError, Flex, flex_nodes, kept_comment, lend_mark, stopped_by_lend
 from tests.builders import parse, prod_values
 from tests.harness.kubectl import FakeKubectl
 
@@ -60,3 +60,11 @@ def test_should_mark_a_job_over_the_comment_it_had(comment: str, restarts: int, 
 ])
 def test_should_know_a_job_a_lend_did_not_stop(comment: str, restarts: int) -> None:
     assert not stopped_by_lend({"admin_comment": comment, "restart_cnt": restarts})
+
+
+@pytest.mark.parametrize("out", ["squeue: unrecognized option '--json'", '{"errors": []}', '{"jobs": [{"name": "x"}]}'])
+def test_should_refuse_a_squeue_that_gives_no_job_records(out: str) -> None:
+    flex = Flex(parse(prod_values()), lambda args, timeout_s=30: out, FakeKubectl(), progress=lambda line: None)
+    with pytest.raises(CommandError, match=r"^squeue --json gave no job list \(.+\): the lend reads the fields of "
+                                           r"Slurm 22\.05 \(openapi v0\.0\.38\)$"):
+        flex.job_records()
