@@ -24,24 +24,27 @@ whether a job can be requeued are read from `squeue --json`, whose fields are ty
 and paths the job's owner chose, which may read as `AdminComment=...` or `Requeue=1`. A requeue Slurm refuses leaves
 that node's outcome not done, lent or not, so the lend is run again in time.
 
+Every field read from Slurm is untrusted (any user names jobs, and Slurm prints the bytes as given):
+runbooks/flex/slurm_read.py decodes and checks each, and a job whose fields fail is left alone like protected work.
+
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
 then does Slurm resume it. Both directions read the live state first, so running them again finishes what a
 timeout or a crash left half done.
 """
 
-import json
-import math
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from components.scheduling.lending_decision import FlexNode, Job, Owner
 from components.scheduling.preemption import inference_preempts
 from components.spec.site import Pool, Site
 from components.spec.wellknown import FLEX_LENT_LABEL as LENT_LABEL
+from runbooks.flex import slurm_read
+from runbooks.flex.slurm_read import JOB_LINE_FORMAT, UNREADABLE_STATE, JobRecord, Unreadable
 
 LEND_REASON = "gpuctl flex: lent to kubernetes inference"
 COMMAND_TIMEOUT_S = 30
@@ -49,8 +52,9 @@ RUNNING = "R,CF,CG,S,ST,SI,SO,RS"
 """squeue states of jobs that hold a node's GPUs (all but pending and ended)."""
 LIVE = "R,CF,S,ST,SI,SO,RS"
 """RUNNING but completing (CG): the jobs whose processes may still run."""
-UNHEALTHY = ("DOWN", "FAIL", "MAINT", "REBOOT", "POWER")
-"""Prefixes of Slurm node state flags that make a node unfit to lend or to resume (NOT_RESPONDING is transient)."""
+UNHEALTHY = ("DOWN", "FAIL", "MAINT", "REBOOT", "POWER", UNREADABLE_STATE)
+"""Prefixes of Slurm node state flags that make a node unfit to lend or to resume (NOT_RESPONDING is transient); a
+State that does not read as Slurm's is unfit too."""
 STOP_GRACE_S = 2.0
 """s a lend gives a job between its SIGTERM and its SIGKILL: enough to flush logs and close files, as a requeue
 loses the work since the last periodic checkpoint whatever the wait (no sharded checkpoint is written in seconds,
@@ -89,31 +93,24 @@ class NodeOutcome:
 
 
 def run_command(args: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S) -> str:
+    """Runs a command; its output decoded as UTF-8 whatever bytes a job's owner put in it (slurm_read.decode)."""
     try:
-        result = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout_s)
+        completed = subprocess.run(list(args), capture_output=True, timeout=timeout_s)
     except FileNotFoundError:
         raise CommandError(f"{args[0]} is not installed or not on PATH") from None
     except subprocess.TimeoutExpired:
         raise CommandError(f"{' '.join(args)} did not answer within {timeout_s:g} s") from None
-    if result.returncode != 0:
-        said = (result.stderr or result.stdout).strip().splitlines()
-        raise CommandError(f"{' '.join(args)} exited {result.returncode}: {said[-1] if said else 'no output'}")
-    return result.stdout
+    stdout = slurm_read.decode(completed.stdout)
+    if completed.returncode != 0:
+        said = (slurm_read.decode(completed.stderr) or stdout).strip().splitlines()
+        # Slurm's errors quote job fields: repr keeps their control characters out of the terminal and the journal.
+        last = repr(said[-1])[1:-1] if said else "no output"
+        raise CommandError(f"{' '.join(args)} exited {completed.returncode}: {last}")
+    return stdout
 
 
 def unhealthy(state: str) -> bool:
-    return any(flag.startswith(UNHEALTHY) for flag in state.split("+"))
-
-
-def elapsed_s(used: str) -> float:
-    """squeue's %M (time used since the job last started: `[days-][hours:]minutes:seconds`, squeue(1)) in seconds;
-    a time squeue cannot tell (`INVALID`) counts as the most a requeue could lose."""
-    days, _, clock = used.rpartition("-")
-    try:
-        parts = [int(part) for part in clock.split(":")]
-        return float(int(days or 0) * 86400 + sum(v * 60 ** i for i, v in enumerate(reversed(parts))))
-    except ValueError:
-        return math.inf
+    return any(flag.startswith(UNHEALTHY) for flag in slurm_read.node_state(state).split("+"))
 
 
 def kept_comment(comment: str) -> str:
@@ -121,16 +118,15 @@ def kept_comment(comment: str) -> str:
     return comment.partition(MARK_KEEPS)[2] if comment.startswith(REQUEUE_MARK) else comment
 
 
-def lend_mark(record: dict[str, Any]) -> str:
+def lend_mark(record: JobRecord) -> str:
     """The AdminComment a lend gives a job it will stop: the mark with the job's restart count, then what it had."""
-    kept = kept_comment(record["admin_comment"])
-    return f"{REQUEUE_MARK}{record['restart_cnt']}{MARK_KEEPS + kept if kept else ''}"
+    kept = kept_comment(record.admin_comment)
+    return f"{REQUEUE_MARK}{record.restarts}{MARK_KEEPS + kept if kept else ''}"
 
 
-def stopped_by_lend(record: dict[str, Any]) -> bool:
+def stopped_by_lend(record: JobRecord) -> bool:
     """Whether a lend stopped the job and Slurm has not requeued it since: marked at its current restart count."""
-    mark: str = record["admin_comment"].partition(MARK_KEEPS)[0]
-    return mark == f"{REQUEUE_MARK}{record['restart_cnt']}"
+    return record.admin_comment.partition(MARK_KEEPS)[0] == f"{REQUEUE_MARK}{record.restarts}"
 
 
 def _with_unrequeued(outcome: NodeOutcome, unrequeued: Sequence[tuple[str, str]]) -> NodeOutcome:
@@ -176,12 +172,13 @@ class Flex:
         # Reason may hold spaces; it is the last field and runs to the end of the line.
         if "Reason=" in out:
             fields["Reason"] = out.split("Reason=", 1)[1].rsplit(" [", 1)[0].strip()
+        fields["State"] = slurm_read.node_state(fields.get("State", ""))
         return fields
 
-    def jobs(self, node: str, states: str = RUNNING) -> list[tuple[str, str]]:
-        """(job id, QoS) of the jobs holding the node's GPUs (of those in `states`)."""
-        out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={states}", "--format=%i %q"])
-        return [(job, qos) for job, qos in (line.split() for line in out.splitlines() if line.strip())]
+    def jobs(self, node: str, states: str = RUNNING) -> list[slurm_read.JobLine]:
+        """The jobs holding the node's GPUs (of those in `states`)."""
+        return slurm_read.job_lines(self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={states}",
+                                                JOB_LINE_FORMAT]))
 
     def lend(self, nodes: Sequence[str], wait_s: float, poll_s: float = POLL_S) -> list[NodeOutcome]:
         targets, refused = [], []
@@ -197,16 +194,26 @@ class Flex:
         unrequeued = self.requeue_stopped(targets)
         preemptible, kept, stopping = inference_preempts(self.site), {}, {}
         live = {node: self.jobs(node, LIVE) for node in targets}  # a completing job is only waited for
-        records = self.job_records() if any(qos in preemptible for jobs in live.values() for _, qos in jobs) else {}
+        records = self.job_records() if any(j.qos in preemptible for jobs in live.values() for j in jobs) else {}
         for node, jobs in live.items():
-            for job, qos in jobs:
+            for job, qos in ((j.id, j.qos) for j in jobs):
                 if qos not in preemptible:
                     kept[job] = "not preempted by inference"
                     continue
                 record = records.get(job)
                 if record is None:
-                    continue  # ended and gone from Slurm since squeue listed it
-                if not (record["requeue"] and record["batch_flag"]):
+                    kept[job] = "no record in squeue --json"  # or ended and gone since squeue listed it
+                    continue
+                if isinstance(record, Unreadable):
+                    kept[job] = f"its Slurm record does not read: {record.why}"
+                    self.progress(f"{node}: job {job} ({qos}) stays: its Slurm record does not read ({record.why})")
+                    continue
+                if record.heterogeneous:
+                    kept[job] = "a heterogeneous job's component"
+                    self.progress(f"{node}: job {job} ({qos}) stays: a lend does not requeue part of a heterogeneous "
+                                  "job")
+                    continue
+                if not record.requeueable:
                     # Interactive jobs and --no-requeue ones cannot be requeued; cancelling is the owner's call.
                     kept[job] = "could not be requeued"
                     self.progress(f"{node}: job {job} ({qos}) stays: Slurm cannot requeue it (an interactive or "
@@ -214,20 +221,19 @@ class Flex:
                     continue
                 self.slurm(["scontrol", "update", f"JobId={job}", f"AdminComment={lend_mark(record)}"])
                 self._signal(job, "TERM", [node])
-                stopping[job] = (node, qos, kept_comment(record["admin_comment"]))
+                stopping[job] = (node, qos, kept_comment(record.admin_comment))
         unrequeued += self._stop_and_requeue(stopping, poll_s)
         outcomes = self._wait_idle(targets, wait_s, poll_s, kept, self._label)
         return refused + [_with_unrequeued(outcome, unrequeued) for outcome in outcomes]
 
-    def job_records(self) -> dict[str, dict[str, Any]]:
+    def job_records(self) -> dict[str, JobRecord | Unreadable]:
         """Slurm's record of each job it keeps (ended ones too, for MinJobAge), by id, from `squeue --json`: typed
-        fields (`admin_comment`, `restart_cnt`, `requeue`, `batch_flag`; Slurm 22.05's openapi v0.0.38), where
-        `scontrol show job` prints them amid text the job's owner writes. Slurm 22.05's squeue ignores its filters
-        with --json, so one call serves a whole lend."""
-        out = self.slurm(["squeue", "--json"])
+        fields (`admin_comment`, `restart_cnt`, `requeue`, `batch_flag`, `het_job_id`; Slurm 22.05's openapi
+        v0.0.38), where `scontrol show job` prints them amid text the job's owner writes. Slurm 22.05's squeue ignores
+        its filters with --json, so one call serves a whole lend."""
         try:
-            return {str(job["job_id"]): job for job in json.loads(out)["jobs"]}
-        except (ValueError, KeyError, TypeError) as error:
+            return slurm_read.job_records(self.slurm(["squeue", "--json"]))
+        except slurm_read.UnreadableOutputError as error:
             raise CommandError(f"squeue --json gave no job list ({error}): the lend reads the fields of Slurm 22.05 "
                                "(openapi v0.0.38)") from None
 
@@ -236,8 +242,8 @@ class Flex:
         if not jobs:
             return set()
         out = self.slurm(["squeue", "--noheader", f"--nodelist={','.join(nodes)}", f"--states={LIVE}",
-                          "--format=%i"])
-        return set(out.split()) & set(jobs)
+                          "--format=%A"])
+        return slurm_read.job_ids(out) & set(jobs)
 
     def _live_after(self, jobs: Sequence[str], nodes: Sequence[str], wait_s: float, poll_s: float) -> set[str]:
         """Those of `jobs` still live once they all have stopped, or after wait_s."""
@@ -298,12 +304,12 @@ class Flex:
         Slurm refused); returns the (node, job) of each Slurm did not requeue this time either."""
         unrequeued, records = [], None
         for node in nodes:
-            out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={STOPPED}", "--format=%i"])
-            for job in out.split():
+            out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={STOPPED}", "--format=%A"])
+            for job in sorted(slurm_read.job_ids(out)):
                 records = self.job_records() if records is None else records
                 record = records.get(job)
-                if (record is not None and stopped_by_lend(record)
-                        and not self._requeue(node, job, kept_comment(record["admin_comment"]),
+                if (isinstance(record, JobRecord) and stopped_by_lend(record)
+                        and not self._requeue(node, job, kept_comment(record.admin_comment),
                                               "(stopped by an earlier lend)")):
                     unrequeued.append((node, job))
         return unrequeued
@@ -321,7 +327,7 @@ class Flex:
         does (a job that cannot be requeued may hold another for the whole wait)."""
         deadline = self.clock() + wait_s
         pending = set(nodes)
-        held: dict[str, tuple[list[tuple[str, str]], str]] = {}
+        held: dict[str, tuple[list[slurm_read.JobLine], str]] = {}
         while True:
             for node in sorted(pending):
                 jobs, state = self.jobs(node), self.node_fields(node).get("State", "")
@@ -338,7 +344,7 @@ class Flex:
             if node not in pending:
                 outcomes.append(NodeOutcome(node, True, "lent"))
             elif jobs:
-                running = ", ".join(f"{job} ({qos}{', ' + kept[job] if job in kept else ''})" for job, qos in jobs)
+                running = ", ".join(f"{j.id} ({j.qos}{', ' + kept[j.id] if j.id in kept else ''})" for j in jobs)
                 outcomes.append(NodeOutcome(node, False, f"draining: still runs {running}; run lend again to finish"))
             else:
                 outcomes.append(NodeOutcome(node, False, f"draining: Slurm has it {state}; run lend again to finish"))
@@ -384,10 +390,8 @@ class Flex:
             fields = self.node_fields(node)
             reason = fields.get("Reason", "")
             owner = Owner.LENT if node in lent else Owner.LENDING if reason == LEND_REASON else Owner.SLURM
-            out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={RUNNING}",
-                              "--format=%i %q %M"])
-            jobs = tuple(Job(job, qos, qos in preemptible, min(elapsed_s(used), interval_s))
-                         for job, qos, used in (line.split() for line in out.splitlines() if line.strip()))
+            jobs = tuple(Job(j.id, j.qos, j.readable and j.qos in preemptible, min(j.used_s, interval_s))
+                         for j in self.jobs(node))
             usable = reason in ("", LEND_REASON) and not unhealthy(fields.get("State", ""))
             nodes.append(FlexNode(node, owner, usable, jobs))
         return tuple(nodes)

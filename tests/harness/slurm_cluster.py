@@ -76,7 +76,9 @@ class Cluster:
 
     def run(self, *args: str, check: bool = True,
             timeout_s: float = CLIENT_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout_s)
+        # Any user's job may hold bytes that are not UTF-8 (issue 41): the harness reads Slurm as the lend does.
+        result = subprocess.run(args, env=self.env, capture_output=True, text=True, errors="replace",
+                                timeout=timeout_s)
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(args)} exited {result.returncode}: {result.stderr or result.stdout}")
         return result

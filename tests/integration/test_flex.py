@@ -23,11 +23,11 @@ from runbooks.flex.lending import (
     Flex,
     FlexError,
     chosen,
-    elapsed_s,
     inference_preempts,
     run_command,
     unhealthy,
 )
+from runbooks.flex.slurm_read import elapsed_s
 from tests.builders import copy_project, parse, prod_values
 from tests.harness.kubectl import FakeKubectl
 from tests.harness.slurm_cluster import Cluster, slurm_marks

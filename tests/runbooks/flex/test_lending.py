@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import pytest
 
 from runbooks.flex.lending import CommandError, Flex, flex_nodes, kept_comment, lend_mark, stopped_by_lend
+from runbooks.flex.slurm_read import JobRecord
 from tests.builders import parse, prod_values
 from tests.harness.kubectl import FakeKubectl
 
@@ -25,7 +26,7 @@ def test_should_charge_a_requeue_at_most_the_sites_checkpoint_interval(used: str
     def slurm(args: Sequence[str], timeout_s: float = 30) -> str:
         if args[0] == "scontrol":
             return f"NodeName={args[-1]} State=MIXED Reason="
-        return f"101 train_preemptible {used}\n" if f"--nodelist={node}" in args else ""
+        return f"101|train_preemptible|{used}\n" if f"--nodelist={node}" in args else ""
 
     pool = Flex(site, slurm, FakeKubectl(), progress=lambda line: None).pool()
     jobs = {n.name: n.jobs for n in pool}[node]
@@ -45,10 +46,9 @@ MARK = "gpuctl-flex-requeue-at-restart-"
     pytest.param(f"{MARK}0", 1, f"{MARK}1", "", id="should replace a stale mark that kept nothing"),
 ])
 def test_should_mark_a_job_over_the_comment_it_had(comment: str, restarts: int, mark: str, kept: str) -> None:
-    record = {"admin_comment": comment, "restart_cnt": restarts}
-    assert lend_mark(record) == mark
+    assert lend_mark(JobRecord("101", comment, restarts, True, False)) == mark
     assert kept_comment(mark) == kept_comment(comment) == kept
-    assert stopped_by_lend({"admin_comment": mark, "restart_cnt": restarts})
+    assert stopped_by_lend(JobRecord("101", mark, restarts, True, False))
 
 
 @pytest.mark.parametrize(("comment", "restarts"), [
@@ -59,7 +59,7 @@ def test_should_mark_a_job_over_the_comment_it_had(comment: str, restarts: int, 
     pytest.param(f"note {MARK}0", 0, id="should not take a mark that does not lead the comment"),
 ])
 def test_should_know_a_job_a_lend_did_not_stop(comment: str, restarts: int) -> None:
-    assert not stopped_by_lend({"admin_comment": comment, "restart_cnt": restarts})
+    assert not stopped_by_lend(JobRecord("101", comment, restarts, True, False))
 
 
 @pytest.mark.parametrize("out", ["squeue: unrecognized option '--json'", '{"errors": []}', '{"jobs": [{"name": "x"}]}'])
