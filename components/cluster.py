@@ -9,7 +9,7 @@ from components.monitoring.component import MonitoringStack
 from components.scheduling.component import Scheduling
 from components.slurm.component import Slurm
 from components.spec.wellknown import CLUSTER_TYPE
-from components.storage.component import StorageTiers
+from components.storage.component import ColdTier, StorageTiers
 from components.teams.component import Team
 from components.teams.plan import team_plans
 
@@ -31,14 +31,17 @@ class GpuCluster(pulumi.ComponentResource):
                  munge_key: pulumi.Output[str], opts: pulumi.ResourceOptions | None = None) -> None:
         site = admission.site
         super().__init__(CLUSTER_TYPE, name, {"site_name": site.site_name, "stage": site.stage}, opts)
-        # Observability first: nothing admits a node or serves a GPU before the monitoring stack exists.
-        self.monitoring = MonitoringStack(f"{name}-monitoring", site, pulumi.ResourceOptions(parent=self))
+        # Observability first: nothing admits a node or serves a GPU before the monitoring stack exists. Its metric
+        # volumes are of the cold tier's StorageClass, so that tier alone comes before it (a release waiting on a
+        # claim whose class does not exist yet fails, and everything behind monitoring with it).
+        cold_tier = ColdTier(f"{name}-cold-tier", f"{name}-storage", pulumi.ResourceOptions(parent=self))
+        self.monitoring = MonitoringStack(f"{name}-monitoring", site, after(self, cold_tier))
         after_monitoring = after(self, self.monitoring)
         self.gpu_operator = GpuOperator(f"{name}-gpu-operator", site, after_monitoring)
         # A node proves itself on the operator's driver: its check starts once the operator is installed (and then
         # waits, bounded, for the driver on its node), so a first `pulumi up` converges.
         self.facility = Facility(f"{name}-facility", admission, after(self, self.monitoring, self.gpu_operator))
-        self.storage = StorageTiers(f"{name}-storage", site, after_monitoring)
+        self.storage = StorageTiers(f"{name}-storage", site, cold_tier, after_monitoring)
         self.scheduling = Scheduling(f"{name}-scheduling", site, after_monitoring)
         self.slurm = Slurm(f"{name}-slurm", site, admission.ssh_private_key, munge_key, self.facility.nodes,
                            after_monitoring)
@@ -46,8 +49,11 @@ class GpuCluster(pulumi.ComponentResource):
         team_opts = after(self, self.monitoring, self.scheduling, self.storage)
         self.teams = [Team(f"{name}-team-{plan.name}", plan, team_opts) for plan in team_plans(site)]
         # Served models wait for their priority class and NVMe prefetch; teams' gateway keys for their namespaces.
+        # Model servers schedule only on validated nodes (components/inference/values.py, _placement), which the
+        # node checks' NodePatches label: the inference path waits for admission, or its release would wait on
+        # pods no node can take yet.
         self.inference = InferencePath(f"{name}-inference", site, gateway_master_key,
                                        {t.plan_name: t for t in self.teams},
-                                       after(self, self.monitoring, self.scheduling, self.storage))
+                                       after(self, self.monitoring, self.scheduling, self.storage, self.facility))
         self.gpu_count = self.facility.gpu_count
         self.register_outputs({"gpu_count": self.gpu_count, "stage": site.stage})

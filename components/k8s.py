@@ -11,7 +11,10 @@ from components.charts import Chart
 
 
 def release(name: str, chart: Chart, namespace: str, values: dict[str, Any], parent: pulumi.Resource,
-            after: list[pulumi.Resource], release_name: str | None = None) -> kubernetes.helm.v3.Release:
+            after: list[pulumi.Resource], release_name: str | None = None, timeout_s: int | None = None,
+            aliases: list[pulumi.Alias] | None = None) -> kubernetes.helm.v3.Release:
+    """timeout_s: how long the release waits for its workloads to be ready (pulumi-kubernetes' Release `timeout`,
+    300 s when unset); aliases: the URNs the release had before it moved."""
     return kubernetes.helm.v3.Release(
         name,
         name=release_name or chart.name,
@@ -20,7 +23,8 @@ def release(name: str, chart: Chart, namespace: str, values: dict[str, Any], par
         repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repo) if chart.repo else None,
         namespace=namespace,
         values=values,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=after),
+        timeout=timeout_s,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=after, aliases=aliases),
     )
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from components.spec.wellknown import (
     CLUSTER_TYPE,
+    COLD_TIER_TYPE,
     FACILITY_TYPE,
     GPU_NODE_TYPE,
     GPU_OPERATOR_TYPE,
@@ -47,8 +48,8 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         # 16 node checks; Slurm: controller config, accounting, the lending controller's release, and one command
         # for each of 10 nodes (its install and its admission)
         CHECK_TYPE: 16 + 3 + 10,
-        GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1, STORAGE_TYPE: 1, SLURM_TYPE: 1, SCHEDULING_TYPE: 1,
-        INFERENCE_TYPE: 1,
+        GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1, STORAGE_TYPE: 1, COLD_TIER_TYPE: 1, SLURM_TYPE: 1,
+        SCHEDULING_TYPE: 1, INFERENCE_TYPE: 1,
         TEAM_TYPE: 2,  # the 2 canary teams
         # gpu-operator, monitoring, storage, rook-ceph, kueue-system, inference, keda, cnpg-system, one per team
         "kubernetes:core/v1:Namespace": 8 + 2,
@@ -85,6 +86,32 @@ def test_should_wire_monitoring_before_nodes_gpus_storage_and_slurm(graph: Resou
         inside = [r for r in graph.resources.values() if served in graph.ancestors(r.urn) and r.custom]
         for resource in [served, *inside]:
             assert monitored <= set(resource.dependencies), resource.name
+
+
+def release(graph: ResourceGraph, name: str) -> Resource:
+    (found,) = [r for r in graph.of_type(RELEASE_TYPE) if r.inputs["name"] == name]
+    return found
+
+
+def test_should_create_the_metric_volumes_class_before_the_monitoring_stack(graph: ResourceGraph) -> None:
+    # Prometheus and VictoriaMetrics claim volumes of the cold tier's class, which the rook-ceph-cluster release
+    # creates: their releases wait for it, or they wait 300 s on claims that cannot bind.
+    ceph = release(graph, "rook-ceph-cluster")
+    for metrics in ("kube-prometheus-stack", "metrics-cold"):
+        assert ceph.urn in release(graph, metrics).dependencies, metrics
+    # The cold tier alone comes first: the rest of the storage still waits for monitoring.
+    (stack,) = graph.of_type(MONITORING_TYPE)
+    assert not any(stack in graph.ancestors(d) for d in ceph.dependencies)
+
+
+def test_should_start_model_servers_only_on_admitted_nodes_and_wait_for_their_startup(graph: ResourceGraph) -> None:
+    engines = release(graph, "vllm")
+    # The engines' pods select validated nodes, which only the node checks' NodePatches label.
+    assert {p.urn for p in graph.of_type(PATCH_TYPE)} <= set(engines.dependencies)
+    # vllm-stack's startup probe allows 15 + 60 x 10 s to load the weights; the release waits at least that.
+    probe = engines.inputs["values"]["servingEngineSpec"]["startupProbe"]
+    window = probe["initialDelaySeconds"] + probe["failureThreshold"] * probe["periodSeconds"]
+    assert engines.inputs["timeout"] >= window == 615
 
 
 def test_should_open_a_gateway_account_per_onboarded_team_and_close_it_on_rollback(graph: ResourceGraph) -> None:

@@ -12,6 +12,7 @@ from components.inference.values import (
     DATABASE_OPERATOR_NAMESPACE,
     DATABASE_RELEASE,
     ENGINE_RELEASE,
+    ENGINE_RELEASE_TIMEOUT_S,
     GATEWAY_RELEASE,
     KEDA_NAMESPACE,
     KEDA_VALUES,
@@ -51,7 +52,7 @@ class InferencePath(pulumi.ComponentResource):
             f"{name}-gateway-master-key", metadata={"name": MASTER_KEY_SECRET, "namespace": NAMESPACE},
             string_data={"master-key": master_key}, opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
         engines = release(f"{name}-model-servers", VLLM_STACK, NAMESPACE, vllm_values(site), self, [ns, keda],
-                          release_name=ENGINE_RELEASE)
+                          release_name=ENGINE_RELEASE, timeout_s=ENGINE_RELEASE_TIMEOUT_S)
         gateway = release(f"{name}-gateway", LITELLM, NAMESPACE, gateway_values(site), self,
                           [ns, database, secret, engines], release_name=GATEWAY_RELEASE)
         kubernetes.apiextensions.CustomResource(f"{name}-gateway-scrape", **custom(gateway_service_monitor()),

@@ -51,6 +51,16 @@ MODELS_MOUNT = "/models"
 WAITING = "vllm:num_requests_waiting"
 """vLLM's gauge of requests queued in an engine (label model_name): the autoscaler's demand signal."""
 
+ENGINE_STARTUP_PROBE = {"initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 60}
+"""How long a model server may load its weights before the kubelet restarts it: 15 + 60 x 10 = 615 s, vllm-stack
+0.1.12's own servingEngineSpec.startupProbe (values.yaml), stated because the release's wait is derived from it."""
+ENGINE_IMAGE_PULL_S = 300
+"""s a node may take to pull the vLLM image (several GB) before the startup probe's clock starts."""
+ENGINE_RELEASE_TIMEOUT_S = (ENGINE_STARTUP_PROBE["initialDelaySeconds"] + ENGINE_STARTUP_PROBE["failureThreshold"]
+                            * ENGINE_STARTUP_PROBE["periodSeconds"] + ENGINE_IMAGE_PULL_S)
+"""s the model servers' release waits for them to be ready: the image pull, then the startup probe's whole window
+(pulumi-kubernetes waits 300 s by default, less than the probe allows)."""
+
 
 GATEWAY_SERVICE = f"{GATEWAY_RELEASE}-litellm"
 """litellm-helm's Service (`litellm.fullname`: the release and the chart's nameOverride `litellm`)."""
@@ -145,6 +155,7 @@ def vllm_values(site: Site) -> dict[str, Any]:
             # A new revision comes up beside the old one and takes traffic only once ready; the old one stays
             # until then (the chart's default, stated because the hot swap depends on it).
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "100%", "maxUnavailable": 0}},
+            "startupProbe": {**ENGINE_STARTUP_PROBE, "httpGet": {"path": "/health", "port": ENGINE_PORT}},
             # Ready means the weights are loaded: vLLM's API server answers /health only after the engine started.
             "readinessProbe": {"initialDelaySeconds": 15, "periodSeconds": 5, "failureThreshold": 3,
                                "httpGet": {"path": "/health", "port": ENGINE_PORT}},

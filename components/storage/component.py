@@ -16,7 +16,7 @@ from components.charts import (
 )
 from components.k8s import fields, release
 from components.spec.site import Site
-from components.spec.wellknown import STORAGE_TYPE
+from components.spec.wellknown import COLD_TIER_TYPE, STORAGE_TYPE
 from components.storage.tiers import (
     CEPH_NAMESPACE,
     NAMESPACE,
@@ -33,8 +33,33 @@ from components.storage.tiers import (
 from hosts import CHECKPOINT_MOVER
 
 
+class ColdTier(pulumi.ComponentResource):
+    """Ceph's operator, then the cluster with its CephFS and the cold StorageClass. Its own component because the
+    monitoring stack's volumes are of that class: it comes before monitoring, the rest of the storage after."""
+
+    def __init__(self, name: str, tiers_name: str, opts: pulumi.ResourceOptions) -> None:
+        """tiers_name: the StorageTiers' name, under which these resources were first created."""
+        super().__init__(COLD_TIER_TYPE, name, None, opts)
+        # Created under the StorageTiers component until the cold tier came first: the aliases keep their URNs, so
+        # an existing stack adopts them instead of uninstalling the Ceph cluster and installing it again.
+        tiers = pulumi.create_urn(tiers_name, STORAGE_TYPE, parent=opts.parent)
+
+        def moved(role: str) -> list[pulumi.Alias]:
+            return [pulumi.Alias(name=f"{tiers_name}-{role}", parent=tiers)]
+
+        ceph_ns = kubernetes.core.v1.Namespace(
+            f"{name}-ceph-namespace", metadata={"name": CEPH_NAMESPACE},
+            opts=pulumi.ResourceOptions(parent=self, aliases=moved("ceph-namespace")))
+        operator = release(f"{name}-ceph-operator", ROOK_CEPH, CEPH_NAMESPACE, {}, self, [ceph_ns],
+                           aliases=moved("ceph-operator"))
+        self.cluster = release(f"{name}-ceph-cluster", ROOK_CEPH_CLUSTER, CEPH_NAMESPACE, ceph_cluster_values(), self,
+                               [operator], aliases=moved("ceph-cluster"))
+        """The release that creates the cold StorageClass: what a claim of that class waits for."""
+        self.register_outputs({})
+
+
 class StorageTiers(pulumi.ComponentResource):
-    def __init__(self, name: str, site: Site, opts: pulumi.ResourceOptions) -> None:
+    def __init__(self, name: str, site: Site, cold: ColdTier, opts: pulumi.ResourceOptions) -> None:
         facts = tier_facts(site)
         super().__init__(STORAGE_TYPE, name, facts, opts)
 
@@ -42,8 +67,6 @@ class StorageTiers(pulumi.ComponentResource):
             return pulumi.ResourceOptions(parent=self, depends_on=list(resources))
 
         ns = kubernetes.core.v1.Namespace(f"{name}-namespace", metadata={"name": NAMESPACE}, opts=after())
-        ceph_ns = kubernetes.core.v1.Namespace(f"{name}-ceph-namespace", metadata={"name": CEPH_NAMESPACE},
-                                               opts=after())
         # NVMe: the provisioner turns each mounted disk into a PV of our StorageClass.
         kubernetes.storage.v1.StorageClass(f"{name}-nvme-class", **fields(nvme_storage_class()), opts=after())
         release(f"{name}-nvme-provisioner", LOCAL_STATIC_PROVISIONER, NAMESPACE, local_provisioner_values(site),
@@ -56,12 +79,9 @@ class StorageTiers(pulumi.ComponentResource):
             f"{name}-team-isolation", **fields(team_isolation_policy(site)), opts=after())
         kubernetes.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-team-isolation-binding", **fields(team_isolation_binding()), opts=after(isolation))
-        # Ceph cold: the operator, then the cluster with its CephFS and StorageClass, then the archive claim.
-        operator = release(f"{name}-ceph-operator", ROOK_CEPH, CEPH_NAMESPACE, {}, self, [ceph_ns])
-        ceph = release(f"{name}-ceph-cluster", ROOK_CEPH_CLUSTER, CEPH_NAMESPACE, ceph_cluster_values(), self,
-                       [operator])
+        # Ceph cold (ColdTier): the archive claim waits for the release that creates its StorageClass.
         claim = kubernetes.core.v1.PersistentVolumeClaim(f"{name}-cold-claim", **fields(cold_claim(site)),
-                                                         opts=after(ns, ceph))
+                                                         opts=after(ns, cold.cluster))
         mover = kubernetes.core.v1.ConfigMap(
             f"{name}-checkpoint-mover", metadata={"name": "checkpoint-mover", "namespace": NAMESPACE},
             data={"checkpoint_tiering.py": CHECKPOINT_MOVER.read_text()}, opts=after(ns),

@@ -16,7 +16,7 @@ from runbooks.exit_codes import ExitCode
 from runbooks.offline.engine import ProgramError, StackConfigError
 from runbooks.offline.policy_pack import PolicyConfigError, PolicyPackError
 from runbooks.options import StackOption, find_project_dir, print_spec_problems
-from runbooks.plan import helm
+from runbooks.plan import converge, helm
 from runbooks.plan import plan as planning
 from runbooks.plan.consumers import run_checks
 from runbooks.plan.invariants import Invariant, check_invariants
@@ -210,9 +210,10 @@ def _render_charts(result: planning.Plan, out_dir: Path, mirror: Path | None) ->
         releases = helm.render_releases(result.graph, mirror, result.site.kubernetes_version, helm_binary)
     except helm.HelmError as error:
         return ChartsOutcome(error=str(error))
-    registered = planning.kubernetes_objects(result.graph)
+    by_urn = planning.kubernetes_objects(result.graph)
+    registered = list(by_urn.values())
     deployed = Deployed([o for r in releases for o in r.objects] + registered, registered,
-                        planning.host_installs(result.graph))
+                        planning.host_installs(result.graph), converge.installs(result.graph, releases, by_urn))
     return ChartsOutcome(releases, helm.validate(releases, result.site.kubernetes_version),
                          check_invariants(deployed), helm.write(releases, out_dir))
 

@@ -18,6 +18,7 @@ from components.monitoring.dashboards import VARIABLE, as_sent, panels, targets
 from components.monitoring.gate_queries import gate_queries
 from components.monitoring.report_queries import report_queries
 from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
+from runbooks.plan.converge import first_install_converges
 from runbooks.plan.producers import Deployed, producers
 
 GPU_NODE_TAINTS = ((UNVALIDATED_TAINT, "NoSchedule"), (POOL_TAINT, "NoSchedule"))
@@ -275,3 +276,6 @@ CHECKS: tuple[tuple[str, str, Judge], ...] = (
 def check_invariants(deployed: Deployed) -> list[Invariant]:
     """Every invariant, judged on everything the stack would create: rendered by Helm and registered directly."""
     return [Invariant(name, description, judge(deployed)) for name, description, judge in CHECKS]
+    ("first-install-converges", "On an empty cluster every release becomes ready in one `pulumi up`: each claim's "
+     "StorageClass, custom resource's CRD and mounted Secret comes from what it waits for, and each release waits "
+     "as long as its workloads' probes allow them to start.", first_install_converges),

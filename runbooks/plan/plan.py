@@ -314,10 +314,11 @@ def _one(graph: ResourceGraph, type_: str) -> str:
     return resource.urn
 
 
-def kubernetes_objects(graph: ResourceGraph) -> list[dict[str, Any]]:
-    """The Kubernetes objects the program registers directly, as manifests (patches of existing objects left out)."""
-    return [_manifest(r.type, r.inputs) for r in graph.resources.values()
-            if _is_kubernetes_object(r.type) and not r.type.endswith("Patch")]
+def kubernetes_objects(graph: ResourceGraph) -> dict[str, dict[str, Any]]:
+    """The Kubernetes objects the program registers directly, as manifests by URN (patches of existing objects left
+    out)."""
+    return {r.urn: _manifest(r.type, r.inputs) for r in graph.resources.values()
+            if _is_kubernetes_object(r.type) and not r.type.endswith("Patch")}
 
 
 def host_installs(graph: ResourceGraph) -> dict[str, tuple[dict[str, str], str]]:

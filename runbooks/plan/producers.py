@@ -63,6 +63,19 @@ DCGM_CONFIG_KEY = "dcgm-metrics.csv"
 
 
 @dataclass(frozen=True)
+class Install:
+    """A resource of the program that creates Kubernetes objects: a Helm release or a registered object."""
+
+    urn: str
+    objects: list[dict[str, Any]]
+    """What it creates (the same dicts as in Deployed.objects)."""
+    wait_s: int | None
+    """s a release waits for its workloads to be ready; None when it does not wait."""
+    waits_for: frozenset[str]
+    """Every resource the engine creates before it (its dependencies, transitively)."""
+
+
+@dataclass(frozen=True)
 class Deployed:
     """What the stack would create: every Kubernetes object (rendered and registered), the ones the program
     registers itself, and per remote command the files it installs and what it runs then."""
@@ -70,6 +83,8 @@ class Deployed:
     objects: list[dict[str, Any]]
     registered: list[dict[str, Any]]
     hosts: dict[str, tuple[dict[str, str], str]]
+    installs: tuple[Install, ...] = ()
+    """Which resource creates which objects, in the program's dependency graph (runbooks/plan/converge.py)."""
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.objects if o.get("kind") == kind]

@@ -3,6 +3,7 @@ settings that only count where the chart really reads them, read back from what 
 
 import base64
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from components.monitoring.prometheus import COLD_DATASOURCE, metrics_volumes
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from runbooks.cli import app
 from runbooks.offline.engine import ResourceGraph, run_program
+from runbooks.plan.converge import installs
 from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_helm, render_releases, validate
 from runbooks.plan.invariants import check_invariants
 from runbooks.plan.plan import host_installs, kubernetes_objects
@@ -169,9 +171,10 @@ def test_should_label_tainted_gpu_nodes_so_the_operator_deploys_to_them(rendered
 
 def stack(graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> Deployed:
     """A copy of what the prod stack deploys, for a test to break."""
-    registered = kubernetes_objects(graph)
+    by_urn = kubernetes_objects(graph)
+    registered = list(by_urn.values())
     return copy.deepcopy(Deployed([o for r in rendered.values() for o in r.objects] + registered, registered,
-                                  host_installs(graph)))
+                                  host_installs(graph), installs(graph, rendered.values(), by_urn)))
 
 
 def broken(deployed: Deployed) -> dict[str, list[str]]:
@@ -424,3 +427,54 @@ def test_should_run_the_gateway_pinned_on_its_database_with_the_rendered_config(
     assert env["PROXY_MASTER_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "llm-gateway-master-key"
     assert {"secretRef": {"name": site.inference.gateway.provider_secret}} in container["envFrom"]
     assert not objects(gateway, "StatefulSet"), "the chart's bundled (withdrawn) Bitnami PostgreSQL must stay off"
+
+def stop_waiting(release: str, *for_releases: str) -> Any:
+    """The release no longer waits for the named releases, nor for anything they wait for."""
+    def mutate(deployed: Deployed) -> Deployed:
+        by_name = {i.urn.rsplit("::", 1)[-1]: i for i in deployed.installs}
+        dropped = {u for r in for_releases for u in {by_name[r].urn} | by_name[r].waits_for}
+        own = by_name[release]
+        return dataclasses.replace(deployed, installs=tuple(
+            dataclasses.replace(i, waits_for=i.waits_for - dropped) if i is own else i for i in deployed.installs))
+    return mutate
+
+
+def wait_s(release: str, seconds: int) -> Any:
+    def mutate(deployed: Deployed) -> Deployed:
+        return dataclasses.replace(deployed, installs=tuple(
+            dataclasses.replace(i, wait_s=seconds) if i.urn.endswith(f"::{release}") else i for i in deployed.installs))
+    return mutate
+
+
+@pytest.mark.parametrize(("mutate", "violation"), [
+    pytest.param(stop_waiting("prod-monitoring-prometheus", "prod-cold-tier-ceph-cluster"),
+                 "Prometheus monitoring/kube-prometheus-stack-prometheus (from prod-monitoring-prometheus) "
+                 "spec.storage.volumeClaimTemplate.spec.storageClassName: StorageClass ceph-cold comes from "
+                 "prod-cold-tier-ceph-cluster, which it does not wait for",
+                 id="should hold metrics volumes whose class is created after them"),
+    pytest.param(wait_s("prod-inference-model-servers", 300),
+                 "prod-inference-model-servers waits 300 s for its workloads, but Deployment "
+                 "inference/vllm-qwen2-5-72b-deployment-vllm may take 615 s to start (container vllm startupProbe "
+                 "15 + 60 x 10 s)", id="should hold a release that waits less than its pods' startup probe allows"),
+    pytest.param(stop_waiting("prod-inference-model-servers", "prod-inference-keda"),
+                 "ScaledObject inference/vllm-llama-3-1-8b-scaledobject (from prod-inference-model-servers): the CRD "
+                 "of keda.sh ScaledObject comes from prod-inference-keda, which it does not wait for",
+                 id="should hold a custom resource created before its CRD"),
+    pytest.param(stop_waiting("prod-inference-gateway", "prod-inference-database"),
+                 "Deployment inference/llm-gateway-litellm (from prod-inference-gateway) container litellm env "
+                 "DATABASE_PASSWORD: Secret inference/llm-gateway-db-cluster-app comes from prod-inference-database, "
+                 "which it does not wait for", id="should hold a pod created before the Secret it mounts"),
+])
+def test_should_hold_a_first_install_that_cannot_converge(graph: ResourceGraph, rendered: dict[str, RenderedRelease],
+                                                          mutate: Any, violation: str) -> None:
+    found = broken(mutate(stack(graph, rendered)))
+    assert set(found) == {"first-install-converges"}, found
+    assert violation in found["first-install-converges"], "\n".join(found["first-install-converges"])
+
+
+def test_should_not_judge_convergence_without_the_dependency_graph(graph: ResourceGraph,
+                                                                   rendered: dict[str, RenderedRelease]) -> None:
+    found = broken(dataclasses.replace(stack(graph, rendered), installs=()))
+    assert found["first-install-converges"] == ["no dependency graph was given with the rendered objects: "
+                                                "convergence cannot be judged"]
+
