@@ -10,7 +10,7 @@ from typing import Any
 
 from components.charts import BUSYBOX_IMAGE
 from components.monitoring.prometheus import PROMETHEUS_URL
-from components.spec.inference import ExternalApi, ServedModel
+from components.spec.inference import ExternalApi, Resources, ServedModel
 from components.spec.site import Pool, Site, Workload
 from components.spec.wellknown import (
     FLEX_LENT_LABEL,
@@ -32,7 +32,12 @@ DATABASE_RELEASE = "llm-gateway-db"
 GATEWAY_PORT = 4000
 """The litellm-helm chart's service.port."""
 ENGINE_PORT = 8000
-"""vllm-stack's container and service port (chart.container-port)."""
+"""Where vLLM's API server listens in the pod: vllm-stack's servingEngineSpec.containerPort (`chart.container-port`,
+templates/_helpers.tpl)."""
+ENGINE_SERVICE_PORT = 80
+"""The port of each model's engine Service: vllm-stack's servingEngineSpec.servicePort (`chart.service-port`,
+templates/service-vllm.yaml), which it forwards to the container port. The values set it and the gateway's api_base
+reads it, so the two cannot part."""
 
 # Pinned images (never `latest`). vLLM v0.10.2 serves the v1 engine's metrics; the LiteLLM tag is the one litellm-helm
 # 0.4.8's appVersion names (../shared/charts/SOURCES.md); the CloudNativePG PostgreSQL image replaces the chart's
@@ -45,6 +50,9 @@ MASTER_KEY_SECRET = "llm-gateway-master-key"
 MASTER_KEY_ENV = "PROXY_MASTER_KEY"
 """The chart's env var for masterkeySecretName; the proxy config reads it as `os.environ/PROXY_MASTER_KEY`."""
 DATABASE_NAME = "litellm"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""The label the kubelet puts on every node (Kubernetes' well-known labels), unlike topology.kubernetes.io/zone, which
+only a cloud provider or the operator sets."""
 MODELS_MOUNT = "/models"
 """Where a model server sees the node's NVMe cache (read-only)."""
 
@@ -73,7 +81,7 @@ def engine_service(model: ServedModel) -> str:
 
 
 def engine_url(model: ServedModel) -> str:
-    return f"http://{engine_service(model)}.{NAMESPACE}.svc:{ENGINE_PORT}/v1"
+    return f"http://{engine_service(model)}.{NAMESPACE}.svc:{ENGINE_SERVICE_PORT}/v1"
 
 
 def database_service() -> str:
@@ -152,6 +160,7 @@ def vllm_values(site: Site) -> dict[str, Any]:
     return {
         "servingEngineSpec": {
             "enableEngine": True,
+            "containerPort": ENGINE_PORT, "servicePort": ENGINE_SERVICE_PORT,
             # A new revision comes up beside the old one and takes traffic only once ready; the old one stays
             # until then (the chart's default, stated because the hot swap depends on it).
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "100%", "maxUnavailable": 0}},
@@ -206,11 +215,20 @@ def gateway_config(site: Site) -> dict[str, Any]:
     }
 
 
+def pod_resources(resources: Resources) -> dict[str, Any]:
+    """A container's requests and limits, equal: the pod is QoS Guaranteed, the last the kubelet evicts."""
+    amounts = {"cpu": f"{resources.cpu:g}", "memory": f"{resources.memory_gib * 1024:g}Mi"}
+    return {"requests": amounts, "limits": dict(amounts)}
+
+
 def gateway_values(site: Site) -> dict[str, Any]:
     gateway = site.inference.gateway
     return {
         "image": {"repository": LITELLM_IMAGE[0], "tag": LITELLM_IMAGE[1], "pullPolicy": "IfNotPresent"},
         "replicaCount": gateway.replicas,
+        "resources": pod_resources(gateway.resources),
+        # The schema migration runs the same proxy image against the same database.
+        "migrationJob": {"resources": pod_resources(gateway.resources)},
         "masterkeySecretName": MASTER_KEY_SECRET, "masterkeySecretKey": "master-key",
         "environmentSecrets": [gateway.provider_secret],
         "proxy_config": gateway_config(site),
@@ -227,6 +245,12 @@ def gateway_values(site: Site) -> dict[str, Any]:
 def database_values(site: Site) -> dict[str, Any]:
     db = site.inference.gateway.database
     return {"cluster": {"instances": db.instances, "imageName": POSTGRES_IMAGE,
+                        "resources": pod_resources(db.resources),
+                        # The gateway answers every team's LLM traffic only while its database does.
+                        "priorityClassName": inference_class(site),
+                        # The chart spreads instances over topology.kubernetes.io/zone, a label no node of this
+                        # stack carries; the kubelet sets the hostname label on every node.
+                        "affinity": {"topologyKey": HOSTNAME_LABEL},
                         "storage": {"size": f"{db.storage_gib}Gi", "storageClass": db.storage_class},
                         "initdb": {"database": DATABASE_NAME, "owner": DATABASE_NAME}}}
 

@@ -140,6 +140,13 @@ INFERENCE_WAITING_PER_REPLICA: Final = 5
 KEDA threshold)."""
 GATEWAY_TEAM_BUDGET_USD: Final = 1000.0
 """USD per budget period a team may spend through the LLM gateway unless its own budget is set."""
+GATEWAY_CPU: Final = 2.0
+GATEWAY_MEMORY_GIB: Final = 2.0
+"""One LiteLLM proxy replica: a single process that used a full core at 152-169 requests/s and held ~268 MB RSS after
+3,200 requests (../shared/notes/litellm-offline.md); twice both, for bursts and for the prometheus callback's series."""
+DATABASE_CPU: Final = 1.0
+DATABASE_MEMORY_GIB: Final = 2.0
+"""One PostgreSQL instance of the gateway's database (keys, teams, budgets, spend logs: small rows, one writer)."""
 
 # --- scheduling -----------------------------------------------------------------------------
 

@@ -92,6 +92,15 @@ class ExternalApi(Spec):
     """Teams whose gateway keys may call it; every onboarded team when unset."""
 
 
+class Resources(Spec):
+    """What one pod is given and held to: requests equal limits, so the kubelet evicts it last (QoS Guaranteed)."""
+
+    cpu: Annotated[Float, Field(gt=0, le=256)]
+    """cores"""
+    memory_gib: Annotated[Float, Field(gt=0, le=4096)]
+    """GiB"""
+
+
 class Database(Spec):
     """The gateway's PostgreSQL (keys, teams, budgets, spend), run by the CloudNativePG operator."""
 
@@ -100,10 +109,14 @@ class Database(Spec):
     storage_gib: Annotated[Int, Field(ge=1, le=65_536)] = 20
     storage_class: Name = "nvme-local"
     """Local NVMe (PostgreSQL replicates itself, so node-local volumes are what CloudNativePG recommends)."""
+    resources: Resources = Resources(cpu=defaults.DATABASE_CPU, memory_gib=defaults.DATABASE_MEMORY_GIB)
+    """Of each instance."""
 
 
 class Gateway(Spec):
     replicas: Annotated[Int, Field(ge=1, le=64)] = 2
+    resources: Resources = Resources(cpu=defaults.GATEWAY_CPU, memory_gib=defaults.GATEWAY_MEMORY_GIB)
+    """Of each proxy replica."""
     team_budget_usd: Usd = defaults.GATEWAY_TEAM_BUDGET_USD
     """USD a team may spend through the gateway per budget period, unless team_budgets says otherwise."""
     team_budgets: dict[Name, Usd] = {}

@@ -20,6 +20,7 @@ from components.monitoring.report_queries import report_queries
 from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
 from runbooks.plan.converge import first_install_converges
 from runbooks.plan.producers import Deployed, producers
+from runbooks.plan.references import references_resolve
 
 GPU_NODE_TAINTS = ((UNVALIDATED_TAINT, "NoSchedule"), (POOL_TAINT, "NoSchedule"))
 """Taints the stack puts on GPU nodes (components/facility/admission.py): unvalidated until the node check passes,
@@ -270,6 +271,8 @@ CHECKS: tuple[tuple[str, str, Judge], ...] = (
      metrics_have_producers),
     ("dashboards-have-datasources", "Every dashboard's data source exists and reaches a Service, the cold tier's too.",
      dashboards_have_datasources),
+    ("references-resolve", "Every in-cluster address in any object names a Service of that namespace with that port.",
+     references_resolve),
 )
 
 

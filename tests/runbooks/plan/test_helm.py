@@ -6,12 +6,13 @@ import copy
 import dataclasses
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.inference.values import gateway_config
+from components.inference.values import NAMESPACE, gateway_config
 from components.monitoring.prometheus import COLD_DATASOURCE, metrics_volumes
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from runbooks.cli import app
@@ -194,6 +195,13 @@ def drop_tolerations(deployed: Deployed) -> None:
     find(deployed, "DaemonSet", "local-static-provisioner")["spec"]["template"]["spec"].pop("tolerations")
 
 
+def gateway_at_engine_container_port(deployed: Deployed) -> None:
+    """What main shipped until issue 35: the gateway asked the engines at the container's port, not the Service's."""
+    configmap = find(deployed, "ConfigMap", "litellm-config")
+    configmap["data"]["config.yaml"] = configmap["data"]["config.yaml"].replace("-engine-service.inference.svc:80/",
+                                                                                "-engine-service.inference.svc:8000/")
+
+
 def drop_ceph_secrets(deployed: Deployed) -> None:
     cold = find(deployed, "StorageClass", "ceph-cold")
     cold["parameters"] = {k: v for k, v in cold["parameters"].items() if "secret" not in k}
@@ -260,6 +268,11 @@ RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule g
     pytest.param(drop_tolerations, "gpu-daemonsets-tolerate-taints",
                  "DaemonSet storage/local-static-provisioner does not tolerate gpucluster.io/unvalidated, "
                  "gpucluster.io/pool: it never runs on those nodes", id="should hold a DaemonSet without tolerations"),
+    pytest.param(gateway_at_engine_container_port, "references-resolve",
+                 "ConfigMap inference/llm-gateway-litellm-config data.config.yaml: "
+                 "vllm-qwen2-5-72b-engine-service.inference.svc:8000 names port 8000, which Service "
+                 "inference/vllm-qwen2-5-72b-engine-service does not have (it has 80, 9999, 55555)",
+                 id="should hold a gateway that sends a model to a port its Service lacks"),
     pytest.param(drop_ceph_secrets, "storage-classes-provisionable",
                  "StorageClass ceph-cold (rook-ceph.cephfs.csi.ceph.com) lacks "
                  "csi.storage.k8s.io/provisioner-secret-name, csi.storage.k8s.io/provisioner-secret-namespace, "
@@ -478,3 +491,82 @@ def test_should_not_judge_convergence_without_the_dependency_graph(graph: Resour
     assert found["first-install-converges"] == ["no dependency graph was given with the rendered objects: "
                                                 "convergence cannot be judged"]
 
+
+def test_should_send_each_served_model_to_a_port_its_engine_service_has(rendered: dict[str, RenderedRelease]) -> None:
+    ports = {s["metadata"]["name"]: {p["port"] for p in s["spec"]["ports"]}
+             for s in objects(rendered["vllm"], "Service")}
+    (config,) = objects(rendered["llm-gateway"], "ConfigMap")
+    served = [e["litellm_params"]["api_base"] for e in yaml.safe_load(config["data"]["config.yaml"])["model_list"]
+              if e["litellm_params"]["model"].startswith("hosted_vllm/")]
+    assert len(served) == len(parse(prod_values()).inference.models)
+    for api_base in served:
+        url = urlsplit(api_base)
+        service, namespace = str(url.hostname).split(".")[:2]
+        assert namespace == NAMESPACE and url.port in ports[service], (api_base, ports)
+
+
+def test_should_give_the_gateway_and_its_database_guaranteed_resources_above_the_lowest_class(
+        graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> None:
+    site = parse(prod_values())
+    containers = [c for kind in ("Deployment", "Job") for o in objects(rendered["llm-gateway"], kind)
+                  for c in o["spec"]["template"]["spec"]["containers"]]
+    (cluster,) = objects(rendered["llm-gateway-db"], "Cluster")
+    assert len(containers) == 2  # the proxy and its schema migration
+    for resources in [c.get("resources") for c in containers] + [cluster["spec"].get("resources")]:
+        assert resources and resources["requests"] == resources["limits"] and set(resources["limits"]) == {
+            "cpu", "memory"}, resources
+    classes = {c["metadata"]["name"]: c["value"] for c in stack(graph, rendered).of_kind("PriorityClass")}
+    assert classes[cluster["spec"]["priorityClassName"]] > min(classes.values())
+    # CloudNativePG spreads the instances on this node label: one every node carries, the kubelet's own.
+    assert cluster["spec"]["affinity"]["topologyKey"] == "kubernetes.io/hostname"
+    assert site.inference.gateway.database.instances > 1
+
+
+def edit_alertmanager_config(edit: Any) -> Any:
+    """Edits the Alertmanager config in the Secret kube-prometheus-stack renders, as the operator would read it."""
+    def mutate(deployed: Deployed) -> Deployed:
+        secret = find(deployed, "Secret", "alertmanager-kube-prometheus-stack-alertmanager")
+        config = yaml.safe_load(base64.b64decode(secret["data"]["alertmanager.yaml"]))
+        edit(config)
+        secret["data"]["alertmanager.yaml"] = base64.b64encode(yaml.safe_dump(config).encode()).decode()
+        return deployed
+    return mutate
+
+
+def receiver_url(name: str, url: str) -> Any:
+    def edit(config: dict[str, Any]) -> None:
+        (receiver,) = [r for r in config["receivers"] if r["name"] == name]
+        receiver["webhook_configs"][0]["url"] = url
+    return edit
+
+
+def page_no_one(config: dict[str, Any]) -> None:
+    for route in config["route"]["routes"]:
+        if 'severity="critical"' in route.get("matchers", []):
+            route["receiver"] = "null"
+
+
+@pytest.mark.parametrize(("mutate", "violation"), [
+    pytest.param(edit_alertmanager_config(receiver_url("heartbeat", "https://heartbeat.example.internal/gpu-cluster")),
+                 "Alertmanager monitoring/kube-prometheus-stack-alertmanager receiver heartbeat: webhook_configs url "
+                 "https://heartbeat.example.internal/gpu-cluster is a placeholder: heartbeat.example.internal is under "
+                 "example.internal, a name for examples (RFC 2606): name the site's own host",
+                 id="should hold a heartbeat sent to a placeholder host"),
+    pytest.param(edit_alertmanager_config(page_no_one),
+                 "Alertmanager monitoring/kube-prometheus-stack-alertmanager: route to null (severity=\"critical\") "
+                 "goes to receiver null, which delivers to no one", id="should hold critical alerts routed to no one"),
+])
+def test_should_hold_alerts_that_reach_no_human(graph: ResourceGraph, rendered: dict[str, RenderedRelease],
+                                                mutate: Any, violation: str) -> None:
+    found = broken(mutate(stack(graph, rendered)))
+    assert set(found) == {"alerts-reach-a-human"}, found
+    assert violation in found["alerts-reach-a-human"], "\n".join(found["alerts-reach-a-human"])
+
+
+def test_should_hold_an_on_call_receiver_that_nothing_deploys(graph: ResourceGraph,
+                                                              rendered: dict[str, RenderedRelease]) -> None:
+    # The bridge the prod site used to page through: an in-cluster name no release or object of the stack serves.
+    bridge = "http://oncall-bridge.monitoring.svc:8080/alertmanager"
+    found = broken(edit_alertmanager_config(receiver_url("oncall", bridge))(stack(graph, rendered)))
+    assert (f"Alertmanager monitoring/kube-prometheus-stack-alertmanager receiver oncall: webhook_configs url {bridge} "
+            "names no Service the stack deploys") in found["alerts-reach-a-human"]
