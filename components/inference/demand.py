@@ -3,8 +3,11 @@ that every series it reads has a producer the stack deploys). Pure. Where the se
 
 - requests waiting and replicas: vLLM's `vllm:num_requests_waiting` gauge, one series per engine (docs/design/
   metrics.md of vLLM's v1 engine), the gauge KEDA scales the engines on (components/inference/values.py).
-- inference pods pending: kube-state-metrics' `kube_pod_status_phase{phase="Pending"}` (docs/metrics/workload/
-  pod-metrics.md), in the inference namespace: an engine the autoscaler added that finds no free GPU.
+- model servers pending: kube-state-metrics' `kube_pod_status_phase{phase="Pending"}` (docs/metrics/workload/
+  pod-metrics.md) of the inference namespace's pods that are model servers (kube_pod_labels, the label allowlisted in
+  components/monitoring/prometheus.py) and request GPUs (kube_pod_container_resource_requests): an engine the
+  autoscaler added that finds no free GPU. The gateway, its database and their Jobs share the namespace; a GPU lent
+  cannot help them, and one of them stuck Pending must neither lend nor keep the lent nodes.
 - latency: the p95 of vLLM's `vllm:time_to_first_token_seconds` histogram over LATENCY_WINDOW, read only when the
   spec sets lending.ttft_objective_s. NaN (no first token in the window) is data: nothing was slow.
 
@@ -13,11 +16,25 @@ never as zero demand.
 """
 
 from components.inference.values import NAMESPACE, WAITING
+from components.monitoring.report_queries import GPU_RESOURCE
+from components.spec.wellknown import ENGINE_COMPONENT, ENGINE_COMPONENT_LABEL
 
+ENGINE_POD_LABEL = "label_" + ENGINE_COMPONENT_LABEL.replace(".", "_").replace("/", "_")
+"""The engines' component label as kube-state-metrics names it on kube_pod_labels (label_<name>, sanitized to
+[a-zA-Z0-9_])."""
+PENDING_MODEL_SERVERS = (
+    # Per pod: its phase flag (0 or 1), kept only for model servers that request a GPU; every running engine adds a
+    # 0, so the sum is 0 when none waits and nothing at all when no engine is reported.
+    f'sum(max by (namespace, pod) (kube_pod_status_phase{{namespace="{NAMESPACE}", phase="Pending"}})\n'
+    f"  * on (namespace, pod) group by (namespace, pod) "
+    f'(kube_pod_labels{{namespace="{NAMESPACE}", {ENGINE_POD_LABEL}="{ENGINE_COMPONENT}"}})\n'
+    f"  * on (namespace, pod) group by (namespace, pod) "
+    f'(kube_pod_container_resource_requests{{namespace="{NAMESPACE}", resource="{GPU_RESOURCE}"}} > 0))'
+)
 DEMAND_QUERIES = {
     "waiting": f'sum({WAITING}{{namespace="{NAMESPACE}"}})',
     "replicas": f'count({WAITING}{{namespace="{NAMESPACE}"}})',
-    "pending_pods": f'sum(kube_pod_status_phase{{namespace="{NAMESPACE}", phase="Pending"}})',
+    "pending_pods": PENDING_MODEL_SERVERS,
 }
 """Signals field -> PromQL instant query."""
 LATENCY_WINDOW = "2m"

@@ -15,7 +15,7 @@ from components.monitoring.alertmanager import render_alertmanager_config
 from components.monitoring.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL
 from components.spec import defaults
 from components.spec.site import Site
-from components.spec.wellknown import FLEX_LENT_LABEL, TEXTFILE_DIR
+from components.spec.wellknown import ENGINE_COMPONENT_LABEL, FLEX_LENT_LABEL, TEXTFILE_DIR
 
 NAMESPACE = "monitoring"
 
@@ -105,9 +105,11 @@ def prometheus_values(site: Site) -> dict[str, Any]:
                 "volumeMounts": [{"name": "notify", "mountPath": secrets_dir, "readOnly": True}],
             },
         },
-        # kube_node_labels carries only allowlisted labels (kube-state-metrics chart, metricLabelsAllowlist);
-        # SlurmNodesUnavailable reads the flex-lent one to leave lent nodes out.
-        "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{FLEX_LENT_LABEL}]"]},
+        # kube_node_labels and kube_pod_labels carry only allowlisted labels (kube-state-metrics chart,
+        # metricLabelsAllowlist): SlurmNodesUnavailable reads the flex-lent one to leave lent nodes out, the lending
+        # controller the model servers' component to count only their pending pods (components/inference/demand.py).
+        "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{FLEX_LENT_LABEL}]",
+                                                         f"pods=[{ENGINE_COMPONENT_LABEL}]"]},
         # The checkpoint mover's gpucluster_checkpoint_* files reach Prometheus only through the textfile
         # collector. The host's root is mounted at /host/root (prometheus-node-exporter hostRootFsMount); extraArgs
         # replaces the list, so kube-prometheus-stack 77.5.0's two filesystem excludes are repeated.

@@ -55,7 +55,7 @@ class Signals:
     replicas: float | None
     """Model server replicas reporting that gauge."""
     pending_pods: float | None
-    """Inference pods pending (no node with free GPUs)."""
+    """Model servers pending (no node with free GPUs); the inference namespace's other pods are not counted."""
     ttft_p95_s: float | None = None
     """s; p95 time to first token, read only when the spec sets an objective. NaN: no first token in the window."""
 

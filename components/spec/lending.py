@@ -2,7 +2,7 @@
 Kubernetes inference and takes them back (components/scheduling/lending_decision.py decides; runbooks/flex/
 controller.py acts; docs/scheduling.md, "The lending controller").
 
-Demand is read from vLLM's `vllm:num_requests_waiting` per serving replica, from inference pods pending and, with an
+Demand is read from vLLM's `vllm:num_requests_waiting` per serving replica, from model servers pending and, with an
 objective set, from the p95 time to first token; the thresholds, durations and steps here turn it into moves. Rules
 across sections (the floor against the flex pool's size) are in components.spec.rules.
 """
@@ -23,9 +23,9 @@ Seconds = Annotated[Int, Field(gt=0, le=86_400)]
 class Lending(Spec):
     lend_waiting_per_replica: Annotated[WaitingPerReplica, Field(gt=0)] = defaults.LEND_WAITING_PER_REPLICA
     """Requests waiting per serving replica (`vllm:num_requests_waiting`) at or over which inference is at a peak;
-    an inference pod pending is a peak too."""
+    a model server pending (a GPU pod of the inference path) is a peak too."""
     reclaim_waiting_per_replica: WaitingPerReplica = defaults.RECLAIM_WAITING_PER_REPLICA
-    """Requests waiting per replica at or under which (with no inference pod pending) inference is in a trough."""
+    """Requests waiting per replica at or under which (with no model server pending) inference is in a trough."""
     # Compared with a p95 of vLLM's time-to-first-token histogram in seconds; ten minutes is past any objective.
     ttft_objective_s: Annotated[Float, Field(gt=0, le=600)] | None = None
     """s; the serving objective for the p95 time to first token (vLLM's `vllm:time_to_first_token_seconds`, over

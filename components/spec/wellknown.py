@@ -20,6 +20,12 @@ FLEX_LENT_LABEL = f"{LABEL_PREFIX}/flex-lent"
 TEAM_LABEL = f"{LABEL_PREFIX}/team"
 """Marks a team's namespace and queue; the policy pack's serving-after-monitoring and team rules key on it."""
 
+# Labels on pods.
+ENGINE_COMPONENT_LABEL = "app.kubernetes.io/component"
+ENGINE_COMPONENT = "serving-engine"
+"""How vllm-stack labels every model server's pod (`chart.engineStandardLabels`, vllm-stack 0.1.12 _helpers.tpl): the
+lending controller counts pending pods by it, and kube-state-metrics is told to export it."""
+
 # Component type tokens, gpucluster:<concern>:<Noun>.
 CLUSTER_TYPE = "gpucluster:cluster:GpuCluster"
 FACILITY_TYPE = "gpucluster:facility:Facility"

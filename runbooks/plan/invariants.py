@@ -198,7 +198,7 @@ def metrics_have_producers(deployed: Deployed) -> list[str]:
                     unproduced.setdefault(name, []).append(reader)
                     continue
                 for m in matchers:
-                    if m.name != "__name__" and not producer.has_label(m.name):
+                    if m.name != "__name__" and not producer.has_label(m.name, name):
                         unlabelled.setdefault((name, m.name), []).append(reader)
     for name, readers in sorted(unproduced.items()):
         read = f"{name} (read by {', '.join(sorted(set(readers)))})"

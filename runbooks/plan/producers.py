@@ -8,8 +8,8 @@ producer stays in the list with the reason, so a reader of a missing metric lear
 import base64
 import re
 import shlex
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -100,10 +100,13 @@ class Producer:
     """Label name prefixes that exist only when configured so."""
     labels: frozenset[str] = frozenset()
     """Of those, the labels configured on."""
+    labels_of: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Of those, the labels configured on one metric only (kube-state-metrics allowlists node and pod labels apart):
+    metric -> labels; a metric named here has these instead of `labels`."""
 
-    def has_label(self, label: str) -> bool:
+    def has_label(self, label: str, metric: str) -> bool:
         conditional = bool(self.conditional) and label.startswith(self.conditional)
-        return label in self.labels or not conditional
+        return label in self.labels_of.get(metric, self.labels) or not conditional
 
 
 def producers(deployed: Deployed) -> list[Producer]:
@@ -207,12 +210,17 @@ def _kube_state_metrics(deployed: Deployed) -> Producer:
     if not ksm:
         return Producer(name, frozenset(), "no kube-state-metrics Deployment")
     allowlist = _flag(_container_args(ksm[0]), "--metric-labels-allowlist") or ""
-    # nodes=[a,b],pods=[c]: node labels become label_<name> on kube_node_labels, sanitized to [a-zA-Z0-9_].
-    node_labels = re.search(r"(?:^|,)nodes=\[([^\]]*)\]", allowlist)
-    labels = {"label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label.strip())
-              for label in (node_labels.group(1).split(",") if node_labels else []) if label.strip()}
+
+    def allowed(resource: str) -> frozenset[str]:
+        # nodes=[a,b],pods=[c]: a node's labels become label_<name> on kube_node_labels, a pod's on kube_pod_labels,
+        # sanitized to [a-zA-Z0-9_].
+        listed = re.search(rf"(?:^|,){resource}=\[([^\]]*)\]", allowlist)
+        return frozenset("label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label.strip())
+                         for label in (listed.group(1).split(",") if listed else []) if label.strip())
+
     return Producer(name, KUBE_STATE_METRICS, scraped(deployed, _meta(ksm[0], "namespace"),
-                                                      _services_for(deployed, ksm[0])), ("label_",), frozenset(labels))
+                                                      _services_for(deployed, ksm[0])), ("label_",),
+                    labels_of={"kube_node_labels": allowed("nodes"), "kube_pod_labels": allowed("pods")})
 
 
 def _host_path(workload: dict[str, Any], path: str) -> str | None:

@@ -56,17 +56,33 @@ class Playback:
             return self.values[min(index, len(self.values) - 1)]
 
 
+STUCK_POD = "llm-gateway-litellm-migrations-x7k2p"
+"""A gateway pod stuck Pending beside the engines: it requests no GPU, so no lent node helps it; it must not count."""
+
+
 def render(playback: Playback) -> str:
-    """vllm:num_requests_waiting per engine (the curve's total spread over REPLICAS) and kube_pod_status_phase, with
-    the labels the stack's scrape gives them (namespace inference), in the text format. (prometheus-client would
-    escape the colon away for Prometheus's OpenMetrics 1.0 Accept header, and vLLM's name has one.)"""
+    """vllm:num_requests_waiting per engine (the curve's total spread over REPLICAS), and kube-state-metrics' phase,
+    labels (the allowlisted component label) and GPU requests of the engines and of STUCK_POD, with the labels the
+    stack's scrape gives them (namespace inference), in the text format. (prometheus-client would escape the colon
+    away for Prometheus's OpenMetrics 1.0 Accept header, and vLLM's name has one.)"""
     total = playback.now()
+    engines = [f"engine-{replica}" for replica in range(REPLICAS)]
     lines = ["# TYPE vllm:num_requests_waiting gauge"]
-    lines += [f'vllm:num_requests_waiting{{namespace="inference",model_name="qwen2-5-72b",pod="engine-{replica}"}} '
-              f"{total / REPLICAS}" for replica in range(REPLICAS)]
+    lines += [f'vllm:num_requests_waiting{{namespace="inference",model_name="qwen2-5-72b",pod="{pod}"}} '
+              f"{total / REPLICAS}" for pod in engines]
     lines.append("# TYPE kube_pod_status_phase gauge")
-    lines += [f'kube_pod_status_phase{{namespace="inference",pod="engine-{replica}",phase="{phase}"}} '
-              f"{int(phase == 'Running')}" for replica in range(REPLICAS) for phase in ("Pending", "Running")]
+    lines += [f'kube_pod_status_phase{{namespace="inference",pod="{pod}",phase="{phase}"}} '
+              f"{int(phase == ('Pending' if pod == STUCK_POD else 'Running'))}"
+              for pod in [*engines, STUCK_POD] for phase in ("Pending", "Running")]
+    lines.append("# TYPE kube_pod_labels gauge")
+    lines += [f'kube_pod_labels{{namespace="inference",pod="{pod}",'
+              'label_app_kubernetes_io_component="serving-engine"} 1' for pod in engines]
+    lines.append(f'kube_pod_labels{{namespace="inference",pod="{STUCK_POD}"}} 1')
+    lines.append("# TYPE kube_pod_container_resource_requests gauge")
+    lines += [f'kube_pod_container_resource_requests{{namespace="inference",pod="{pod}",container="vllm",'
+              f'resource="nvidia_com_gpu",unit="integer"}} 4' for pod in engines]
+    lines.append(f'kube_pod_container_resource_requests{{namespace="inference",pod="{STUCK_POD}",container="migrations",'
+                 f'resource="cpu",unit="core"}} 0.5')
     return "\n".join(lines) + "\n"
 
 

@@ -59,8 +59,8 @@ def test_should_scrape_the_slurm_exporter_and_the_lending_controller_on_the_cont
          "static_configs": [{"targets": ["slurmctl-01.dc1.internal:9401"]}]}]
 
 
-def test_should_export_the_flex_lent_node_label(prod: dict[str, Any]) -> None:
+def test_should_export_the_flex_lent_node_label_and_the_model_servers_pod_label(prod: dict[str, Any]) -> None:
     assert prometheus_values(parse(prod))["kube-state-metrics"] == {
-        "metricLabelsAllowlist": ["nodes=[gpucluster.io/flex-lent]"]}
+        "metricLabelsAllowlist": ["nodes=[gpucluster.io/flex-lent]", "pods=[app.kubernetes.io/component]"]}
 
 

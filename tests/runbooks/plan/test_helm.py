@@ -4,6 +4,9 @@ settings that only count where the chart really reads them, read back from what 
 import base64
 import copy
 import dataclasses
+import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -12,6 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from components.inference.demand import DEMAND_QUERIES
 from components.inference.values import NAMESPACE, gateway_config
 from components.monitoring.prometheus import COLD_DATASOURCE, metrics_volumes
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
@@ -21,7 +25,7 @@ from runbooks.plan.converge import installs
 from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_helm, render_releases, validate
 from runbooks.plan.invariants import check_invariants
 from runbooks.plan.plan import host_installs, kubernetes_objects
-from runbooks.plan.producers import Deployed
+from runbooks.plan.producers import Deployed, producers
 from tests.builders import REPO, copy_project, parse, prod_values
 
 MIRROR = REPO.parent / "shared" / "charts"
@@ -260,6 +264,11 @@ def drop_engine_scrape(deployed: Deployed) -> None:
     deployed.objects.remove(find(deployed, "ServiceMonitor", "engine-servicemonitor"))
 
 
+def drop_pod_label_allowlist(arg: str) -> str:
+    return "--metric-labels-allowlist=nodes=[gpucluster.io/flex-lent]" if arg.startswith(
+        "--metric-labels-allowlist") else arg
+
+
 RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule gpu:dcgm_gpu_util:max, "
             "rule gpu_team:dcgm_owner:group)")
 
@@ -314,6 +323,10 @@ RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule g
                  "producer the stack deploys and scrapes (model servers (vLLM): vllm-qwen2-5-72b-deployment-vllm: "
                  "no ServiceMonitor that a Prometheus selects scrapes it; vllm-llama-3-1-8b-deployment-vllm: no "
                  "ServiceMonitor that a Prometheus selects scrapes it)", id="should hold model servers unscraped"),
+    pytest.param(edit_args("Deployment", "kube-state-metrics", drop_pod_label_allowlist), "metrics-have-producers",
+                 "kube_pod_labels (read by lending controller pending_pods) is selected on label "
+                 "label_app_kubernetes_io_component, which kube-state-metrics does not produce as deployed",
+                 id="should hold a pod label kube-state-metrics does not allow"),
     pytest.param(drop_cold_datasource, "dashboards-have-datasources",
                  "Prometheus monitoring/kube-prometheus-stack-prometheus writes to "
                  "http://metrics-cold-victoria-metrics-single-server.monitoring.svc:8428/api/v1/write, which no "
@@ -490,6 +503,66 @@ def test_should_not_judge_convergence_without_the_dependency_graph(graph: Resour
     found = broken(dataclasses.replace(stack(graph, rendered), installs=()))
     assert found["first-install-converges"] == ["no dependency graph was given with the rendered objects: "
                                                 "convergence cannot be judged"]
+
+
+def pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods a rendered object makes: a workload's template, a CronJob's Job's, a CloudNativePG Cluster's
+    instances (the operator's pods, which request the Cluster's spec.resources)."""
+    spec = obj.get("spec") or {}
+    if obj["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
+        return [spec["template"]]
+    if obj["kind"] == "CronJob":
+        return [spec["jobTemplate"]["spec"]["template"]]
+    if obj["kind"] == "Cluster" and obj["apiVersion"].startswith("postgresql.cnpg.io/"):
+        return [{"metadata": {"labels": {"cnpg.io/cluster": obj["metadata"]["name"]}},
+                 "spec": {"containers": [{"name": "postgres", "resources": spec.get("resources") or {}}]}}]
+    return []
+
+
+def ksm_series(namespace: str, pod: str, template: dict[str, Any], allowed: frozenset[str]) -> list[dict[str, str]]:
+    """What kube-state-metrics v2 exports for a Pending pod (docs/metrics/workload/pod-metrics.md): its phase, its
+    allowlisted labels as label_<name> (sanitized to [a-zA-Z0-9_]), each container's requests with the resource name
+    sanitized (nvidia.com/gpu: nvidia_com_gpu)."""
+    at = f'namespace="{namespace}", pod="{pod}"'
+    labels = {"label_" + re.sub(r"[^a-zA-Z0-9_]", "_", k): v for k, v in
+              ((template.get("metadata") or {}).get("labels") or {}).items()}
+    shown = "".join(f', {k}="{v}"' for k, v in sorted(labels.items()) if k in allowed)
+    series = [{"series": f'kube_pod_status_phase{{{at}, phase="{phase}"}}', "values": f"{int(phase == 'Pending')}x5"}
+              for phase in ("Pending", "Running")]
+    series.append({"series": f"kube_pod_labels{{{at}{shown}}}", "values": "1x5"})
+    for container in template["spec"]["containers"]:
+        for resource, amount in ((container.get("resources") or {}).get("requests") or {}).items():
+            name = re.sub(r"[^a-zA-Z0-9_]", "_", resource)
+            gpus = str(amount) if resource == "nvidia.com/gpu" else "1"
+            series.append({"series": f'kube_pod_container_resource_requests{{{at}, container="{container["name"]}", '
+                                     f'resource="{name}"}}', "values": f"{gpus}x5"})
+    return series
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_should_count_as_pending_only_the_model_servers_that_request_gpus(
+        graph: ResourceGraph, rendered: dict[str, RenderedRelease], tmp_path: Path) -> None:
+    # Every pod of the rendered inference namespace Pending at once, as kube-state-metrics (with the rendered label
+    # allowlist) reports it, and the lending controller's query run by promtool: only the engines count.
+    deployed = stack(graph, rendered)
+    (ksm,) = [p for p in producers(deployed) if p.name == "kube-state-metrics"]
+    pods = {f"{obj['metadata']['name']}-{i}": template for obj in deployed.objects
+            if (obj.get("metadata") or {}).get("namespace") == NAMESPACE
+            for i, template in enumerate(pod_templates(obj))}
+    engines = [pod for pod, template in pods.items() if any(
+        "nvidia.com/gpu" in ((c.get("resources") or {}).get("requests") or {}) for c in template["spec"]["containers"])]
+    assert sorted(engines) == ["vllm-llama-3-1-8b-deployment-vllm-0", "vllm-qwen2-5-72b-deployment-vllm-0"]
+    # The gateway, its migrations Job, its database and the database chart's test Job are Pending too.
+    assert len(pods) > len(engines) + 2, sorted(pods)
+    series = [s for pod, template in pods.items()
+              for s in ksm_series(NAMESPACE, pod, template, ksm.labels_of["kube_pod_labels"])]
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series, "promql_expr_test": [
+            {"expr": DEMAND_QUERIES["pending_pods"], "eval_time": "2m",
+             "exp_samples": [{"labels": "{}", "value": len(engines)}]}]}]}))
+    run = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_should_send_each_served_model_to_a_port_its_engine_service_has(rendered: dict[str, RenderedRelease]) -> None:

@@ -93,8 +93,16 @@ def test_should_select_as_kubernetes_and_the_prometheus_operator_do(selector: di
 def test_should_know_which_labels_depend_on_configuration() -> None:
     ksm = Producer("kube-state-metrics", frozenset({"kube_node_labels"}), conditional=("label_",),
                    labels=frozenset({"label_gpucluster_io_flex_lent"}))
-    assert ksm.has_label("node") and ksm.has_label("label_gpucluster_io_flex_lent")
-    assert not ksm.has_label("label_team")
+    assert ksm.has_label("node", "kube_node_labels")
+    assert ksm.has_label("label_gpucluster_io_flex_lent", "kube_node_labels")
+    assert not ksm.has_label("label_team", "kube_node_labels")
+
+
+def test_should_keep_a_label_allowed_on_pods_off_the_nodes_metric() -> None:
+    ksm = Producer("kube-state-metrics", frozenset({"kube_node_labels", "kube_pod_labels"}), conditional=("label_",),
+                   labels_of={"kube_node_labels": frozenset(), "kube_pod_labels": frozenset({"label_app"})})
+    assert ksm.has_label("label_app", "kube_pod_labels") and ksm.has_label("pod", "kube_pod_labels")
+    assert not ksm.has_label("label_app", "kube_node_labels")
 
 
 def _controller_deployed(then: str, targets: list[str]) -> Deployed:

@@ -18,7 +18,8 @@ def test_should_hold_a_stack_that_produces_none_of_the_reports_series() -> None:
     unproduced = "has no producer the stack deploys and scrapes"
     for line in [
         f"DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization) {unproduced}",
-        f"kube_pod_container_resource_requests (read by gpuctl report kubernetes_gpu_requests) {unproduced}",
+        f"kube_pod_container_resource_requests (read by gpuctl report kubernetes_gpu_requests, lending controller "
+        f"pending_pods) {unproduced}",
         f"kube_pod_status_phase (read by gpuctl report kubernetes_gpu_requests, lending controller pending_pods) "
         f"{unproduced}",
         f"litellm_request_total_latency_metric_bucket (read by gpuctl report inference_latency_p95) {unproduced} "
