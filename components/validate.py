@@ -14,6 +14,7 @@ from components.inference.values import DATABASE_OPERATOR_NAMESPACE, KEDA_NAMESP
 from components.inference.values import NAMESPACE as INFERENCE_NAMESPACE
 from components.monitoring.prometheus import NAMESPACE as MONITORING_NAMESPACE
 from components.scheduling.kueue import NAMESPACE as KUEUE_NAMESPACE
+from components.scheduling.kueue import check_inference_leaves_room
 from components.scheduling.preemption import check_preemption
 from components.spec.problems import Problem, SiteSpecError
 from components.spec.rules import SPEC_RULES, Rule, rule
@@ -98,7 +99,8 @@ def check_racks(site: Site) -> list[Problem]:
 RULES: tuple[Rule, ...] = (
     *SPEC_RULES,
     rule(check_reserved_team_names, "teams", "gpu_operator"),
-    rule(check_team_quotas, "teams", "node_groups", "gpu_catalog"),
+    rule(check_team_quotas, "teams", "node_groups", "gpu_catalog", "inference"),
+    rule(check_inference_leaves_room, "teams", "node_groups", "gpu_catalog", "inference"),
     rule(check_preemption, "scheduling"),
     rule(check_racks, "racks", "node_groups", "gpu_catalog"),
 )

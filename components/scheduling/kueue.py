@@ -7,7 +7,9 @@ LocalQueue; config.kueue.x-k8s.io/v1beta1: Configuration) as served by the pinne
 - One ResourceFlavor per GPU model and pool, selecting nodes by the labels the node admission sets
   (`gpucluster.io/gpu-model`, `gpucluster.io/pool`).
 - One ClusterQueue per pool Kubernetes may use (kubernetes, flex), all in one cohort. A pool's queue holds the
-  pool's capacity as nominal quota, less what teams are guaranteed, and lends it; no namespace submits to it.
+  pool's capacity as nominal quota, less what teams are guaranteed and what the model servers may hold, and lends
+  it; no namespace submits to it. The model servers are Deployments outside Kueue: counted as Kueue's, their GPUs
+  would be admitted to team jobs that then sit Pending until waitForPodsReady evicts them.
   The flex pool is Slurm's until lent, and then to inference: its queue lends nothing (`lendingLimit: 0`), and
   its flavor selects only nodes `gpuctl flex lend` labelled lent.
 - One ClusterQueue per team in the same cohort, which is where a team's GPUs are capped per kubernetes-pool
@@ -29,6 +31,7 @@ from components.charts import KUEUE
 from components.scheduling.preemption import priority_classes
 from components.spec.catalog import gres_type
 from components.spec.derived import once_per_site
+from components.spec.problems import Problem
 from components.spec.site import Pool, Site
 from components.spec.wellknown import (
     FLEX_LENT_LABEL,
@@ -97,6 +100,38 @@ def team_flavors(site: Site) -> list[Flavor]:
     return [f for f in flavors(site) if f.pool == Pool.KUBERNETES]
 
 
+def inference_held(site: Site) -> dict[str, int]:
+    """GPUs per team flavor the model servers may hold outside Kueue: replicas.max x gpus_per_replica of every served
+    model on its GPU's kubernetes-pool flavor. They may also run on lent flex nodes, but nothing keeps them off the
+    kubernetes pool first, so all of them count against it."""
+    held = {f.name: 0 for f in team_flavors(site)}
+    flavor_of = {f.gpu_model: f.name for f in team_flavors(site)}
+    for model in site.inference.models:
+        if model.gpu_model in flavor_of:
+            held[flavor_of[model.gpu_model]] += model.replicas.max * model.gpus_per_replica
+    return held
+
+
+def team_gpus(site: Site) -> dict[str, int]:
+    """GPUs per team flavor Kueue may admit team jobs to: the flavor's, less what the model servers may hold."""
+    held = inference_held(site)
+    return {f.name: max(0, f.gpus - held[f.name]) for f in team_flavors(site)}
+
+
+def check_inference_leaves_room(site: Site) -> list[Problem]:
+    """The model servers at their most leave some kubernetes-pool GPU to the teams' Kueue queues."""
+    capacity = {f.name: f.gpus for f in team_flavors(site)}
+    if not capacity or not site.teams or any(team_gpus(site).values()):
+        return []
+    held = inference_held(site)
+    models = "; ".join(f"inference.models[{i}] {m.name}: {m.replicas.max} x {m.gpus_per_replica}"
+                       for i, m in enumerate(site.inference.models))
+    flavors_held = ", ".join(f"{held[name]} of {name}'s {gpus}" for name, gpus in capacity.items())
+    return [Problem("inference.models", f"the model servers may hold {flavors_held} GPUs (replicas.max x "
+                                        f"gpus_per_replica: {models}): no kubernetes-pool GPU is left for the teams' "
+                                        "Kueue queues", "inference-leaves-room")]
+
+
 def guaranteed_share(flavor: Flavor, gpus: int) -> dict[str, int]:
     """What a guarantee of `gpus` GPUs sets aside on a flavor: the GPUs and the same share of its CPU and memory
     (GiB), rounded down. A guaranteed job within them is not borrowing, so Kueue lets it reclaim its quota."""
@@ -109,13 +144,16 @@ def _quantities(amounts: dict[str, int]) -> dict[str, int | str]:
 
 
 def set_aside(site: Site) -> dict[str, dict[str, int]]:
-    """Per flavor, what onboarded teams are guaranteed: their queues' nominal quota, taken from the pool's."""
+    """Per flavor, what the pool's queue does not offer: what onboarded teams are guaranteed (their queues' nominal
+    quota) and what the model servers may hold, with the same share of CPU and memory."""
     by_name = {f.name: f for f in flavors(site)}
     totals = {name: dict.fromkeys(("cpu", "memory", GPU_RESOURCE), 0) for name in by_name}
-    for team in site.teams_onboarded():
-        for name, gpus in team.gpu_guaranteed.items():
-            for resource, amount in guaranteed_share(by_name[name], gpus).items():
-                totals[name][resource] += amount
+    held = inference_held(site)
+    shares = [(name, min(gpus, by_name[name].gpus)) for name, gpus in held.items()]
+    shares += [(name, gpus) for team in site.teams_onboarded() for name, gpus in team.gpu_guaranteed.items()]
+    for name, gpus in shares:
+        for resource, amount in guaranteed_share(by_name[name], gpus).items():
+            totals[name][resource] += amount
     return totals
 
 

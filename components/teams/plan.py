@@ -14,10 +14,12 @@ from components.monitoring.dashboards import TEAM_USAGE_UID, TEAMS_FOLDER
 from components.scheduling.kueue import (
     TEAM_QUEUE,
     flavors,
+    inference_held,
     local_queue,
     team_cluster_queue,
     team_cluster_queue_name,
     team_flavors,
+    team_gpus,
 )
 from components.scheduling.preemption import priority_classes, team_qos
 from components.spec.problems import Problem
@@ -171,10 +173,16 @@ def team_facts(plan: TeamPlan) -> dict[str, Any]:
 
 
 def check_team_quotas(site: Site) -> list[Problem]:
-    """A team's quota and guarantee name kubernetes-pool flavors and fit in them; a guarantee is part of the quota,
-    and the guarantees of all teams (every stage, so the last one is known to fit) fit the flavor."""
+    """A team's quota and guarantee name kubernetes-pool flavors and fit in what the model servers leave of them; a
+    guarantee is part of the quota, and the guarantees of all teams (every stage, so the last one is known to fit)
+    fit that too."""
     known = {f.name: f for f in flavors(site)}
-    capacity = {f.name: f.gpus for f in team_flavors(site)}
+    capacity = team_gpus(site)
+    held = inference_held(site)
+
+    def of_flavor(name: str) -> str:
+        return f"flavor {name}" + (f" left by the model servers' {held[name]} (inference.models[].replicas.max x "
+                                   "gpus_per_replica)" if held[name] else "")
     guaranteed = dict.fromkeys(capacity, 0)
     problems = []
 
@@ -190,7 +198,7 @@ def check_team_quotas(site: Site) -> list[Problem]:
         for name, gpus in team.gpu_quota.items():
             path = f"teams[{i}].gpu_quota.{name}"
             if team_flavor(path, name) and gpus > capacity[name]:
-                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name]} GPUs of flavor {name}",
+                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name]} GPUs of {of_flavor(name)}",
                                         "team-quotas"))
         for name, gpus in team.gpu_guaranteed.items():
             path = f"teams[{i}].gpu_guaranteed.{name}"
@@ -204,5 +212,5 @@ def check_team_quotas(site: Site) -> list[Problem]:
             before, guaranteed[name] = guaranteed[name], guaranteed[name] + gpus
             if before <= capacity[name] < guaranteed[name]:
                 problems.append(Problem(path, f"with this team the guarantees on {name} add up to {guaranteed[name]} "
-                                        f"GPUs, more than its {capacity[name]}", "team-quotas"))
+                                        f"GPUs, more than the {capacity[name]} of {of_flavor(name)}", "team-quotas"))
     return problems

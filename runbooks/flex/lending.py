@@ -303,12 +303,15 @@ class Flex:
         """Requeues the jobs an earlier lend stopped but did not requeue (it crashed or timed out in between, or
         Slurm refused); returns the (node, job) of each Slurm did not requeue this time either."""
         unrequeued, records = [], None
+        preemptible = inference_preempts(self.site)
         for node in nodes:
-            out = self.slurm(["squeue", "--noheader", f"--nodelist={node}", f"--states={STOPPED}", "--format=%A"])
-            for job in sorted(slurm_read.job_ids(out)):
+            # Only what a lend may requeue, whatever the mark says: one an administrator wrote by hand on a job of a
+            # QoS inference does not preempt is no lend's.
+            for job in (j.id for j in self.jobs(node, STOPPED) if j.readable and j.qos in preemptible):
                 records = self.job_records() if records is None else records
                 record = records.get(job)
-                if (isinstance(record, JobRecord) and stopped_by_lend(record)
+                if (isinstance(record, JobRecord) and record.requeueable and not record.heterogeneous
+                        and stopped_by_lend(record)
                         and not self._requeue(node, job, kept_comment(record.admin_comment),
                                               "(stopped by an earlier lend)")):
                     unrequeued.append((node, job))

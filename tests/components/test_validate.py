@@ -88,8 +88,22 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
         ),
         pytest.param(
             {"teams__0__gpu_quota": {"rtx4090-kubernetes": 40}},
-            ["teams[0].gpu_quota.rtx4090-kubernetes: 40 GPUs exceed the 32 GPUs of flavor rtx4090-kubernetes"],
+            ["teams[0].gpu_quota.rtx4090-kubernetes: 40 GPUs exceed the 8 GPUs of flavor rtx4090-kubernetes left by "
+             "the model servers' 24 (inference.models[].replicas.max x gpus_per_replica)"],
             id="rejects a quota above the flavor's GPUs",
+        ),
+        pytest.param(
+            {"teams__0__gpu_quota": {"rtx4090-kubernetes": 16}},
+            ["teams[0].gpu_quota.rtx4090-kubernetes: 16 GPUs exceed the 8 GPUs of flavor rtx4090-kubernetes left by "
+             "the model servers' 24 (inference.models[].replicas.max x gpus_per_replica)"],
+            id="rejects a quota on GPUs the model servers may hold",
+        ),
+        pytest.param(
+            {"inference__models__1__replicas": {"min": 2, "max": 32}},
+            ["inference.models: the model servers may hold 16 of a800-kubernetes's 16, 32 of rtx4090-kubernetes's 32 "
+             "GPUs (replicas.max x gpus_per_replica: inference.models[0] qwen2-5-72b: 4 x 4; inference.models[1] "
+             "llama-3-1-8b: 32 x 1): no kubernetes-pool GPU is left for the teams' Kueue queues"],
+            id="rejects model servers that may hold the whole kubernetes pool",
         ),
         pytest.param(
             {"teams__0__gpu_guaranteed": {"a800-flex": 2}},
@@ -117,9 +131,11 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
         ),
         pytest.param(
             # Guarantees are summed over every team in the spec, onboarded or not, so the last stage fits too.
-            {f"teams__{i}__gpu_guaranteed": {"a800-kubernetes": 6} for i in (0, 5, 11)},
+            {**{f"teams__{i}__gpu_guaranteed": {"a800-kubernetes": 6} for i in (0, 5, 11)},
+             "inference__models__0__replicas": {"min": 1, "max": 1}},
             ["teams[11].gpu_guaranteed.a800-kubernetes: with this team the guarantees on a800-kubernetes add up to "
-             "18 GPUs, more than its 16"],
+             "18 GPUs, more than the 12 of flavor a800-kubernetes left by the model servers' 4 "
+             "(inference.models[].replicas.max x gpus_per_replica)"],
             id="rejects guarantees that add up to more than the flavor",
         ),
         pytest.param(

@@ -9,9 +9,11 @@ from components.scheduling.kueue import (
     borrow_threshold,
     cluster_queues,
     flavors,
+    inference_held,
     lendable_gpus,
     manager_config,
     resource_flavor,
+    team_gpus,
 )
 from components.spec.site import Site
 from components.teams.plan import team_plans
@@ -37,10 +39,13 @@ def gpu_entries(queue: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 def guaranteed(prod: dict[str, Any]) -> dict[str, Any]:
-    """The full stage, three teams with guarantees on the kubernetes pool."""
+    """The full stage, three teams with guarantees on the kubernetes pool, beside model servers that may hold 8 GPUs of
+    each kubernetes flavor (2 x 4 A800, 8 x 1 RTX 4090)."""
     return with_changes(prod, stage="full", teams__0__gpu_guaranteed={"a800-kubernetes": 4},
                         teams__1__gpu_guaranteed={"a800-kubernetes": 2, "rtx4090-kubernetes": 8},
-                        teams__7__gpu_guaranteed={"rtx4090-kubernetes": 8})
+                        teams__7__gpu_guaranteed={"rtx4090-kubernetes": 8},
+                        inference__models__0__replicas={"min": 1, "max": 2},
+                        inference__models__1__replicas={"min": 2, "max": 8})
 
 
 def test_should_select_flavor_nodes_by_the_labels_node_admission_sets(prod: dict[str, Any]) -> None:
@@ -55,19 +60,38 @@ def test_should_select_flavor_nodes_by_the_labels_node_admission_sets(prod: dict
                                     "effect": "NoSchedule"}]
 
 
-@pytest.mark.parametrize("stage", ["canary", "half", "full"])
-def test_should_give_the_cohort_exactly_each_flavors_capacity(guaranteed: dict[str, Any], stage: str) -> None:
-    # Kueue's cohort capacity for a flavor is the sum of its queues' nominal quotas (ClusterQueue CRD,
-    # nominalQuota): guarantees move GPUs, CPU and memory from a pool's queue to a team's, and never add any.
-    site = parse(with_changes(guaranteed, stage=stage))
+def cohort_quota(site: Site) -> dict[tuple[str, str], int]:
+    """Kueue's cohort capacity per (flavor, resource): the sum of its queues' nominal quotas (ClusterQueue CRD,
+    nominalQuota)."""
     nominal = {(f.name, r): 0 for f in flavors(site) for r in ("cpu", "memory", GPU)}
     for queue in all_queues(site):
         for flavor in queue["spec"]["resourceGroups"][0]["flavors"]:
             for resource in flavor["resources"]:
                 nominal[flavor["name"], resource["name"]] += quantity(resource["nominalQuota"])
-    assert nominal == {key: value for f in flavors(site)
-                       for key, value in (((f.name, "cpu"), f.cpus), ((f.name, "memory"), f.memory_gib),
-                                          ((f.name, GPU), f.gpus))}
+    return nominal
+
+
+@pytest.mark.parametrize("stage", ["canary", "half", "full"])
+def test_should_give_the_cohort_each_flavors_capacity_less_the_model_servers(guaranteed: dict[str, Any],
+                                                                              stage: str) -> None:
+    # Guarantees move GPUs, CPU and memory from a pool's queue to a team's, and never add any; what the model servers
+    # may hold (8 GPUs of each kubernetes flavor here, and that share of its CPU and memory) is no queue's.
+    site = parse(with_changes(guaranteed, stage=stage))
+    held = {"a800-kubernetes": 8, "rtx4090-kubernetes": 8, "a800-flex": 0}
+    assert cohort_quota(site) == {key: value for f in flavors(site)
+                                  for key, value in (((f.name, "cpu"), f.cpus * (f.gpus - held[f.name]) // f.gpus),
+                                                     ((f.name, "memory"),
+                                                      f.memory_gib * (f.gpus - held[f.name]) // f.gpus),
+                                                     ((f.name, GPU), f.gpus - held[f.name]))}
+
+
+def test_should_offer_teams_no_gpu_the_model_servers_may_hold(prod: dict[str, Any]) -> None:
+    # prod: qwen2-5-72b at most 4 x 4 A800, llama-3-1-8b at most 24 x 1 RTX 4090, outside Kueue.
+    site = parse(prod)
+    assert (inference_held(site), team_gpus(site)) == ({"a800-kubernetes": 16, "rtx4090-kubernetes": 24},
+                                                       {"a800-kubernetes": 0, "rtx4090-kubernetes": 8})
+    assert {name: gpus for (name, resource), gpus in cohort_quota(site).items() if resource == GPU} == {
+        "a800-kubernetes": 0, "rtx4090-kubernetes": 8, "a800-flex": 16}
 
 
 def test_should_set_aside_cpu_and_memory_with_a_guarantee(guaranteed: dict[str, Any]) -> None:
@@ -81,9 +105,10 @@ def test_should_set_aside_cpu_and_memory_with_a_guarantee(guaranteed: dict[str, 
 
 
 def test_should_take_guarantees_only_of_onboarded_teams_from_the_pool(guaranteed: dict[str, Any]) -> None:
-    assert lendable_gpus(parse(guaranteed)) == {"a800-flex": 0, "a800-kubernetes": 10, "rtx4090-kubernetes": 16}
+    # 16 A800 less 8 for the model servers and 6 guaranteed; 32 RTX 4090 less 8 and 16.
+    assert lendable_gpus(parse(guaranteed)) == {"a800-flex": 0, "a800-kubernetes": 2, "rtx4090-kubernetes": 8}
     # recsys (teams[7]) joins at full: at half its 8 RTX 4090 GPUs are still the pool's.
-    assert lendable_gpus(parse(with_changes(guaranteed, stage="half")))["rtx4090-kubernetes"] == 24
+    assert lendable_gpus(parse(with_changes(guaranteed, stage="half")))["rtx4090-kubernetes"] == 16
 
 
 def test_should_let_the_pools_lend_but_take_no_workloads(prod: dict[str, Any]) -> None:

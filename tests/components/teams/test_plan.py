@@ -41,7 +41,8 @@ def test_should_keep_a_teams_plan_when_the_stage_advances(prod: dict[str, Any], 
 
 def test_should_default_each_flavor_quota_to_one_node_and_guarantee_nothing(prod: dict[str, Any]) -> None:
     site = parse(with_changes(prod, teams__1__gpu_quota={"rtx4090-kubernetes": 16},
-                              teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4}))
+                              teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4},
+                              inference__models__1__replicas={"min": 2, "max": 16}))
     plans = {p.name: p for p in team_plans(site)}
     assert plans["nlp-foundation"].gpu_quota == {"a800-kubernetes": 8, "rtx4090-kubernetes": 8}
     assert plans["nlp-foundation"].gpu_guaranteed == {"a800-kubernetes": 0, "rtx4090-kubernetes": 0}
@@ -53,7 +54,8 @@ def test_should_default_each_flavor_quota_to_one_node_and_guarantee_nothing(prod
 
 def test_should_hold_each_team_to_its_quota_in_its_own_cluster_queue(prod: dict[str, Any]) -> None:
     site = parse(with_changes(prod, teams__1__gpu_quota={"rtx4090-kubernetes": 16},
-                              teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4}))
+                              teams__1__gpu_guaranteed={"rtx4090-kubernetes": 4},
+                              inference__models__1__replicas={"min": 2, "max": 16}))
     speech = team_plans(site)[1]
     queue = speech.cluster_queue
     assert queue["metadata"]["name"] == "team-speech" == speech.local_queue["spec"]["clusterQueue"]
