@@ -83,6 +83,31 @@ def daemonsets_reach_gpu_nodes(objects: list[dict[str, Any]]) -> list[str]:
     return missing
 
 
+OPERAND_ASSET_TOLERATIONS = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
+"""What the GPU Operator's operand DaemonSets tolerate of themselves (gpu-operator assets/state-*/*daemonset*.yaml,
+e.g. state-device-plugin/0500_daemonset.yaml)."""
+
+
+def operands_reach_gpu_nodes(objects: list[dict[str, Any]]) -> list[str]:
+    """The GPU Operator creates its operands (driver, toolkit, device plugin, DCGM and its exporter, feature discovery,
+    validator) at run time, so no render holds their DaemonSets: the ClusterPolicy says what they tolerate. The
+    operator gives every operand `daemonsets.tolerations` when the list is not empty, else leaves the asset's own
+    (controllers/object_controls.go, applyCommonDaemonsetConfig)."""
+    missing = []
+    for policy in objects:
+        if policy.get("kind") != "ClusterPolicy":
+            continue
+        given = ((policy.get("spec") or {}).get("daemonsets") or {}).get("tolerations") or []
+        tolerations = given or OPERAND_ASSET_TOLERATIONS
+        untolerated = [key for key, effect in GPU_NODE_TAINTS if not tolerates(tolerations, key, effect)]
+        if untolerated:
+            which = "spec.daemonsets.tolerations do" if given else (
+                "spec.daemonsets.tolerations is empty, so the operands keep the assets' own (nvidia.com/gpu), which do")
+            missing.append(f"{_named(policy)}: {which} not tolerate {', '.join(untolerated)}: the driver, device "
+                           "plugin and DCGM exporter never run on those nodes")
+    return missing
+
+
 def storage_classes_provision(objects: list[dict[str, Any]]) -> list[str]:
     problems = []
     for obj in objects:
@@ -263,6 +288,8 @@ def _objects_only(judge: Callable[[list[dict[str, Any]]], list[str]]) -> Judge:
 CHECKS: tuple[tuple[str, str, Judge], ...] = (
     ("gpu-daemonsets-tolerate-taints", "Every DaemonSet tolerates the taints on GPU nodes.",
      _objects_only(daemonsets_reach_gpu_nodes)),
+    ("gpu-operands-tolerate-taints", "The GPU Operator's ClusterPolicy gives its operands the GPU nodes' tolerations.",
+     _objects_only(operands_reach_gpu_nodes)),
     ("storage-classes-provisionable", "Every StorageClass carries what its provisioner needs.",
      _objects_only(storage_classes_provision)),
     ("metrics-tiers-persist", "The hot and cold metrics tiers keep their data on volumes.",

@@ -269,6 +269,15 @@ def drop_pod_label_allowlist(arg: str) -> str:
         "--metric-labels-allowlist") else arg
 
 
+def empty_operand_tolerations(deployed: Deployed) -> None:
+    find(deployed, "ClusterPolicy", "cluster-policy")["spec"]["daemonsets"]["tolerations"] = []
+
+
+def narrow_operand_tolerations(deployed: Deployed) -> None:
+    daemonsets = find(deployed, "ClusterPolicy", "cluster-policy")["spec"]["daemonsets"]
+    daemonsets["tolerations"] = [t for t in daemonsets["tolerations"] if t["key"] != POOL_TAINT]
+
+
 RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule gpu:dcgm_gpu_util:max, "
             "rule gpu_team:dcgm_owner:group)")
 
@@ -327,6 +336,15 @@ RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule g
                  "kube_pod_labels (read by lending controller pending_pods) is selected on label "
                  "label_app_kubernetes_io_component, which kube-state-metrics does not produce as deployed",
                  id="should hold a pod label kube-state-metrics does not allow"),
+    pytest.param(empty_operand_tolerations, "gpu-operands-tolerate-taints",
+                 "ClusterPolicy cluster-policy: spec.daemonsets.tolerations is empty, so the operands keep the assets' "
+                 "own (nvidia.com/gpu), which do not tolerate gpucluster.io/unvalidated, gpucluster.io/pool: the "
+                 "driver, device plugin and DCGM exporter never run on those nodes",
+                 id="should hold a ClusterPolicy without operand tolerations"),
+    pytest.param(narrow_operand_tolerations, "gpu-operands-tolerate-taints",
+                 "ClusterPolicy cluster-policy: spec.daemonsets.tolerations do not tolerate gpucluster.io/pool: the "
+                 "driver, device plugin and DCGM exporter never run on those nodes",
+                 id="should hold a ClusterPolicy whose operands do not tolerate the pool taint"),
     pytest.param(drop_cold_datasource, "dashboards-have-datasources",
                  "Prometheus monitoring/kube-prometheus-stack-prometheus writes to "
                  "http://metrics-cold-victoria-metrics-single-server.monitoring.svc:8428/api/v1/write, which no "
