@@ -284,7 +284,8 @@ def manager_config(site: Site) -> dict[str, Any]:
         # A Job outside the team namespaces that names no queue is left to kube-scheduler (inside them the
         # `default` LocalQueue names itself); Deployments are no integration here, so inference is never queued.
         "manageJobsWithoutQueueName": False,
-        "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]},
+        # Only kinds the cluster has: the stack installs no JobSet or Kubeflow CRDs, so batch Jobs alone.
+        "integrations": {"frameworks": ["batch/job"]},
     }
 
 

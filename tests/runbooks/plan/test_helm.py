@@ -27,6 +27,7 @@ from runbooks.plan.invariants import check_invariants
 from runbooks.plan.plan import host_installs, kubernetes_objects
 from runbooks.plan.producers import Deployed, producers
 from tests.builders import REPO, copy_project, parse, prod_values
+from tests.harness.kubectl_refs import commands, namespaces_of, references, unresolved
 
 MIRROR = REPO.parent / "shared" / "charts"
 HELM = find_helm()
@@ -581,6 +582,38 @@ def test_should_count_as_pending_only_the_model_servers_that_request_gpus(
     run = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+CORE_INTEGRATIONS = {"batch/job": "Job", "pod": "Pod", "deployment": "Deployment", "statefulset": "StatefulSet"}
+"""Kueue integrations of Kubernetes' own kinds (Kueue docs, "Run ... with Kueue"; Configuration
+integrations.frameworks); every other is `<CRD group>/<kind, lower case>`."""
+
+
+def test_should_enable_only_kueue_integrations_whose_kinds_the_cluster_has(
+        graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> None:
+    (config,) = objects(rendered["kueue"], "ConfigMap", "kueue-manager-config")
+    frameworks = yaml.safe_load(config["data"]["controller_manager_config.yaml"])["integrations"]["frameworks"]
+    crds = {f"{c['spec']['group']}/{c['spec']['names']['kind'].lower()}"
+            for c in stack(graph, rendered).of_kind("CustomResourceDefinition")}
+    assert frameworks and [f for f in frameworks if f not in CORE_INTEGRATIONS and f not in crds] == []
+
+
+def test_should_name_only_objects_the_render_has_in_every_sop(graph: ResourceGraph,
+                                                              rendered: dict[str, RenderedRelease]) -> None:
+    site = parse(prod_values())
+    deployed = stack(graph, rendered)
+    found = list(commands(REPO / "docs" / "sop"))
+    refs = [r for file, command in found for r in references(file, command)]
+    bound = {"<model>": [m.name for m in site.inference.models], "<Hostname>": [n.name for g in site.node_groups
+                                                                                for n in g.nodes]}
+    nodes = bound["<Hostname>"]
+    assert unresolved(refs, deployed.objects, bound, nodes) == []
+    namespaces = {o["metadata"]["name"] for o in deployed.of_kind("Namespace")} | {
+        (o.get("metadata") or {}).get("namespace") for o in deployed.objects}
+    assert [f"{file}: `{command}`: no namespace {ns}" for file, command in found for ns in namespaces_of(command)
+            if ns not in namespaces] == []
+    # What it read: the SOPs name Deployments, Services, a CronJob and its Jobs, the Ceph cluster and nodes.
+    assert {r.kind for r in refs} >= {"Deployment", "Endpoints", "CronJob", "Job", "CephCluster", "Node"}
 
 
 def test_should_send_each_served_model_to_a_port_its_engine_service_has(rendered: dict[str, RenderedRelease]) -> None:
