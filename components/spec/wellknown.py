@@ -37,13 +37,13 @@ MONITORING_TYPE = "gpucluster:monitoring:Stack"
 SCHEDULING_TYPE = "gpucluster:scheduling:Scheduling"
 SLURM_TYPE = "gpucluster:slurm:Slurm"
 STORAGE_TYPE = "gpucluster:storage:Tiers"
+COLD_TIER_TYPE = "gpucluster:storage:ColdTier"
 TEAM_TYPE = "gpucluster:teams:Team"
 
 # Paths and names on the hosts.
 DRIVER_ROOT = "/run/nvidia/driver"
 """The GPU Operator's driver root: the driver container's filesystem on the host, with the driver's libraries, tools
 and its own C library (gpu-operator chart value hostPaths.driverInstallDir, v25.10.1 values.yaml). Host programs
-COLD_TIER_TYPE = "gpucluster:storage:ColdTier"
 reach it with chroot or a toolkit pointed at it, never through the host's PATH or linker."""
 TOOLKIT_DIR = "/usr/local/nvidia"
 """Where the GPU Operator installs the NVIDIA container toolkit on the host (chart value toolkit.installDir); its
