@@ -300,12 +300,12 @@ CHECKS: tuple[tuple[str, str, Judge], ...] = (
      dashboards_have_datasources),
     ("references-resolve", "Every in-cluster address in any object names a Service of that namespace with that port.",
      references_resolve),
+    ("first-install-converges", "On an empty cluster every release becomes ready in one `pulumi up`: each claim's "
+     "StorageClass, custom resource's CRD and mounted Secret comes from what it waits for, and each release waits "
+     "as long as its workloads' probes allow them to start.", first_install_converges),
 )
 
 
 def check_invariants(deployed: Deployed) -> list[Invariant]:
     """Every invariant, judged on everything the stack would create: rendered by Helm and registered directly."""
     return [Invariant(name, description, judge(deployed)) for name, description, judge in CHECKS]
-    ("first-install-converges", "On an empty cluster every release becomes ready in one `pulumi up`: each claim's "
-     "StorageClass, custom resource's CRD and mounted Secret comes from what it waits for, and each release waits "
-     "as long as its workloads' probes allow them to start.", first_install_converges),
