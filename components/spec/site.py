@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field
 from components.spec import defaults
 from components.spec.acceptance import Acceptance
 from components.spec.catalog import GPU_CATALOG, GpuClass
+from components.spec.endpoints import REAL_HOST, SiteUrl
 from components.spec.inference import Inference
 from components.spec.lending import Lending
 from components.spec.types import AbsolutePath, Float, Hostname, Int, LabelValue, ModelPath, Name, Percent, Spec
@@ -398,21 +399,21 @@ class NodeCheck(Spec):
 
 
 class Alerting(Spec):
-    runbook_base_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
-        "https://git.example.internal/platform/gpu-cluster/-/blob/main/docs/sop"
-    )
-    """Where docs/sop/ is browsable; every alert links `<base>/<alert-kebab>.md` (example host: set it)."""
+    # No defaults for the endpoints: every site has its own, and a placeholder host (example.internal, .test, ...)
+    # is refused, since an alert sent there reaches nobody (components/spec/endpoints.py).
+    runbook_base_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$"), REAL_HOST]
+    """Where docs/sop/ is browsable; every alert links `<base>/<alert-kebab>.md`."""
     platform_channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")] = "#gpu-platform"
     """Where warnings and tuning alerts that no team owns go."""
-    oncall_webhook_url: Annotated[str, Field(pattern=r"^https?://\S+$")] = (
-        "http://oncall-bridge.monitoring.svc:8080/alertmanager"
-    )
-    """The on-call pager's Alertmanager webhook (not secret; its token is read from a file)."""
-    heartbeat_url: Annotated[str, Field(pattern=r"^https?://\S+$")] = "https://heartbeat.example.internal/gpu-cluster"
+    oncall_webhook_url: SiteUrl
+    """The on-call pager's Alertmanager webhook, outside this cluster or a Service the stack deploys (not secret; its
+    bearer token is the `oncall-token` file)."""
+    heartbeat_url: SiteUrl
     """A dead-man's switch outside this cluster that pages when Alertmanager's Watchdog heartbeats stop, so a dead
-    alerting pipeline is noticed (its token is read from a file; example host: set it)."""
+    alerting pipeline is noticed (its bearer token is the `heartbeat-token` file)."""
     secrets_dir: Annotated[str, Field(pattern=r"^/\S+[^/]$")] = "/etc/alertmanager/secrets"
-    """Directory mounted into Alertmanager holding `slack-api-url` and `oncall-token` (never inline)."""
+    """Directory mounted into Alertmanager holding `slack-api-url`, `oncall-token` and `heartbeat-token` (never
+    inline)."""
     hbm_temp_incident_c: Temperature = defaults.HBM_TEMP_INCIDENT_C
     """C; HBM temperature that raises an incident (A100/A800 SXM4 report Memory Max Operating Temp
     95 C in `nvidia-smi -q -d TEMPERATURE`)."""
@@ -497,7 +498,7 @@ class Site(Spec):
     node_groups: Annotated[list[NodeGroup], Field(min_length=1)]
     storage: Storage
     monitoring: Monitoring = Monitoring()
-    alerting: Alerting = Alerting()
+    alerting: Alerting
     scheduling: Scheduling = Scheduling()
     teams: Annotated[list[Team], Field(min_length=1)]
     stages: Annotated[list[Stage], Field(min_length=1)] = list(DEFAULT_STAGES)

@@ -17,6 +17,7 @@ from components.inference.demand import DEMAND_QUERIES, LATENCY_QUERY
 from components.monitoring.dashboards import VARIABLE, as_sent, panels, targets
 from components.monitoring.gate_queries import gate_queries
 from components.monitoring.report_queries import report_queries
+from components.spec.endpoints import placeholder
 from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
 from runbooks.plan.converge import first_install_converges
 from runbooks.plan.producers import Deployed, producers
@@ -278,6 +279,61 @@ def dashboards_have_datasources(deployed: Deployed) -> list[str]:
     return sorted(set(problems))
 
 
+IN_CLUSTER_SUFFIXES = (".svc", ".svc.cluster.local")
+"""How a URL names a Service inside the cluster (Kubernetes DNS for Services: <service>.<namespace>.svc[.<zone>])."""
+CONFIG_KEY = "alertmanager.yaml"
+"""The key of the Alertmanager config in its Secret, which the Prometheus operator reads (prometheus-operator
+Documentation/api.md, AlertmanagerSpec.configSecret; default Secret `alertmanager-<name>`)."""
+
+
+def _severities(route: dict[str, Any]) -> str:
+    return " ".join(m for m in route.get("matchers") or [] if m.replace(" ", "").startswith("severity"))
+
+
+def alerts_reach_a_human(deployed: Deployed) -> list[str]:
+    """Every Alertmanager's rendered config delivers each receiver's notifications to a Service the stack deploys or
+    to a host that is no placeholder, and sends critical alerts (and whatever no route takes) to receivers that
+    deliver somewhere."""
+    problems = []
+    alertmanagers = deployed.of_kind("Alertmanager")
+    if not alertmanagers:
+        problems.append("no Alertmanager: no alert reaches anyone")
+    for alertmanager in alertmanagers:
+        metadata = alertmanager.get("metadata") or {}
+        name = (alertmanager.get("spec") or {}).get("configSecret") or f"alertmanager-{metadata.get('name')}"
+        secrets = [s for s in deployed.of_kind("Secret") if (s.get("metadata") or {}).get("name") == name
+                   and (s.get("metadata") or {}).get("namespace") == metadata.get("namespace")]
+        texts = [base64.b64decode(s["data"][CONFIG_KEY]).decode() if CONFIG_KEY in (s.get("data") or {}) else
+                 (s.get("stringData") or {}).get(CONFIG_KEY) for s in secrets]
+        if not texts or not texts[0]:
+            problems.append(f"{_named(alertmanager)}: its config, key {CONFIG_KEY} of Secret {name}, is not rendered")
+            continue
+        config = yaml.safe_load(texts[0]) or {}
+        delivers: dict[str, bool] = {}
+        for receiver in config.get("receivers") or []:
+            where = f"{_named(alertmanager)} receiver {receiver.get('name')}"
+            targets = [(f"{kind} {key}", entry[key]) for kind, entries in receiver.items() if kind.endswith("_configs")
+                       for entry in entries or [] for key in ("url", "api_url") if entry.get(key)]
+            delivers[receiver.get("name", "")] = any(k.endswith("_configs") and v for k, v in receiver.items())
+            for how, url in targets:
+                host = urlsplit(url).hostname or ""
+                reason = placeholder(url)
+                if reason:
+                    problems.append(f"{where}: {how} {url} is a placeholder: {reason}")
+                elif (host.endswith(IN_CLUSTER_SUFFIXES) or "." not in host) and not _service_at(deployed, url):
+                    problems.append(f"{where}: {how} {url} names no Service the stack deploys")
+        root = config.get("route") or {}
+        todo = [(root, "the default route")]
+        while todo:
+            route, which = todo.pop()
+            severities = _severities(route)
+            if (route is root or "critical" in severities) and not delivers.get(route.get("receiver", ""), False):
+                problems.append(f"{_named(alertmanager)}: {which} ({severities or 'every alert no route takes'}) "
+                                f"goes to receiver {route.get('receiver')}, which delivers to no one")
+            todo += [(child, f"route to {child.get('receiver')}") for child in route.get("routes") or []]
+    return problems
+
+
 Judge = Callable[[Deployed], list[str]]
 
 
@@ -300,6 +356,8 @@ CHECKS: tuple[tuple[str, str, Judge], ...] = (
      dashboards_have_datasources),
     ("references-resolve", "Every in-cluster address in any object names a Service of that namespace with that port.",
      references_resolve),
+    ("alerts-reach-a-human", "Every Alertmanager receiver is a Service the stack deploys or a host that is no "
+     "placeholder, and critical alerts go to receivers that deliver.", alerts_reach_a_human),
     ("first-install-converges", "On an empty cluster every release becomes ready in one `pulumi up`: each claim's "
      "StorageClass, custom resource's CRD and mounted Secret comes from what it waits for, and each release waits "
      "as long as its workloads' probes allow them to start.", first_install_converges),
