@@ -1,0 +1,121 @@
+"""The plan reads what Helm printed with libyaml and writes helm/*.yaml with it, and judges core objects with
+validators it builds once per kind: the same objects, the same bytes and the same verdicts as PyYAML's pure-Python
+loader and emitter and kubernetes-validate, on every chart the prod stack renders and on the cases where libyaml
+writes differently."""
+
+import copy
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from runbooks.offline.engine import run_program
+from runbooks.plan.helm import RELEASE_TYPE, RenderedRelease, dump_all, find_helm, parse, template, validate
+from tests.builders import REPO
+
+MIRROR = REPO.parent / "shared" / "charts"
+HELM = find_helm()
+pytestmark = pytest.mark.skipif(HELM is None or not MIRROR.is_dir(),
+                                reason="needs helm (make test installs it in .venv/bin) and the chart mirror "
+                                       "../shared/charts")
+KUBE_VERSION = "1.30"
+
+
+class PureLoader(yaml.SafeLoader):
+    """PyYAML's pure-Python loader, reading the "value" tag as the plan does: as a plain string."""
+
+
+def plain_value(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
+    return str(loader.construct_scalar(node))
+
+
+PureLoader.add_constructor("tag:yaml.org,2002:value", plain_value)
+
+
+@pytest.fixture(scope="module")
+def printed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """What `helm template` printed for each release of the prod stack."""
+    assert HELM is not None
+    scratch = tmp_path_factory.mktemp("values")
+    return {r.name: template(r, MIRROR, KUBE_VERSION, HELM, scratch)[1]
+            for r in run_program(REPO, "prod").of_type(RELEASE_TYPE)}
+
+
+def test_should_read_what_helm_printed_as_pyyaml_does(printed: dict[str, str]) -> None:
+    for release, text in printed.items():
+        assert parse(text) == [o for o in yaml.load_all(text, Loader=PureLoader) if isinstance(o, dict)], release
+
+
+def test_should_write_every_release_byte_for_byte_as_pyyaml_does(printed: dict[str, str]) -> None:
+    libyaml_differs = []
+    for release, text in printed.items():
+        objects = parse(text)
+        pure = yaml.safe_dump_all(objects, sort_keys=False)
+        assert dump_all(objects) == pure, release
+        libyaml_differs += [release] if yaml.dump_all(objects, Dumper=yaml.CSafeDumper, sort_keys=False) != pure else []
+    assert libyaml_differs, "no release has a string libyaml folds its own way: this test no longer tests that case"
+
+
+FOLDED = ("type indicates which kind of AppArmor profile will be applied.\nValid options are:\n  Localhost - a "
+          "profile pre-loaded on the node.\n  RuntimeDefault - the container runtime's default profile.")
+"""A string PyYAML double-quotes (a space after a line break) and folds where it runs past 80 columns."""
+
+
+def nested(depth: int, value: Any) -> Any:
+    return value if depth == 0 else {"level": nested(depth - 1, value)}
+
+
+SHARED = {"description": FOLDED}
+
+
+@pytest.mark.parametrize("documents", [
+    pytest.param([nested(depth, {"description": FOLDED}) for depth in range(12)],
+                 id="should fold a mapping value at every depth as PyYAML does"),
+    pytest.param([nested(depth, {"items": [FOLDED, "plain", [FOLDED, [FOLDED]]]}) for depth in range(6)],
+                 id="should fold sequence items and nested sequences' items as PyYAML does"),
+    pytest.param([{"items": [{"first": FOLDED, "second": FOLDED}, [{"inner": FOLDED}]]}],
+                 id="should fold values of mappings in sequences as PyYAML does"),
+    pytest.param([{"k" * 130: FOLDED, "short": {"x" * 200: [FOLDED]}}],
+                 id="should fold the value of a key too long to be simple as PyYAML does"),
+    pytest.param([{"tab\tkey": "v", "line\nkey": FOLDED, "caf\u00e9": "na\u00efve"}],
+                 id="should write keys PyYAML double-quotes as PyYAML does"),
+    pytest.param([{"a": SHARED, "b": [SHARED, SHARED]}],
+                 id="should anchor what the documents share as PyYAML does"),
+    pytest.param([{"unicode": "caf\u00e9 \u2013 \u2603 \U0001f600 " * 12, "tab": "a\tb " * 40, "nul": "a\0b",
+                   "breaks": " \n leading space and break\n", "trailing": "trailing space \n", "empty": "",
+                   "short": "x\n y", "windows": "one\r\ntwo \r\n", "separators": "a\u2028b\x85c\ufeff"}],
+                 id="should escape and fold every special character as PyYAML does"),
+    pytest.param([{"text": "pyyaml-double-quoted-0123456789abcdef", "n": 1, "f": 1.5, "t": True, "z": None,
+                   "e": {}, "l": []}, {"second": FOLDED}, {"third": [FOLDED]}],
+                 id="should write scalars, empty collections and several documents as PyYAML does"),
+])
+def test_should_write_what_libyaml_folds_its_own_way_as_pyyaml_does(documents: list[dict[str, Any]]) -> None:
+    assert dump_all(documents) == yaml.safe_dump_all(documents, sort_keys=False)
+
+
+def library_verdict(obj: dict[str, Any]) -> str | None:
+    """kubernetes-validate's own verdict on an object, worded as the plan words it."""
+    try:
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        return f"{'.'.join(map(str, error.absolute_path)) or '(top)'}: {error.message}"
+    except kubernetes_validate.SchemaNotFoundError:
+        return f"no schema: neither Kubernetes {KUBE_VERSION} nor a rendered CRD defines {obj.get('apiVersion')} " \
+               f"{obj.get('kind')}"
+    return None
+
+
+def test_should_judge_each_kind_as_kubernetes_validate_does(printed: dict[str, str]) -> None:
+    # One object of each kind the stack renders, alone (a custom kind has no CRD beside it: no schema), as rendered,
+    # with a field no schema defines and with a label of the wrong type.
+    kinds = {(o["apiVersion"], o["kind"]): o for text in printed.values() for o in parse(text)}
+    judged = []
+    for obj in kinds.values():
+        unknown, mistyped = {**copy.deepcopy(obj), "unexpected": True}, copy.deepcopy(obj)
+        mistyped["metadata"].setdefault("labels", {})["tier"] = 3
+        judged += [obj, unknown, mistyped]
+    for obj in judged:
+        found = validate([RenderedRelease("release", "chart-0.1.0", "0.1.0", "default", [obj])], KUBE_VERSION)
+        assert [i.reason for i in found] == [r for r in [library_verdict(obj)] if r], (obj["kind"], obj["metadata"])
+    assert sum(library_verdict(o) is None for o in judged) >= 20, "too few valid objects to compare"
