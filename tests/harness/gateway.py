@@ -1,54 +1,48 @@
-"""The real LLM gateway (LiteLLM proxy 1.80.5, from its own venv) on 127.0.0.1, in front of an OpenAI-compatible test
-double, with the configuration the stack renders: the gateway chart's ConfigMap, rendered by the real Helm.
+"""The real LLM gateway (LiteLLM proxy 1.80.5, from its own venv) as the plan ships it: the config.yaml of the gateway
+chart's ConfigMap, byte for byte as the plan wrote it (helm/llm-gateway.yaml), with the rendered container's args and
+plain env, listening on the rendered Service's port inside a network namespace whose hosts file maps the model
+servers' Service names (tests/harness/netns.py). A test double answers on the engine Services' rendered port at
+the address those names resolve to, so every request leaves the proxy for the address the rendered config names.
 
-Two things differ from production, both because no GPU and no database run here (../shared/notes/litellm-offline.md):
-every model's api_base points at the double, and a custom_auth hook maps the test's keys to their teams in place of
-the keys `gpuctl gateway ensure-team` creates in the gateway's database. Team attribution stays LiteLLM's own: the
-hook returns the team id and alias a database key would carry, and LiteLLM labels every metric with them.
+What differs from the cluster, and why: no database runs here (../shared/notes/litellm-offline.md), so the teams' keys
+come from a stand-in for its key table (tests/harness/litellm_keys.py) and the container's DATABASE_* env is left
+out; the secrets the pod reads from Secrets (the master key, the provider keys) get test values.
 """
 
+import hashlib
 import json
 import os
 import subprocess
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
-from components.charts import LITELLM as GATEWAY_CHART
-from components.inference.values import GATEWAY_RELEASE, NAMESPACE, gateway_values
-from components.spec.site import Site
-from runbooks.plan.helm import chart_archive, find_helm
-from tests.harness.daemons import free_ports, stop_all, wait_for
+from components.inference.values import ENGINE_RELEASE, GATEWAY_RELEASE, GATEWAY_SERVICE, MASTER_KEY_ENV
+from runbooks.offline.engine import ResourceGraph, run_program
+from runbooks.plan import helm
+from tests.harness import netns
+from tests.harness.daemons import wait_for
 from tests.harness.http_double import JsonHandler, Served
 
 REPO = Path(__file__).resolve().parents[2]
 MIRROR = REPO.parent / "shared" / "charts"
 LITELLM = Path(os.environ.get("GPUCLUSTER_LITELLM", REPO / ".venv" / "litellm" / "bin" / "litellm"))
 """`make test` installs the proxy into a venv of its own (its ~100 pinned dependencies stay out of the project's)."""
+LAUNCHER = Path(__file__).with_name("litellm_keys.py")
+KUBE_VERSION = "1.30"
 STARTUP_TIMEOUT_S = 90.0
 COMPLETION = "one two three four five six"
 """The double's answer: these 6 words and its version, 7 completion tokens."""
 FAIL = "FAIL500"
 """A prompt holding this word makes the double answer HTTP 500."""
-
-AUTH_HOOK = '''
-from fastapi import Request
-from litellm.proxy._types import ProxyException, UserAPIKeyAuth
-
-KEYS = {keys}
-
-
-async def user_api_key_auth(request: Request, api_key: str) -> UserAPIKeyAuth:
-    if api_key in KEYS:
-        team = KEYS[api_key]
-        return UserAPIKeyAuth(api_key=api_key, team_id=team + "-id", team_alias=team, key_alias=team + "-default")
-    raise ProxyException(message="unknown key", type="auth_error", param="api_key", code=401)
-'''
 
 
 class Backend(Served):
@@ -78,57 +72,145 @@ class Backend(Served):
         super().__init__(Handler)
 
 
-def rendered_config(site: Site, directory: Path) -> dict[str, Any]:
-    """The proxy's config.yaml as the real Helm renders it into the gateway's ConfigMap from the stack's values."""
-    helm = find_helm()
-    assert helm is not None, "helm is needed (make test installs it in .venv/bin)"
-    values = directory / "gateway-values.json"
-    values.write_text(json.dumps(gateway_values(site)))
-    chart = chart_archive(MIRROR, GATEWAY_CHART.name, GATEWAY_CHART.version)
-    done = subprocess.run([helm, "template", GATEWAY_RELEASE, str(chart), "--namespace", NAMESPACE, "--values",
-                           str(values)], capture_output=True, text=True, timeout=60, check=True)
-    (configmap,) = [o for o in yaml.safe_load_all(done.stdout) if o and o["kind"] == "ConfigMap"]
-    config: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
-    return config
+class EngineService(Served):
+    """What the model servers' Services do for the gateway: listen on the rendered Service port at the address the
+    Service names resolve to, and forward each request to one current endpoint (a Backend). Counts the Host each
+    request named, the proof of which Service name the proxy dialled."""
+
+    def __init__(self, address: tuple[str, int], endpoints: list[str]) -> None:
+        self.endpoints = endpoints
+        self.hosts: Counter[str] = Counter()
+        service = self
+
+        class Handler(JsonHandler):
+            def do_PUT(self) -> None:  # noqa: N802 (http.server's names)
+                """What a rollout does to the Service's endpoints: PUT /_endpoint with the new one's URL."""
+                service.endpoints = [self.read_body().decode()]
+                self.answer(200, {"endpoints": service.endpoints})
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's names)
+                service.hosts[self.headers.get("Host", "")] += 1
+                target = service.endpoints[sum(service.hosts.values()) % len(service.endpoints)]
+                request = urllib.request.Request(f"{target}{self.path}", data=self.read_body(), method="POST",
+                                                 headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as response:
+                        self.answer(response.status, response.read())
+                except urllib.error.HTTPError as error:
+                    self.answer(error.code, error.read())
+
+        super().__init__(Handler, address)
 
 
-def behind(rendered: dict[str, Any], api_base: str, auth_hook: str) -> dict[str, Any]:
-    """The stack's proxy config with every model behind `api_base` and the custom_auth hook for the database."""
-    config: dict[str, Any] = json.loads(json.dumps(rendered))
-    for entry in config["model_list"]:
-        entry["litellm_params"]["api_base"] = f"{api_base}/v1"
-    config["general_settings"] = {"custom_auth": auth_hook}
-    return config
+@dataclass(frozen=True)
+class PlannedGateway:
+    """The gateway as the plan wrote it, read from the files, never from the values that made them."""
+
+    plan_file: Path
+    config: bytes
+    """The ConfigMap's config.yaml, the bytes the pod's volume holds."""
+    mount_path: str
+    args: list[str]
+    env: dict[str, str]
+    """The container's plain env (values, not Secret references)."""
+    secret_env: list[str]
+    """Env the pod takes from Secrets, by name (envFrom's keys are the external APIs' api_key_env)."""
+    port: int
+    """The gateway Service's port, which the chart also gives the proxy as PORT."""
+    engines: dict[str, int]
+    """Host -> port of every served model's api_base, each checked against a Service the plan rendered."""
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.config).hexdigest()
+
+
+def _only(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o.get("kind") == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def plan_gateway(out_dir: Path, graph: ResourceGraph | None = None) -> PlannedGateway:
+    """Renders the prod stack's gateway and model-server releases as `gpuctl plan --out --chart-mirror` does (the
+    program under the offline engine, runbooks/plan/helm.py's render and writer) and reads back what it wrote."""
+    helm_binary = helm.find_helm()
+    assert helm_binary is not None, "helm is needed (make test installs it in .venv/bin)"
+    graph = graph or run_program(REPO, "prod")
+    releases = {r.urn: r for r in graph.of_type(helm.RELEASE_TYPE)
+                if r.inputs.get("name") in (GATEWAY_RELEASE, ENGINE_RELEASE)}
+    # The plan renders every release; these two are all the gateway's seams need (a Release renders alone).
+    rendered = helm.render_releases(ResourceGraph(graph.project, graph.stack, releases), MIRROR, KUBE_VERSION,
+                                    helm_binary)
+    written = {path.stem: path for path in helm.write(rendered, out_dir)}
+    gateway = list(yaml.safe_load_all(written[GATEWAY_RELEASE].read_bytes()))
+    engines = list(yaml.safe_load_all(written[ENGINE_RELEASE].read_bytes()))
+    configmap = _only(gateway, "ConfigMap", f"{GATEWAY_SERVICE}-config")
+    deployment = _only(gateway, "Deployment", GATEWAY_SERVICE)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "litellm-config"]
+    config: str = configmap["data"]["config.yaml"]
+    service_ports = {f"{s['metadata']['name']}.{s['metadata']['namespace']}.svc":
+                     {p["port"] for p in s["spec"]["ports"]} for s in engines if s.get("kind") == "Service"}
+    served = {}
+    for entry in yaml.safe_load(config)["model_list"]:
+        if entry["litellm_params"]["model"].startswith("hosted_vllm/"):
+            url = urlsplit(entry["litellm_params"]["api_base"])
+            assert url.port in service_ports.get(str(url.hostname), set()), (url.geturl(), service_ports)
+            served[str(url.hostname)] = int(url.port or 80)
+    (port,) = {int(p["port"]) for p in _only(gateway, "Service", GATEWAY_SERVICE)["spec"]["ports"]}
+    external = [e["litellm_params"]["api_key"].removeprefix("os.environ/") for e in yaml.safe_load(config)["model_list"]
+                if str(e["litellm_params"].get("api_key", "")).startswith("os.environ/")]
+    return PlannedGateway(
+        written[GATEWAY_RELEASE], config.encode(), mount["mountPath"], list(container["args"]),
+        {e["name"]: str(e["value"]) for e in container["env"] if "value" in e},
+        [e["name"] for e in container["env"] if "valueFrom" in e] + external, port, served)
+
+
+@dataclass(frozen=True)
+class GatewayWorld:
+    url: str
+    """The proxy, from this (the root) namespace: the node side's address and the rendered Service port."""
+    engine_address: tuple[str, int]
+    """Where the engine Services' names resolve inside, and their rendered port: bind an EngineService here."""
+    namespace: str
+    config_digest: str
+    """sha256 of the config file the proxy read."""
 
 
 @contextmanager
-def running_gateway(directory: Path, rendered: dict[str, Any], api_base: str,
-                    keys: dict[str, str]) -> Iterator[str]:
-    """The proxy on a free port; yields its URL. keys: API key -> team name."""
+def running_gateway(planned: PlannedGateway, directory: Path, keys: dict[str, str],
+                    master_key: str = "sk-test-master") -> Iterator[GatewayWorld]:
+    """The proxy inside a network namespace; keys: API key -> team (the stand-in key table)."""
     assert LITELLM.exists(), f"{LITELLM} is missing: `make test` installs the LiteLLM proxy"
-    (directory / "auth_hook.py").write_text(AUTH_HOOK.format(keys=json.dumps(keys)))
-    config = behind(rendered, api_base, "auth_hook.user_api_key_auth")
-    (directory / "config.yaml").write_text(yaml.safe_dump(config))
-    (port,) = free_ports(1)
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": "unused-by-the-double"}
-    with (directory / "litellm.log").open("w") as log:
-        proxy = subprocess.Popen([str(LITELLM), "--config", str(directory / "config.yaml"), "--host", "127.0.0.1",
-                                  "--port", str(port)], cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    (engine_port,) = set(planned.engines.values())
+    # The ConfigMap volume: its key written, unchanged, where the container's mount puts it.
+    mounted = directory / planned.mount_path.strip("/")
+    mounted.mkdir(parents=True, exist_ok=True)
+    (mounted / "config.yaml").write_bytes(planned.config)
+    args = [str(mounted / a.removeprefix(planned.mount_path.rstrip("/") + "/")) if a.startswith(planned.mount_path)
+            else a for a in planned.args]
+    # No database here: its env stays out, or the proxy would try to reach it (module docstring).
+    env = {**os.environ, **{k: v for k, v in planned.env.items() if not k.startswith("DATABASE_")},
+           **{name: "unused-by-the-double" for name in planned.secret_env if not name.startswith("DATABASE_")},
+           MASTER_KEY_ENV: master_key, "GATEWAY_TEST_KEYS": json.dumps(keys)}
+    with netns.namespace(host_names=sorted(planned.engines)) as ns, (directory / "litellm.log").open("w") as log:
+        proxy = subprocess.Popen(["ip", "netns", "exec", ns.name, str(LITELLM.with_name("python")), str(LAUNCHER),
+                                  *args], cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT)
+        ns.daemons.append(proxy)
+        url = f"http://{ns.node_address}:{planned.port}"
 
-    def alive() -> bool:
-        assert proxy.poll() is None, (directory / "litellm.log").read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(f"{url}/health/liveliness", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
+        def alive() -> bool:
+            assert proxy.poll() is None, (directory / "litellm.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"{url}/health/liveliness", timeout=2) as response:
+                    return bool(response.status == 200)
+            except OSError:
+                return False
 
-    try:
         wait_for("the LiteLLM proxy to start", alive, STARTUP_TIMEOUT_S, interval_s=0.5)
-        yield url
-    finally:
-        stop_all([proxy])
+        yield GatewayWorld(url, (ns.host_address, engine_port), ns.name,
+                           hashlib.sha256((mounted / "config.yaml").read_bytes()).hexdigest())
 
 
 def chat(url: str, key: str, model: str, prompt: str, timeout_s: float = 30.0) -> tuple[int, dict[str, Any]]:

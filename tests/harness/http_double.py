@@ -1,4 +1,4 @@
-"""The plumbing every HTTP test double shares: a threaded server on 127.0.0.1 and JSON answers."""
+"""The plumbing every HTTP test double shares: a threaded server (127.0.0.1 unless told) and JSON answers."""
 
 import json
 import threading
@@ -23,11 +23,11 @@ class JsonHandler(BaseHTTPRequestHandler):
 
 
 class Served:
-    """A handler class served on a free loopback port until `stop`."""
+    """A handler class served until `stop`: on a free loopback port, or at the address given."""
 
-    def __init__(self, handler: type[JsonHandler]) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def __init__(self, handler: type[JsonHandler], address: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+        self.server = ThreadingHTTPServer(address, handler)
+        self.url = f"http://{address[0]}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:

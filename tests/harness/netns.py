@@ -1,14 +1,19 @@
 """A network namespace the test makes and always removes: one veth pair, the host side 10.251.<n>.1/30 in the root
 namespace and the node side 10.251.<n>.2/30 inside, and daemons started in it with `ip netns exec`. Deleting the
-namespace deletes the pair, the node side's qdiscs with it. Needs root and iproute2."""
+namespace deletes the pair, the node side's qdiscs with it. Needs root and iproute2.
+
+Names given to `namespace` resolve inside it to the host side's address: `ip netns exec` bind-mounts
+/etc/netns/<name>/hosts over /etc/hosts (ip-netns(8)), so a daemon inside reaches a Kubernetes Service by the name
+the render gave it, served by a double on the host side."""
 
 import contextlib
 import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tests.harness.daemons import stop_all
 
@@ -53,14 +58,22 @@ class Namespace:
                               capture_output=True, text=True, timeout=TIMEOUT_S, check=True).stdout
 
 
+ETC_NETNS = Path("/etc/netns")
+
+
 @contextlib.contextmanager
-def namespace() -> Iterator[Namespace]:
+def namespace(host_names: Sequence[str] = ()) -> Iterator[Namespace]:
+    """host_names: resolve, inside, to the host side's address."""
     tag = secrets.token_hex(3)
     subnet = 1 + secrets.randbelow(250)
     ns = Namespace(f"gpuc-acc-{tag}", f"gan{tag}", f"10.251.{subnet}.2", f"10.251.{subnet}.1")
     host_link = f"gah{tag}"
+    etc = ETC_NETNS / ns.name
     ip("netns", "add", ns.name)
     try:
+        if host_names:
+            etc.mkdir(parents=True)
+            (etc / "hosts").write_text(f"127.0.0.1 localhost\n{ns.host_address} {' '.join(host_names)}\n")
         ip("link", "add", host_link, "type", "veth", "peer", "name", ns.node_link, "netns", ns.name)
         ip("addr", "add", f"{ns.host_address}/30", "dev", host_link)
         ip("link", "set", host_link, "up")
@@ -73,3 +86,4 @@ def namespace() -> Iterator[Namespace]:
         with contextlib.suppress(subprocess.CalledProcessError):
             ip("link", "del", host_link)
         ip("netns", "del", ns.name)
+        shutil.rmtree(etc, ignore_errors=True)

@@ -1,7 +1,8 @@
 """The acceptance campaign, scaled by its time_scale (0.01: a 1000 s hold is 10 s), against real daemons: a real
 Prometheus evaluating the stack's rules (each `for:` scaled alike) and a real Alertmanager whose API the campaign
 reads, two GPU nodes' daemons each inside a network namespace this test makes (tests/harness/netns.py), the other
-nodes' exporters on 127.0.0.1, and the real LiteLLM gateway in front of a served model's test double.
+nodes' exporters on 127.0.0.1, and the real LiteLLM gateway running the config the plan wrote, unmodified, in its own
+namespace where the served model's Service name reaches its test double (tests/harness/gateway.py).
 
 Drills: the partition takes node A's link down inside its namespace (DcgmExporterDown must fire for that node and
 clear); the node failure kills node B's exporter, its slurmd on the loopback Slurm cluster and its jobs as power loss
@@ -51,8 +52,7 @@ from tests.harness import netns
 from tests.harness.alerting import ALERTMANAGER, AlertingWorld, scaled_rules
 from tests.harness.daemons import PROMETHEUS, free_ports, wait_for
 from tests.harness.figures import FIGURES
-from tests.harness.gateway import LITELLM, Backend, rendered_config, running_gateway
-from tests.harness.http_double import JsonHandler, Served
+from tests.harness.gateway import LITELLM, Backend, EngineService, plan_gateway, running_gateway
 from tests.harness.slurm_cluster import Cluster, slurm_marks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,28 +89,6 @@ alerts as this world raises them (node B's exporter is all of its daemons here).
 pytestmark = [*slurm_marks(), pytest.mark.skipif(
     bool(netns.missing() or not PROMETHEUS or not ALERTMANAGER or not LITELLM.exists()),
     reason=f"{netns.missing() or 'needs prometheus, prometheus-alertmanager and the LiteLLM venv (make test)'}")]
-
-
-class SwappableService(Served):
-    """The served model's Kubernetes Service: forwards to its current endpoint; PUT /_endpoint moves it (what a
-    rollout of the serving deployment does to the Service's endpoints)."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.endpoint = endpoint
-        service = self
-
-        class Handler(JsonHandler):
-            def do_PUT(self) -> None:  # noqa: N802 (http.server's names)
-                service.endpoint = self.read_body().decode()
-                self.answer(200, {"endpoint": service.endpoint})
-
-            def do_POST(self) -> None:  # noqa: N802 (http.server's names)
-                request = urllib.request.Request(f"{service.endpoint}{self.path}", data=self.read_body(),
-                                                 method="POST", headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=30) as response:
-                    self.answer(response.status, response.read())
-
-        super().__init__(Handler)
 
 
 @dataclass(frozen=True)
@@ -228,11 +206,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     groups = [(g, [n.name for n in g.nodes]) for g in site.node_groups]
     node_a, node_b = groups[0][1][0], groups[0][1][1]
     old, new = Backend("v1"), Backend("v2")
-    service = SwappableService(old.url)
+    # The served model's Service as the plan renders it: the hot swap moves its endpoint (PUT /_endpoint).
+    planned = plan_gateway(root / "plan")
     background: list[subprocess.Popen[bytes]] = []
     pid_file_b = root / "agent-b.pid"
     with netns.namespace() as ns_a, netns.namespace() as ns_b, \
-            running_gateway(root, rendered_config(site, root), service.url, {KEY: TEAM}) as gateway:
+            running_gateway(planned, root, {KEY: TEAM}) as gateway:
+        service = EngineService(gateway.engine_address, [old.url])
         try:
             for directory in (root / "hot-a", root / "hot-b"):
                 directory.mkdir()
@@ -255,7 +235,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 alerting.wait_ready()
                 wait_for("node B's agent", lambda: pid_file_b.exists(), 10)
                 yield World(node_a, node_b, ns_a.name, ns_b.name, ns_a.node_link, ns_a.node_address,
-                            ns_b.node_address, str(pid_file_b), agent_b, gateway, service.url, old.url, new.url,
+                            ns_b.node_address, str(pid_file_b), agent_b, gateway.url, service.url, old.url, new.url,
                             alerting.alertmanager_url, alerting.prometheus_url)
             finally:
                 alerting.stop()

@@ -1,12 +1,14 @@
-"""The inference path's metering, end to end on real consumers: the real LiteLLM proxy with the configuration the stack
-renders, a real Prometheus scraping it as the stack's ServiceMonitor says and evaluating the stack's rules, the cost
-dashboard's panel queries and the rollout's error-rate gate. Then a model server's hot swap under load through it.
+"""The inference path's metering, end to end on real consumers: the real LiteLLM proxy running the config file the plan
+wrote, unmodified (its digest compared), in a network namespace where the model servers' Service names resolve to a
+test double listening on their rendered port; a real Prometheus scraping the proxy as the stack's ServiceMonitor says
+and evaluating the stack's rules, the cost dashboard's panel queries and the rollout's error-rate gate. Then a model
+server's hot swap under load through it.
 
-A known mix of requests from two teams' keys to a served model and an external API (tests/harness/gateway.py has the
-double behind them); what the gateway counts must equal what was sent, to the token.
+A known mix of requests from two teams' keys to both served models (tests/harness/gateway.py has the double behind
+their Services); what the gateway counts must equal what was sent, to the token. The external APIs are not called:
+their endpoints are the providers' own, outside any network a test reaches.
 """
 
-import itertools
 import json
 import threading
 import time
@@ -14,7 +16,7 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -25,19 +27,31 @@ from components.monitoring.dashboards import LLM_COST_UID, as_sent, render_dashb
 from components.spec.site import Gates, Site
 from runbooks.rollout.gates import PrometheusGates, Verdict
 from tests.builders import parse, prod_values
+from tests.harness import netns
 from tests.harness.daemons import PrometheusServer, wait_for
 from tests.harness.figures import FIGURES
-from tests.harness.gateway import FAIL, Backend, chat, rendered_config, running_gateway
-from tests.harness.http_double import JsonHandler, Served
+from tests.harness.gateway import (
+    FAIL,
+    LITELLM,
+    Backend,
+    EngineService,
+    PlannedGateway,
+    chat,
+    plan_gateway,
+    running_gateway,
+)
+
+pytestmark = pytest.mark.skipif(bool(netns.missing() or not LITELLM.exists()),
+                                reason=netns.missing() or "needs the LiteLLM venv (make test)")
 
 KEYS = {"sk-speech-test": "speech", "sk-vision-test": "vision"}
-SERVED, EXTERNAL = "qwen2-5-72b", "gpt-4o"
+SERVED, OTHER = "qwen2-5-72b", "llama-3-1-8b"
 MIX = [
     # (team, model, prompt words, requests)
     ("speech", SERVED, 5, 3),
-    ("speech", EXTERNAL, 4, 2),
+    ("speech", OTHER, 4, 2),
     ("vision", SERVED, 3, 4),
-    ("vision", EXTERNAL, 10, 1),
+    ("vision", OTHER, 10, 1),
 ]
 COMPLETION_TOKENS = 7
 
@@ -47,21 +61,32 @@ def site() -> Site:
     return parse(prod_values())
 
 
+@dataclass
+class World:
+    url: str
+    prometheus: PrometheusServer
+    service: EngineService
+    planned: PlannedGateway
+
+
 @pytest.fixture(scope="module")
-def world(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, PrometheusServer, Backend]]:
-    backend = Backend("v1")
+def world(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     directory = tmp_path_factory.mktemp("gateway")
-    with running_gateway(directory, rendered_config(site, directory), backend.url, KEYS) as url:
+    planned = plan_gateway(directory / "plan")
+    backend = Backend("v1")
+    with running_gateway(planned, directory, KEYS) as gateway:
+        service = EngineService(gateway.engine_address, [backend.url])
+        assert gateway.config_digest == planned.digest
         endpoint = gateway_service_monitor()["spec"]["endpoints"][0]
-        port = urllib.parse.urlsplit(url).port
         scrape = {"job_name": "llm-gateway", "metrics_path": endpoint["path"],
-                  "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+                  "static_configs": [{"targets": [urllib.parse.urlsplit(gateway.url).netloc]}]}
         prometheus = PrometheusServer(directory, [scrape], render_rule_groups(site, Timing(evaluation_interval="1s")))
         try:
             prometheus.wait_ready()
-            yield url, prometheus, backend
+            yield World(gateway.url, prometheus, service, planned)
         finally:
             prometheus.stop()
+            service.stop()
             backend.stop()
 
 
@@ -97,10 +122,12 @@ def expected_tokens() -> dict[tuple[str, ...], float]:
     return dict(tokens)
 
 
-def test_should_meter_every_teams_tokens_and_cost_per_model_and_token_type(
-        site: Site, world: tuple[str, PrometheusServer, Backend]) -> None:
-    url, prometheus, _ = world
+def test_should_meter_every_teams_tokens_and_cost_per_model_and_token_type(site: Site, world: World) -> None:
+    url, prometheus = world.url, world.prometheus
     send_mix(url)
+    # Every request left the proxy for a model server's Service as the plan rendered it: its name, its port.
+    assert set(world.service.hosts) == {host if port == 80 else f"{host}:{port}"
+                                        for host, port in world.planned.engines.items()}, world.service.hosts
     expected = expected_tokens()
     counters = {"prompt": "litellm_input_tokens_metric_total", "completion": "litellm_output_tokens_metric_total"}
 
@@ -117,7 +144,7 @@ def test_should_meter_every_teams_tokens_and_cost_per_model_and_token_type(
     prices = {p.model: p for p in site.inference.prices()}
     spend = by(query(prometheus, "sum by (team_alias, model) (litellm_spend_metric_total)"), "team_alias", "model")
     for team in KEYS.values():
-        for model in (SERVED, EXTERNAL):
+        for model in (SERVED, OTHER):
             usd = (expected[(team, model, "prompt")] * prices[model].prompt_usd_per_mtok
                    + expected[(team, model, "completion")] * prices[model].completion_usd_per_mtok) / 1e6
             assert spend[(team, model)] == pytest.approx(usd, rel=1e-9)
@@ -150,11 +177,13 @@ def test_should_meter_every_teams_tokens_and_cost_per_model_and_token_type(
             for (team, model), usd in sorted(spend.items())]
     FIGURES.append("LLM gateway metering (real LiteLLM 1.80.5 + Prometheus), counted = sent, spend = tokens x the "
                    "spec's prices:\n  " + "\n  ".join(rows))
+    FIGURES.append(f"LLM gateway ran {world.planned.plan_file.name}'s config.yaml unmodified (sha256 "
+                   f"{world.planned.digest[:16]}... = the file the proxy read); requests reached "
+                   + ", ".join(f"{host}:{port}" for host, port in sorted(world.planned.engines.items())))
 
 
-def test_should_pass_the_error_gate_without_failures_and_hold_it_with_them(
-        site: Site, world: tuple[str, PrometheusServer, Backend]) -> None:
-    url, prometheus, _ = world
+def test_should_pass_the_error_gate_without_failures_and_hold_it_with_them(world: World) -> None:
+    url, prometheus = world.url, world.prometheus
     gates = PrometheusGates(prometheus.url, Gates(max_inference_error_pct=1.0), window_minutes=5)
 
     def error_gate() -> Any:
@@ -174,58 +203,38 @@ def test_should_pass_the_error_gate_without_failures_and_hold_it_with_them(
                    f"{error_gate().value:.2f} % after 4 injected upstream 500s over 6 s (fail, limit 1 %)")
 
 
-class Service(Served):
-    """What a Kubernetes Service does for the gateway: forwards each request to one of its ready endpoints."""
-
-    def __init__(self, endpoints: list[str]) -> None:
-        self.endpoints = endpoints
-        turns = itertools.count()
-        service = self
-
-        class Handler(JsonHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's names)
-                target = service.endpoints[next(turns) % len(service.endpoints)]
-                request = urllib.request.Request(f"{target}{self.path}", data=self.read_body(), method="POST",
-                                                 headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=30) as response:
-                    self.answer(response.status, response.read())
-
-        super().__init__(Handler)
-
-
-def test_should_swap_a_model_version_under_load_without_a_failed_request(site: Site, tmp_path: Path) -> None:
-    old = Backend("v1")
-    service = Service([old.url])
+def test_should_swap_a_model_version_under_load_without_a_failed_request(world: World) -> None:
+    old = world.service.endpoints[0]
     statuses: Counter[int] = Counter()
     versions: list[str] = []
     stop = threading.Event()
-    with running_gateway(tmp_path, rendered_config(site, tmp_path), service.url, KEYS) as url:
-        def load() -> None:
-            while not stop.is_set() and len(versions) < 2000:
-                status, answer = chat(url, next(iter(KEYS)), SERVED, "swap me")
-                statuses[status] += 1
-                if status == 200:
-                    versions.append(answer["choices"][0]["message"]["content"].split()[-1])
 
-        workers = [threading.Thread(target=load) for _ in range(4)]
-        for worker in workers:
-            worker.start()
-        time.sleep(3)
-        # The rollout vllm-stack renders for a new revision: maxSurge 100 %, maxUnavailable 0, readiness first.
-        new = Backend("v2")
+    def load() -> None:
+        while not stop.is_set() and len(versions) < 2000:
+            status, answer = chat(world.url, next(iter(KEYS)), SERVED, "swap me")
+            statuses[status] += 1
+            if status == 200:
+                versions.append(answer["choices"][0]["message"]["content"].split()[-1])
+
+    workers = [threading.Thread(target=load) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    time.sleep(3)
+    # The rollout vllm-stack renders for a new revision: maxSurge 100 %, maxUnavailable 0, readiness first.
+    new = Backend("v2")
+    try:
         with urllib.request.urlopen(f"{new.url}/health", timeout=5) as ready:
             assert ready.status == 200
-        service.endpoints = [old.url, new.url]
+        world.service.endpoints = [old, new.url]
         time.sleep(2)
-        service.endpoints = [new.url]
-        time.sleep(1)  # the old pod's in-flight requests finish before it stops
-        old.stop()
-        time.sleep(3)
+        world.service.endpoints = [new.url]
+        time.sleep(4)
+    finally:
         stop.set()
         for worker in workers:
             worker.join(timeout=60)
-    service.stop()
-    new.stop()
+        world.service.endpoints = [old]
+        new.stop()
     assert statuses[200] > 0 and set(statuses) == {200}, statuses
     assert versions[0] == "v1" and versions[-1] == "v2" and "v2" in versions
     FIGURES.append(f"model hot swap v1 -> v2 through the real gateway: {statuses[200]} requests, "
