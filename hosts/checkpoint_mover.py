@@ -40,11 +40,12 @@ permission error leaves the hot copy, is reported, and the run goes on with the 
 a full cold tier (ENOSPC, EDQUOT) stops all further copying. Any error makes the exit status 1.
 
 Metrics go, in Prometheus text format and replaced atomically, to `--metrics-file` for
-node-exporter's textfile collector. The monitoring stack should alert on
-`gpucluster_checkpoint_hot_fill_ratio > 0.85` (the default `--hot-fill-threshold-pct`, also
-exported as `gpucluster_checkpoint_hot_fill_threshold_ratio`), on
-`time() - gpucluster_checkpoint_last_success_timestamp_seconds > 2 * <schedule interval>`, and on
-`sum(gpucluster_checkpoint_last_run_errors) > 0`.
+node-exporter's textfile collector, every sample labelled `mover="<--mover-name>"`. A mover that
+runs wherever it is scheduled leaves its last file on each node it ran on, so the monitoring stack
+judges each mover by its newest run (`gpucluster_checkpoint_last_run_timestamp_seconds`), never by
+a file a node kept: it alerts on that run's `gpucluster_checkpoint_hot_fill_ratio` over the
+threshold (the default `--hot-fill-threshold-pct`, also exported as
+`gpucluster_checkpoint_hot_fill_threshold_ratio`) and on its `gpucluster_checkpoint_last_run_errors`.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ class TieringSettings:
     settle_s: float = DEFAULT_SETTLE_S
     dry_run: bool = False
     metrics_file: Path | None = None
+    mover_name: str = ""
+    """The label `mover` on every metric: which mover wrote the file, wherever it ran."""
     hot_fill_threshold_pct: float = DEFAULT_HOT_FILL_THRESHOLD_PCT
     max_checkpoint_bytes: int | None = None
     max_run_bytes: int | None = None
@@ -834,8 +837,8 @@ def previous_last_success(metrics_file: Path) -> float | None:
     except OSError:
         return None
     for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == LAST_SUCCESS_METRIC:
+        series, _, value = line.rpartition(" ")
+        if series.partition("{")[0] == LAST_SUCCESS_METRIC:
             return float(value)
     return None
 
@@ -864,20 +867,27 @@ METRICS = tuple(f"{METRIC_PREFIX}{name}" for name in GAUGES)
 def render_metrics(report: TieringReport, settings: TieringSettings, now: float, last_success: float | None) -> str:
     lines: list[str] = []
 
+    mover = f'mover="{label_value(settings.mover_name)}"'
+
     def gauge(name: str, samples: Iterable[tuple[str, float]]) -> None:
         lines.extend([f"# HELP {METRIC_PREFIX}{name} {GAUGES[name]}", f"# TYPE {METRIC_PREFIX}{name} gauge"])
         # repr is the shortest text that reads back as the same float; counts stay integers.
-        lines.extend(f"{METRIC_PREFIX}{name}{labels} {value!r}" for labels, value in samples)
+        lines.extend(f"{METRIC_PREFIX}{name}{{{labels}}} {value!r}" for labels, value in samples)
 
-    gauge("last_run_moved_checkpoints", [("", report.moved)])
-    gauge("last_run_copied_bytes", [("", report.copied_bytes)])
-    gauge("last_run_freed_bytes", [("", report.freed_bytes)])
-    gauge("last_run_errors", [(f'{{kind="{kind}"}}', count) for kind, count in report.errors.items()])
-    gauge("last_run_timestamp_seconds", [("", now)])
-    gauge("last_success_timestamp_seconds", [] if last_success is None else [("", last_success)])
-    gauge("hot_fill_ratio", [("", hot_fill_ratio(settings.hot))])
-    gauge("hot_fill_threshold_ratio", [("", settings.hot_fill_threshold_pct / 100)])
+    gauge("last_run_moved_checkpoints", [(mover, report.moved)])
+    gauge("last_run_copied_bytes", [(mover, report.copied_bytes)])
+    gauge("last_run_freed_bytes", [(mover, report.freed_bytes)])
+    gauge("last_run_errors", [(f'kind="{kind}",{mover}', count) for kind, count in report.errors.items()])
+    gauge("last_run_timestamp_seconds", [(mover, now)])
+    gauge("last_success_timestamp_seconds", [] if last_success is None else [(mover, last_success)])
+    gauge("hot_fill_ratio", [(mover, hot_fill_ratio(settings.hot))])
+    gauge("hot_fill_threshold_ratio", [(mover, settings.hot_fill_threshold_pct / 100)])
     return "\n".join(lines) + "\n"
+
+
+def label_value(text: str) -> str:
+    """A label value in the text format: backslash, double quote and line feed escaped."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -911,6 +921,8 @@ def parse_args(argv: Sequence[str] | None) -> TieringSettings:
     parser.add_argument("--settle-s", type=non_negative(float), default=DEFAULT_SETTLE_S)
     parser.add_argument("--dry-run", action="store_true", help="print what would move, change nothing")
     parser.add_argument("--metrics-file", type=Path, help="Prometheus textfile collector file (*.prom)")
+    parser.add_argument("--mover-name", default="",
+                        help="with --metrics-file: the mover's name, label `mover` on every metric")
     parser.add_argument("--hot-fill-threshold-pct", type=non_negative(float), default=DEFAULT_HOT_FILL_THRESHOLD_PCT)
     parser.add_argument("--max-checkpoint-gib", type=non_negative(float),
                         help="refuse a checkpoint whose files' apparent sizes add up to more")
@@ -920,6 +932,8 @@ def parse_args(argv: Sequence[str] | None) -> TieringSettings:
     args = parser.parse_args(argv)
     if not args.hot.is_dir():
         parser.error(f"--hot {args.hot}: not a directory")
+    if args.metrics_file is not None and not args.mover_name:
+        parser.error("--metrics-file needs --mover-name: the alerts tell movers apart by it, not by the node")
     return TieringSettings(
         hot=args.hot,
         cold=args.cold,
@@ -928,6 +942,7 @@ def parse_args(argv: Sequence[str] | None) -> TieringSettings:
         settle_s=args.settle_s,
         dry_run=args.dry_run,
         metrics_file=args.metrics_file,
+        mover_name=args.mover_name,
         hot_fill_threshold_pct=args.hot_fill_threshold_pct,
         max_checkpoint_bytes=None if args.max_checkpoint_gib is None else int(args.max_checkpoint_gib * 2**30),
         max_run_bytes=None if args.max_run_gib is None else int(args.max_run_gib * 2**30),

@@ -254,16 +254,26 @@ def pool_alerts(site: Site) -> list[dict[str, Any]]:
     ]
 
 
+MOVER_LATEST_RUN = ("gpucluster_checkpoint_last_run_timestamp_seconds == on (mover) group_left "
+                    "max by (mover) (gpucluster_checkpoint_last_run_timestamp_seconds)")
+"""Each mover's newest run: a mover CronJob runs on any node, and every node it ran on keeps its last file (and
+node-exporter serves it) until the node's disk is wiped; only the newest one says how the mover is doing now."""
+
+
 def storage_alerts(site: Site) -> list[dict[str, Any]]:
-    """On the checkpoint mover's own metrics (hosts/checkpoint_mover.py, node-exporter textfile)."""
+    """On the checkpoint mover's own metrics (hosts/checkpoint_mover.py, node-exporter textfile), each mover judged by
+    its newest run, so a node it left cannot hold an alert."""
     fill = site.storage.nfs_hot.fill_alert_pct
     return [
         _alert(site, "CheckpointHotTierFilling",
-               f"max by (instance) (gpucluster_checkpoint_hot_fill_ratio) * 100 > {fill:g}", Severity.WARNING,
-               f"NFS hot tier seen from {{{{ $labels.instance }}}} is {VALUE} % full (over {fill:g} %)", "15m"),
+               f"max by (mover) (gpucluster_checkpoint_hot_fill_ratio and on (instance, mover) ({MOVER_LATEST_RUN}))"
+               f" * 100 > {fill:g}", Severity.WARNING,
+               f"NFS hot tier of {{{{ $labels.mover }}}} is {VALUE} % full (over {fill:g} %)", "15m"),
         _alert(site, "CheckpointMoverFailing",
-               "sum by (instance) (gpucluster_checkpoint_last_run_errors) > 0", Severity.WARNING,
-               "The checkpoint mover on {{ $labels.instance }} left {{ $value }} checkpoints on hot after errors"),
+               f"sum by (mover, instance) (gpucluster_checkpoint_last_run_errors and on (instance, mover) "
+               f"({MOVER_LATEST_RUN})) > 0", Severity.WARNING,
+               "The last run of {{ $labels.mover }} (on {{ $labels.instance }}) left {{ $value }} checkpoints on hot "
+               "after errors"),
     ]
 
 

@@ -163,15 +163,18 @@ def prefetch_daemonset(site: Site) -> dict[str, Any]:
 def mover_cronjob(site: Site, server: str, index: int) -> dict[str, Any]:
     """One mover per NFS server: its teams' run directories, to the CephFS archive."""
     nfs, cold = site.storage.nfs_hot, site.storage.ceph_cold
-    # The same lock the Slurm epilog's mover takes on this export, so the two never sweep one server at once.
+    name = f"checkpoint-mover-{index}"
+    # The same lock the Slurm epilog's mover takes on this export, so the two never sweep one server at once. A run
+    # lands on any node and the file stays on each node it ran on: its metrics carry the mover's name, and the alerts
+    # judge each mover by its newest run (components/monitoring/alerts.py, storage_alerts).
     args = ["flock", "-n", f"/hot/{MOVER_LOCK}",
             "python3", "/mover/checkpoint_tiering.py", "--hot", "/hot", "--cold", "/cold", *mover_args(site),
             "--hot-fill-threshold-pct", f"{nfs.fill_alert_pct:g}",
-            "--metrics-file", f"/metrics/checkpoint-tiering-{index}.prom"]
+            "--metrics-file", f"/metrics/checkpoint-tiering-{index}.prom", "--mover-name", name]
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
-        "metadata": {"name": f"checkpoint-mover-{index}", "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "schedule": cold.mover_schedule,
             "concurrencyPolicy": "Forbid",  # the mover is idempotent, but two at once would race on partials

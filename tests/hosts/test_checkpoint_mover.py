@@ -201,7 +201,8 @@ def test_should_change_nothing_in_a_dry_run(tiers: tuple[Path, Path], capsys: py
     before = (snapshot(hot), snapshot(cold))
 
     code = tiering.main(
-        ["--hot", str(hot), "--cold", str(cold), "--keep", "0", "--dry-run", "--metrics-file", str(metrics)]
+        ["--hot", str(hot), "--cold", str(cold), "--keep", "0", "--dry-run", "--metrics-file", str(metrics),
+         "--mover-name", "checkpoint-mover-0"]
     )
 
     assert code == 0
@@ -456,21 +457,38 @@ def promtool_check(metrics: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([promtool, "check", "metrics"], input=metrics.read_text(), capture_output=True, text=True)
 
 
+MOVER = "checkpoint-mover-0"
+
+
 def test_should_write_metrics_that_promtool_accepts(tiers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     hot, cold = tiers
     five_checkpoints(hot)
     metrics = hot.parent / "checkpoint_tiering.prom"
-    assert tiering.main(["--hot", str(hot), "--cold", str(cold), "--metrics-file", str(metrics)]) == 0
+    assert tiering.main(["--hot", str(hot), "--cold", str(cold), "--metrics-file", str(metrics),
+                         "--mover-name", MOVER]) == 0
 
     checked = promtool_check(metrics)
 
     assert checked.returncode == 0, checked.stdout + checked.stderr
     text = metrics.read_text()
-    assert "gpucluster_checkpoint_last_run_moved_checkpoints 2\n" in text
-    assert f"gpucluster_checkpoint_last_run_copied_bytes {2 * len(SHARDS) * 64 * 1024}\n" in text
+    # Every sample names its mover: the alerts judge each mover by its newest run, whichever node ran it.
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert {line.partition("{")[0] for line in samples} == set(tiering.METRICS)
+    assert all(f'mover="{MOVER}"' in line for line in samples)
+    assert f'gpucluster_checkpoint_last_run_moved_checkpoints{{mover="{MOVER}"}} 2\n' in text
+    assert f'gpucluster_checkpoint_last_run_copied_bytes{{mover="{MOVER}"}} {2 * len(SHARDS) * 64 * 1024}\n' in text
     assert "# TYPE gpucluster_checkpoint_hot_fill_ratio gauge\n" in text
-    assert 'gpucluster_checkpoint_last_run_errors{kind="checksum"} 0\n' in text
-    assert "gpucluster_checkpoint_hot_fill_threshold_ratio 0.85\n" in text
+    assert f'gpucluster_checkpoint_last_run_errors{{kind="checksum",mover="{MOVER}"}} 0\n' in text
+    assert f'gpucluster_checkpoint_hot_fill_threshold_ratio{{mover="{MOVER}"}} 0.85\n' in text
+
+
+def test_should_refuse_a_metrics_file_without_the_movers_name(tiers: tuple[Path, Path],
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    hot, cold = tiers
+    with pytest.raises(SystemExit) as exited:
+        tiering.main(["--hot", str(hot), "--cold", str(cold), "--metrics-file", str(hot.parent / "m.prom")])
+    assert exited.value.code == 2
+    assert "--metrics-file needs --mover-name" in capsys.readouterr().err
 
 
 def test_should_keep_the_last_success_time_through_a_failed_run(
@@ -479,14 +497,15 @@ def test_should_keep_the_last_success_time_through_a_failed_run(
     hot, cold = tiers
     five_checkpoints(hot)
     metrics = hot.parent / "checkpoint_tiering.prom"
-    tiering.main(["--hot", str(hot), "--cold", str(cold), "--keep", "4", "--metrics-file", str(metrics)])
+    named = ["--metrics-file", str(metrics), "--mover-name", MOVER]
+    tiering.main(["--hot", str(hot), "--cold", str(cold), "--keep", "4", *named])
     succeeded = tiering.previous_last_success(metrics)
     monkeypatch.setattr(os, "open", permission_denied_on(cold))
 
-    assert tiering.main(["--hot", str(hot), "--cold", str(cold), "--keep", "0", "--metrics-file", str(metrics)]) == 1
+    assert tiering.main(["--hot", str(hot), "--cold", str(cold), "--keep", "0", *named]) == 1
 
     assert succeeded is not None and tiering.previous_last_success(metrics) == succeeded
-    assert 'gpucluster_checkpoint_last_run_errors{kind="permission"} 4\n' in metrics.read_text()
+    assert f'gpucluster_checkpoint_last_run_errors{{kind="permission",mover="{MOVER}"}} 4\n' in metrics.read_text()
     assert promtool_check(metrics).returncode == 0
 
 

@@ -211,18 +211,32 @@ def gpu_alert_cases() -> list[Any]:
                      id="a Ready Kubernetes GPU node stays quiet"),
         pytest.param(Case("KubernetesGpuNodeNotReady", "6m", [node_ready("cpu-login-01", "0x6")]),
                      id="a NotReady node outside the GPU pools stays quiet"),
-        pytest.param(Case("CheckpointHotTierFilling", "16m", [series(HOT_FILL, MOVER, "0.86x16")],
-                          [(MOVER, "NFS hot tier seen from gpu-a800-01:9100 is 86.0 % full (over 85 %)")]),
+        pytest.param(Case("CheckpointHotTierFilling", "16m", [series(HOT_FILL, MOVER, "0.86x16"),
+                                                              series(RUN_AT, MOVER, "0x16")],
+                          [(MOVER_NAME, "NFS hot tier of checkpoint-mover-0 is 86.0 % full (over 85 %)")]),
                      id="a hot tier over 85 % for 15 m fires"),
-        pytest.param(Case("CheckpointHotTierFilling", "16m", [series(HOT_FILL, MOVER, "0.85x16")]),
+        pytest.param(Case("CheckpointHotTierFilling", "16m", [series(HOT_FILL, MOVER, "0.85x16"),
+                                                              series(RUN_AT, MOVER, "0x16")]),
                      id="a hot tier at exactly 85 % stays quiet"),
+        # The mover ran on gpu-a800-02 first, then every run landed on gpu-a800-01: -02 keeps its file.
+        pytest.param(Case("CheckpointHotTierFilling", "16m", [
+            series(HOT_FILL, LEFT, "0.95x16"), series(RUN_AT, LEFT, "0x16"),
+            series(HOT_FILL, MOVER, "0.50x16"), series(RUN_AT, MOVER, "60x16"),
+        ]), id="a full hot tier in the file of a node the mover left stays quiet"),
         pytest.param(Case("CheckpointMoverFailing", "1m", [
             series(MOVER_ERRORS, {**MOVER, "kind": "checksum"}, "0 1"),
             series(MOVER_ERRORS, {**MOVER, "kind": "cold_full"}, "0 0"),
-        ], [(MOVER, "The checkpoint mover on gpu-a800-01:9100 left 1 checkpoints on hot after errors")]),
-                     id="a mover run with a checksum error fires"),
-        pytest.param(Case("CheckpointMoverFailing", "1m", [series(MOVER_ERRORS, {**MOVER, "kind": "checksum"}, "0 0")]),
+            series(RUN_AT, MOVER, "0 60"),
+        ], [(MOVER, "The last run of checkpoint-mover-0 (on gpu-a800-01:9100) left 1 checkpoints on hot after "
+                    "errors")]), id="a mover run with a checksum error fires"),
+        pytest.param(Case("CheckpointMoverFailing", "1m", [series(MOVER_ERRORS, {**MOVER, "kind": "checksum"}, "0 0"),
+                                                           series(RUN_AT, MOVER, "0 60")]),
                      id="a clean mover run stays quiet"),
+        pytest.param(Case("CheckpointMoverFailing", "3m", MOVED_ON,
+                          [(LEFT, "The last run of checkpoint-mover-0 (on gpu-a800-02:9100) left 1 checkpoints on hot "
+                                  "after errors")]), id="a failed run fires while it is the mover's newest"),
+        pytest.param(Case("CheckpointMoverFailing", "10m", MOVED_ON),
+                     id="a failed run on a node the mover left resolves once it runs clean on another"),
         pytest.param(Case("LendNotCompleted", "11m", [series(FLEX_NODES, {"owner": "lending"}, "1x11")],
                           [({}, "1 flex nodes drained for inference have not been lent after 600 s: a job the table "
                                 "protects (or one Slurm cannot requeue) still runs on them")]),
@@ -249,8 +263,18 @@ def gpu_alert_cases() -> list[Any]:
 
 
 HOT_FILL, MOVER_ERRORS = "gpucluster_checkpoint_hot_fill_ratio", "gpucluster_checkpoint_last_run_errors"
+RUN_AT = "gpucluster_checkpoint_last_run_timestamp_seconds"
 FLEX_NODES, FLEX_MOVES, FLEX_LAST = NODES, MOVES, LAST_DECISION
-MOVER = {"instance": "gpu-a800-01:9100"}
+MOVER_NAME = {"mover": "checkpoint-mover-0"}
+MOVER = {"instance": "gpu-a800-01:9100", **MOVER_NAME}
+LEFT = {"instance": "gpu-a800-02:9100", **MOVER_NAME}
+"""A node the mover ran on before: node-exporter serves the file it left there for as long as the node runs."""
+MOVED_ON = [
+    # A run with an error on gpu-a800-02 (its file stays), then from minute 5 clean runs on gpu-a800-01.
+    series(MOVER_ERRORS, {**LEFT, "kind": "checksum"}, "1x10"), series(RUN_AT, LEFT, "0x10"),
+    series(MOVER_ERRORS, {**MOVER, "kind": "checksum"}, samples(("_", 5), ("0", 6))),
+    series(RUN_AT, MOVER, samples(("_", 5), ("300", 6))),
+]
 
 
 def every_node_but(s: Site, silent: str) -> list[dict[str, str]]:

@@ -56,6 +56,8 @@ def test_should_run_the_mover_with_the_specs_keep_and_age(prod: dict[str, Any]) 
     assert [command[command.index(flag) + 1] for flag in ("--max-checkpoint-gib", "--max-run-gib", "--deadline-s")] \
         == ["2048", "8192", "7200"]
     assert job["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 7800
+    # Its metrics name it, whichever node it runs on (the alerts judge each mover by its newest run).
+    assert command[command.index("--mover-name") + 1] == job["metadata"]["name"] == "checkpoint-mover-1"
 
 
 def test_should_archive_to_cephfs_not_an_object_store(prod: dict[str, Any]) -> None:
