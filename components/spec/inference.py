@@ -125,8 +125,9 @@ class Gateway(Spec):
     """days of a budget period; the gateway resets a team's spend after it."""
     admin_url: Annotated[str, Field(pattern=r"^https?://[^\s\"'\\]+[^/]$", max_length=500)] = (
         "http://llm-gateway-litellm.inference.svc:4000")
-    """Where `pulumi up` reaches the gateway's admin API to create and remove the teams' keys (a port-forward or
-    an internal ingress when it runs outside the cluster)."""
+    """Where `pulumi up` reaches the gateway's admin API to create and remove the teams' keys: an in-cluster Service
+    name is reached from the Pulumi host through `kubectl port-forward` (runbooks/gateway/reach.py), any other URL
+    (an internal ingress) directly."""
     provider_secret: Name = "llm-provider-keys"
     """Secret in the inference namespace holding the external APIs' credentials (external[].api_key_env keys);
     created by the platform team, never in the stack file."""
