@@ -7,9 +7,12 @@ PLAN_DIR ?= build/plan
 # Alertmanager and VictoriaMetrics deliver an alert and keep the cold tier, node_exporter serves the mover's
 # textfile metrics, Slurm's daemons (with slurmdbd on MariaDB and munge) judge slurm.conf, gres.conf and the QoS set;
 # iproute2's ip and tc make the acceptance drills' network namespaces, partitions and storage delay.
-APT_TEST_PACKAGES := prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics slurmctld slurmd slurm-client slurmdbd munge mariadb-server systemd iproute2
+# Slurm's container path: what builds enroot and Pyxis (libslurm-dev, libbsd-dev, makeself, dpkg-dev), what enroot
+# needs to run (curl, jq, parallel, squashfs-tools, zstd, bsdmainutils) and busybox-static for the tests' image.
+APT_TEST_PACKAGES := prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics slurmctld slurmd slurm-client slurmdbd munge mariadb-server systemd iproute2 \
+	libslurm-dev libbsd-dev makeself dpkg-dev curl jq parallel squashfs-tools zstd bsdmainutils busybox-static
 
-.PHONY: plan test bench clean
+.PHONY: plan test bench artifacts clean
 
 # Debian's python3 makes venvs only with python3-venv installed: install it on the first failure.
 $(BIN)/python:
@@ -61,10 +64,19 @@ $(VENV)/litellm/bin/litellm: | $(BIN)/python
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_TEST_PACKAGES); }
 	touch $@
 
+# Slurm's container path as the packages a site puts on its artifact mirror (slurm.containers; docs/gpu-driver.md),
+# built from the upstream sources beside this repo (../shared/sources/SOURCES.md) once; the tests install them.
+CONTAINER_SOURCES ?= ../shared/sources
+ARTIFACTS := build/artifacts
+$(ARTIFACTS)/SHA256SUMS: packaging/slurm-containers.sh $(wildcard $(CONTAINER_SOURCES)/*.tar.gz) .apt-test-packages
+	packaging/slurm-containers.sh $(CONTAINER_SOURCES) $(ARTIFACTS)
+
+artifacts: $(ARTIFACTS)/SHA256SUMS
+
 plan: $(VENV)/.installed-base $(BIN)/helm
 	$(BIN)/gpuctl plan --stack prod --out $(PLAN_DIR) $(if $(CHART_MIRROR),--chart-mirror $(CHART_MIRROR))
 
-test: $(VENV)/.installed-test .apt-test-packages $(BIN)/helm $(VENV)/litellm/bin/litellm
+test: $(VENV)/.installed-test .apt-test-packages $(BIN)/helm $(VENV)/litellm/bin/litellm $(ARTIFACTS)/SHA256SUMS
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layering contracts in .importlinter
 	$(BIN)/mypy

@@ -187,11 +187,11 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
         # CPUs, memory and GRES instead of what the small test machine really has.
         conf.record(SlurmdParameters="config_overrides")
 
-    if overlay is None:
-        # spank(8): Pyxis runs job steps in enroot containers that get the GPU Operator's driver (docs/gpu-driver.md).
-        # Named on local disk, where each host's plugins are installed: a configless node would look beside its
-        # fetched slurm.conf instead.
-        conf.record(PlugStackConfig=PLUGSTACK)
+    # spank(8): Pyxis runs job steps in enroot containers that get the GPU Operator's driver (docs/gpu-driver.md).
+    # Named on local disk, where each host's plugins are installed: a configless node would look beside its fetched
+    # slurm.conf instead. The loopback cluster keeps the line: on a test host without Pyxis the file is Debian's
+    # own (an include of an empty folder), or none, and Slurm loads no plugin.
+    conf.record(PlugStackConfig=PLUGSTACK)
 
     conf.section("Job scripts: the GPU-to-job mapping for DCGM and the checkpoint mover")
     conf.record(Prolog=str(overlay.prolog) if overlay else PROLOG)

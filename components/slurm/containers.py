@@ -2,17 +2,22 @@
 hook hands them the GPU Operator's driver through the operator's own container toolkit. Nothing of the driver or of
 CUDA is installed on the host a second time (docs/gpu-driver.md says why, and what else was weighed).
 
-Pure: no pulumi. Where jobs are submitted (the controller) and run (every Slurm node): the Pyxis SPANK plugin, so
-`srun` and `#SBATCH` take --container-image (NVIDIA/pyxis), from a plugstack.conf slurm.conf names on local disk.
-Where they run, also:
-- enroot.conf: enroot's runtime, cache and data on local disk, since slurmstepd runs enroot without the XDG session
-  directories enroot defaults to (NVIDIA/enroot conf/enroot.conf.in; pyxis config.c: "Slurm might not be configured
-  to integrate with PAM and logind"), and the tmpfiles.d entry that makes those directories at boot;
+Pure: no pulumi. Where jobs are submitted (the controller) and run (every Slurm node): enroot and the Pyxis SPANK
+plugin, installed from the site's artifact mirror (slurm.containers) with their checksums, so `srun` and `#SBATCH`
+take --container-image (NVIDIA/pyxis), from a plugstack.conf slurm.conf names on local disk. The plugin's line is
+written by the step that installed the plugin, after it, and kept only once a real `sbatch` loads it: no host holds a
+`required` line for a plugin that is missing or does not load (Slurm then refuses every job).
+Where jobs run, also:
+- an enroot.conf drop-in: enroot's runtime, cache and data on local disk, since slurmstepd runs enroot without the
+  XDG session directories enroot defaults to (NVIDIA/enroot conf/enroot.conf.in; pyxis config.c: "Slurm might not be
+  configured to integrate with PAM and logind"), and the tmpfiles.d entry that makes those directories at boot;
 - nvidia-container-cli on the PATH enroot's hook searches, pointed at the operator's driver root.
 """
 
+import base64
 import shlex
 
+from components.spec.site import HostArtifact, Site
 from components.spec.wellknown import DRIVER_ROOT, TOOLKIT_CLI
 
 PLUGSTACK = "/etc/slurm/plugstack.conf"
@@ -21,7 +26,19 @@ PYXIS_CONF = f"{PLUGSTACK_DIR}/pyxis.conf"
 PYXIS_PLUGIN = "/usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so"
 """Where Pyxis's Debian package puts its plugin (NVIDIA/pyxis debian/rules: libdir=/usr/lib/$(DEB_HOST_MULTIARCH);
 Makefile: $(libdir)/slurm/spank_pyxis.so)."""
-ENROOT_CONF = "/etc/enroot/enroot.conf"
+ENROOT_CONF = "/etc/enroot/enroot.conf.d/90-gpucluster.conf"
+"""A drop-in, read after the package's own enroot.conf (enroot's config::init loads enroot.conf.d/*.conf), which
+stays as the package installed it."""
+ENROOT_PACKAGE = "enroot"
+PYXIS_PACKAGE = "nvslurm-plugin-pyxis"
+"""The packages' names, as upstream's own Debian packaging names them (enroot pkg/deb/control, pyxis debian/control);
+packaging/slurm-containers.sh builds both."""
+ARTIFACT_CACHE = "/var/cache/gpucluster/artifacts"
+"""Where each host keeps the packages it downloaded (root only)."""
+DOWNLOAD_TIMEOUT_S = 600
+"""s one package may take to download (enroot's is about 60 kB, Pyxis's 25 kB: a mirror that slow is broken)."""
+LOAD_TIMEOUT_S = 10
+"""s `sbatch --help` may take to load the plugins (it contacts no daemon)."""
 CONTAINER_CLI = "/usr/local/bin/nvidia-container-cli"
 """enroot's GPU hook (conf/hooks/98-nvidia.sh) runs `nvidia-container-cli --user configure ...` found on PATH, with no
 driver root. Pyxis starts enroot with slurmstepd's environment (pyxis enroot.c: execvpe("enroot", argv, environ)),
@@ -90,8 +107,10 @@ def render_pyxis_conf() -> str:
 
 
 def submit_files() -> dict[str, tuple[str, int]]:
-    """What a host that submits jobs holds, so srun and sbatch take --container-image: path -> (content, mode)."""
-    return {PLUGSTACK: (render_plugstack_conf(), 0o644), PYXIS_CONF: (render_pyxis_conf(), 0o644)}
+    """What a host that submits jobs holds before Pyxis is installed: the plugstack.conf slurm.conf names, which
+    includes plugin lines only as containers_step writes them (an include matching no file loads nothing):
+    path -> (content, mode)."""
+    return {PLUGSTACK: (render_plugstack_conf(), 0o644)}
 
 
 def node_container_files() -> dict[str, tuple[str, int]]:
@@ -102,3 +121,63 @@ def node_container_files() -> dict[str, tuple[str, int]]:
         ENROOT_TMPFILES: (render_enroot_tmpfiles(), 0o644),
         CONTAINER_CLI: (render_container_cli(), 0o755),
     }
+
+
+INSTALL_ARTIFACT = " ".join([
+    "install_artifact() {",  # $1 spec field, $2 package, $3 version, $4 sha256, $5 url, $6 file
+    # Held already: dpkg has the version, from the artifact of this sha256 (a rebuild of the same version is
+    # installed again), every file as shipped (a plugin removed or changed since is installed again). `dpkg --verify`
+    # lists each changed file but exits 0 all the same (dpkg 1.21.22, Debian 12), so its output must be empty.
+    'held() { test "$(dpkg-query -W -f=\'${db:Status-Abbrev}${Version}\' "$2" 2>/dev/null)" = "ii $3"',
+    f'&& grep -qx "$4" "{ARTIFACT_CACHE}/$2.sha256" 2>/dev/null && test -z "$(dpkg --verify "$2" 2>&1)"; }};',
+    "held \"$@\" && return 0;",
+    f'part="{ARTIFACT_CACHE}/$6.part"; install -d -m 0700 {ARTIFACT_CACHE} || exit 1;',
+    f'curl --fail --silent --show-error --location --max-time {DOWNLOAD_TIMEOUT_S} --output "$part" "$5" || {{',
+    'rm -f "$part"; echo "slurm.containers.$1: cannot download $5 (slurm.containers.mirror_url)" >&2; exit 1; };',
+    'sum=$(sha256sum "$part" | cut -d" " -f1); [ "$sum" = "$4" ] || {',
+    'rm -f "$part"; echo "slurm.containers.$1.sha256: $5 has sha256 $sum, not $4: refused" >&2; exit 1; };',
+    # --reinstall: a package at the right version whose files changed, or that came from another build, is put
+    # back as the spec's artifact ships it; apt takes what it depends on from the host's apt sources.
+    f'mv "$part" "{ARTIFACT_CACHE}/$6" && DEBIAN_FRONTEND=noninteractive apt-get install -y -q',
+    "--no-install-recommends --reinstall --allow-downgrades -o Dpkg::Options::=--force-confold",
+    f'"{ARTIFACT_CACHE}/$6" && echo "$4" > "{ARTIFACT_CACHE}/$2.sha256" || exit 1;',
+    'held "$@" || { echo "slurm.containers.$1.package_version: $6 did not install $2 $3" >&2; exit 1; }; }',
+])
+"""A shell function that installs one package of slurm.containers unless the host holds it already: downloads it
+from the mirror, refuses it (and keeps nothing) unless its sha256 is the spec's, installs it with apt, then checks
+dpkg holds the spec's version. Defined once per host command, called per package."""
+
+
+def install_artifact(site: Site, field: str, package: str) -> str:
+    """The call of INSTALL_ARTIFACT for one package of slurm.containers."""
+    artifact: HostArtifact = getattr(site.slurm.containers, field)
+    url = f"{site.slurm.containers.mirror_url}/{artifact.file}"
+    return " ".join(["install_artifact", field, package, artifact.package_version, artifact.sha256,
+                     shlex.quote(url), shlex.quote(artifact.file)])
+
+
+def render_load_probe() -> str:
+    """The slurm.conf `sbatch --help` reads to load this host's plugstack.conf: nothing of the cluster's (a node holds
+    no slurm.conf before its slurmd fetches one), and no daemon is asked."""
+    return "\n".join(["ClusterName=plugin-probe", "SlurmctldHost=localhost", f"PlugStackConfig={PLUGSTACK}", ""])
+
+
+def plugin_step() -> str:
+    """Writes Pyxis's plugstack line, whole or not at all, then keeps it only if the real `sbatch` loads the plugin
+    (its --help then lists --container-image); otherwise removes it again and fails, with what sbatch said."""
+    line = base64.b64encode(render_pyxis_conf().encode()).decode()
+    probe = base64.b64encode(render_load_probe().encode()).decode()
+    new = shlex.quote(f"{PYXIS_CONF}.new")
+    refused = shlex.quote(f"Pyxis does not load ({PYXIS_PLUGIN}), so {PYXIS_CONF} is removed again: sbatch said: ")
+    return (f"{{ install -d -m 0755 {PLUGSTACK_DIR} && echo {line} | base64 -d > {new} && chmod 644 {new} "
+            f"&& mv {new} {PYXIS_CONF} && probe=$(mktemp -d) && echo {probe} | base64 -d > \"$probe/slurm.conf\" "
+            f'&& {{ loaded=$(SLURM_CONF="$probe/slurm.conf" timeout {LOAD_TIMEOUT_S} sbatch --help 2>&1); '
+            f'rm -rf "$probe"; case "$loaded" in *--container-image*) ;; '
+            f'*) rm -f {PYXIS_CONF}; echo {refused}"$(echo "$loaded" | tail -n 3)" >&2; exit 1 ;; esac; }}; }}')
+
+
+def containers_step(site: Site) -> str:
+    """What every Slurm host runs once Slurm's client is installed, before its daemons (re)start: enroot, then Pyxis
+    (which depends on it), then the plugin's line."""
+    return " && ".join([INSTALL_ARTIFACT, install_artifact(site, "enroot", ENROOT_PACKAGE),
+                        install_artifact(site, "pyxis", PYXIS_PACKAGE), plugin_step()])

@@ -26,7 +26,7 @@ from components.slurm.conf import (
     render_slurmdbd_conf,
     render_tier_mounts,
 )
-from components.slurm.containers import ENROOT_TMPFILES, node_container_files, submit_files
+from components.slurm.containers import ENROOT_TMPFILES, containers_step, node_container_files, submit_files
 from components.spec.site import Site
 from components.spec.wellknown import COLD_FILESYSTEM, HPC_JOB_MAPPING_DIR
 from components.teams.plan import NFS_MOUNT_OPTIONS
@@ -123,10 +123,10 @@ def node_admission(site: Site, node: str, verdict: Verdict) -> str:
 
 def node_command(site: Site, node: str, verdict: Verdict) -> str:
     """What a node runs once its files are in place: Slurm from the spec's source, the MUNGE key (on stdin), the
-    mover put in place from its copy, its services, then its admission."""
+    mover put in place from its copy, enroot and Pyxis from the mirror, its services, then its admission."""
     return " && ".join([package_step(site, NODE_PACKAGES), MUNGE_KEY_STEP,
-                        f'install -D -m 0644 "$HOME/{MOVER_COPY}" {MOVER}', start_node_services(site),
-                        node_admission(site, node, verdict)])
+                        f'install -D -m 0644 "$HOME/{MOVER_COPY}" {MOVER}', containers_step(site),
+                        start_node_services(site), node_admission(site, node, verdict)])
 
 
 MOVER_COPY = "gpucluster-checkpoint_tiering.py"
@@ -137,9 +137,10 @@ APT_SOURCE = "/etc/apt/sources.list.d/gpucluster-slurm.list"
 MUNGE_KEY = "/etc/munge/munge.key"
 MUNGE_KEY_BYTES = (32, 1024)
 """The sizes mungekey(8) makes (--bits 256-8192); the secret munge_key is a key of this size, base64-encoded."""
-CONTROLLER_PACKAGES = (("slurmctld", "slurmdbd", "slurm-client"), ("munge", "mariadb-server"))
-NODE_PACKAGES = (("slurmd", "slurm-client"), ("munge",))
-"""(Slurm's packages, installed at slurm.package_version; what they need, at the source's version)."""
+CONTROLLER_PACKAGES = (("slurmctld", "slurmdbd", "slurm-client"), ("munge", "mariadb-server", "curl"))
+NODE_PACKAGES = (("slurmd", "slurm-client"), ("munge", "curl"))
+"""(Slurm's packages, installed at slurm.package_version; what they need, at the source's version: curl downloads
+enroot and Pyxis from slurm.containers.mirror_url)."""
 ANSWER_TRIES = 30
 """Seconds a deploy waits for a daemon it (re)started to answer: Debian's slurmctld and slurmdbd units are
 Type=simple, so `systemctl restart` returns before they listen."""
@@ -219,9 +220,10 @@ def restart_daemons(site: Site) -> str:
 
 def controller_command(site: Site) -> str:
     """What the controller runs once its files are in place: Slurm and MariaDB from the spec's source, the MUNGE key,
-    the accounting database, then the daemons restarted and asked whether they answer."""
+    enroot and Pyxis from the mirror (jobs submitted here take --container-image), the accounting database, then the
+    daemons restarted and asked whether they answer."""
     return " && ".join([package_step(site, CONTROLLER_PACKAGES), owned_by_slurm(site), MUNGE_KEY_STEP,
-                        database_step(), restart_daemons(site)])
+                        containers_step(site), database_step(), restart_daemons(site)])
 
 
 def owned_by_slurm(site: Site) -> str:

@@ -426,6 +426,38 @@ class Alerting(Spec):
     docs.nvidia.com/deploy/xid-errors); any other XID is the application's (13, 31, 43, 45, ...)."""
 
 
+# A Debian package version, upstream-revision (deb-version(7)).
+DebianVersion = Annotated[str, Field(pattern=r"^\d+(\.\d+)*-[A-Za-z0-9.+~]+$")]
+
+
+class HostArtifact(Spec):
+    """A Debian package built for the site (`make artifacts`, docs/gpu-driver.md) that every Slurm host installs from
+    slurm.containers.mirror_url; the deploy refuses a download whose sha256 is not this one."""
+
+    file: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.+~_-]*\.deb$", max_length=255)]
+    """The package's file name on the mirror (`enroot_4.1.2-1_amd64.deb`)."""
+    package_version: DebianVersion
+    """The version the package installs (dpkg's Version): a host holding it, unmodified (`dpkg --verify`), downloads
+    nothing."""
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    """sha256 of the file (`sha256sum`, lower-case hex): what the site built and put on its mirror."""
+
+
+class SlurmContainers(Spec):
+    """Slurm's container path (Pyxis and enroot), installed on the controller and every node (docs/gpu-driver.md)."""
+
+    # curl(1) fetches `<mirror_url>/<file>` on each host: http(s), or file:// for a mirror mounted on every host.
+    mirror_url: Annotated[str, Field(pattern=r"^(https?://[A-Za-z0-9.-]+(:\d+)?|file://)(/[A-Za-z0-9._~%+-]+)+$",
+                                     max_length=1024)]
+    """The site's artifact mirror: a folder of packages, reachable from every Slurm host."""
+    enroot: HostArtifact
+    """enroot (NVIDIA/enroot): turns a job's image into an unprivileged container; its GPU hook hands the container
+    the GPU Operator's driver."""
+    pyxis: HostArtifact
+    """Pyxis (NVIDIA/pyxis): the SPANK plugin behind srun/sbatch --container-image, built against
+    slurm.package_version's Slurm."""
+
+
 class SlurmSettings(Spec):
     """Slurm controller and daemons; rendered by components.slurm.conf (QoS come from scheduling.classes)."""
 
@@ -470,6 +502,8 @@ class SlurmSettings(Spec):
     """Weight of the QoS factor in multifactor priority; larger than fairshare so QoS orders the queue first."""
     priority_weight_fairshare: PriorityWeight = defaults.SLURM_PRIORITY_WEIGHT_FAIRSHARE
     """Weight of the fairshare factor; orders jobs of one QoS by how little each account has used lately."""
+    containers: SlurmContainers
+    """Where each Slurm host gets Pyxis and enroot, so GPU job steps run in containers on the operator's driver."""
 
 
 class GpuOperator(Spec):
@@ -505,7 +539,7 @@ class Site(Spec):
     """Rollout stages in order; each team names the one that onboards it."""
     rollout: Rollout = Rollout()
     slack: Slack
-    slurm: SlurmSettings = SlurmSettings()
+    slurm: SlurmSettings
     node_check: NodeCheck = NodeCheck()
     """How each node proves itself before it takes work."""
     gpu_operator: GpuOperator = GpuOperator()

@@ -26,6 +26,7 @@ from components.slurm.conf import (
     render_slurm_conf,
     render_slurmdbd_conf,
 )
+from components.slurm.containers import PYXIS_CONF, containers_step, node_container_files, render_pyxis_conf
 from components.slurm.install import installed_files
 from components.spec.site import Site
 from components.spec.wellknown import (
@@ -228,6 +229,11 @@ def artifacts(site: Site) -> dict[str, str]:
         "slurm/slurmdbd.conf": render_slurmdbd_conf(site),
         "slurm/accounting.sh": accounting_script(site) + "\n",
     }
+    # Slurm's container path as a node holds it, by its path there (the controller holds plugstack.conf and the
+    # Pyxis line), and the step that installs enroot and Pyxis and then writes that line.
+    node = {path: content for path, (content, _) in node_container_files().items()} | {PYXIS_CONF: render_pyxis_conf()}
+    files |= {f"slurm/node{path}": content for path, content in node.items()}
+    files["slurm/install-containers.sh"] = containers_step(site) + "\n"
     return files
 
 

@@ -212,7 +212,7 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
             id="rejects odd PDU ratings and phases",
         ),
         pytest.param(
-            {"slurm": {"slurmd_timeout_s": 1800}},
+            {"slurm__slurmd_timeout_s": 1800},
             ["acceptance.drills[0].detect_within_s: 1500 s (scaled) is shorter than slurm.slurmd_timeout_s 1800 s: "
              "Slurm cannot mark the failed node down by then"],
             id="rejects a node-failure drill that ends before Slurm can see the node dead",

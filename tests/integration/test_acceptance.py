@@ -136,7 +136,7 @@ class World:
 
 
 def acceptance_site() -> Site:
-    return parse(with_changes(prod_values(), acceptance=ACCEPTANCE, slurm={"slurmd_timeout_s": SLURMD_TIMEOUT_S}))
+    return parse(with_changes(prod_values(), acceptance=ACCEPTANCE, slurm__slurmd_timeout_s=SLURMD_TIMEOUT_S))
 
 
 def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]]:

@@ -11,12 +11,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from components.slurm.install import controller_command, controller_files, install_script
 from tests.builders import parse, prod_values, with_changes
+from tests.harness.artifacts import containers, missing
 from tests.harness.figures import FIGURES
 from tests.harness.slurm_cluster import slurm_marks
 
-pytestmark = slurm_marks()
+pytestmark = [*slurm_marks(), *([pytest.mark.skip(reason=missing())] if missing() else [])]
 
 FAKE_SYSTEMCTL = r"""#!/bin/sh
 # systemctl for a root without systemd: starts the real daemons as Debian 12's units do (ExecStart, User, Type).
@@ -82,8 +85,10 @@ def munge_key(size: int) -> bytes:
 
 
 def test_should_install_slurm_from_the_spec_and_prove_the_daemons_answer(tmp_path: Path) -> None:
-    site = parse(prod_values())
-    too_old = parse(with_changes(prod_values(), slurm={"package_version": "22.05.9-1"}))
+    # The test stack: prod, with enroot and Pyxis from the packages `make artifacts` built (a file:// mirror).
+    test_stack = with_changes(prod_values(), slurm__containers=containers())
+    site = parse(test_stack)
+    too_old = parse(with_changes(test_stack, slurm__package_version="22.05.9-1"))
     short_key = munge_key(16)
     cases = {
         "1-other-version": (install_script(controller_files(too_old), controller_command(too_old)), munge_key(128)),

@@ -49,7 +49,7 @@ def test_should_scrape_the_exporter_in_the_operators_namespace(prod: dict[str, A
 
 
 def test_should_scrape_the_slurm_exporter_and_the_lending_controller_on_the_controller(prod: dict[str, Any]) -> None:
-    site = parse(with_changes(prod, slurm={"controller_host": "slurmctl-01.dc1.internal", "exporter_port": 9400},
+    site = parse(with_changes(prod, slurm__controller_host="slurmctl-01.dc1.internal", slurm__exporter_port=9400,
                               lending={"metrics_port": 9401, "interval_s": 15}))
     spec = prometheus_values(site)["prometheus"]["prometheusSpec"]
     assert spec["additionalScrapeConfigs"] == [

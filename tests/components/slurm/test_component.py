@@ -179,10 +179,10 @@ def test_should_read_the_munge_key_from_stdin_never_from_the_script(prod: dict[s
 
 @pytest.mark.parametrize("version", ["22.05.8-4+deb12u3", "23.11.4-1.2ubuntu5"])
 def test_should_accept_slurm_22_05_and_newer(prod: dict[str, Any], version: str) -> None:
-    assert parse(with_changes(prod, slurm={"package_version": version})).slurm.package_version == version
+    assert parse(with_changes(prod, slurm__package_version=version)).slurm.package_version == version
 
 
 @pytest.mark.parametrize("version", ["21.08.8-2", "20.11.9-1"])
 def test_should_refuse_slurm_below_22_05(prod: dict[str, Any], version: str) -> None:
-    assert problems(with_changes(prod, slurm={"package_version": version})) == [
+    assert problems(with_changes(prod, slurm__package_version=version)) == [
         f"slurm.package_version: {version} is older than Slurm 22.05, the oldest release the site runs"]

@@ -343,7 +343,7 @@ def test_should_write_units_systemd_accepts(prod: dict[str, Any], tmp_path: Path
 
 
 def test_should_run_the_exporter_unprivileged_on_the_spec_port(prod: dict[str, Any]) -> None:
-    unit = render_exporter_unit(parse(with_changes(prod, slurm={"exporter_port": 9400})))
+    unit = render_exporter_unit(parse(with_changes(prod, slurm__exporter_port=9400)))
     assert "ExecStart=/usr/bin/python3 /usr/local/lib/gpucluster/slurm_exporter.py --port 9400 --interval 30" in unit
     assert "DynamicUser=yes" in unit and "ProtectSystem=strict" in unit
 

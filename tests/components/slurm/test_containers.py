@@ -24,11 +24,12 @@ from components.slurm.containers import (
     PLUGSTACK,
     PYXIS_CONF,
     PYXIS_PLUGIN,
+    render_pyxis_conf,
     submit_files,
 )
 from components.slurm.install import node_files
 from runbooks.plan.helm import chart_archive, find_helm
-from tests.builders import REPO, parse
+from tests.builders import REPO, parse, problems, with_changes
 
 MIRROR = REPO.parent / "shared" / "charts"
 HELM = find_helm()
@@ -86,8 +87,10 @@ def test_should_load_pyxis_from_local_disk_wherever_jobs_are_submitted_or_run(pr
     on_nodes = node_files(site)
     for files in (submit_files(), on_nodes):
         assert files[PLUGSTACK][0].splitlines()[-1] == "include /etc/slurm/plugstack.conf.d/*.conf"
-        pyxis = f"required {PYXIS_PLUGIN} runtime_path=/run/pyxis container_scope=job"
-        assert files[PYXIS_CONF][0].splitlines()[-1] == pyxis
+        # Only the step that installs Pyxis writes its line (tests/integration/test_slurm_containers.py runs it).
+        assert PYXIS_CONF not in files
+    pyxis = f"required {PYXIS_PLUGIN} runtime_path=/run/pyxis container_scope=job"
+    assert render_pyxis_conf().splitlines()[-1] == pyxis
     # enroot under slurmstepd has no XDG session directories: everything on local disk, made at every boot.
     assert "ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)" in on_nodes[ENROOT_CONF][0].splitlines()
     assert "d /run/enroot 1777 root root -" in on_nodes[ENROOT_TMPFILES][0].splitlines()
@@ -102,3 +105,24 @@ def test_should_make_enroots_directories_at_boot_as_systemd_reads_the_entry(tmp_
     subprocess.run(["systemd-tmpfiles", f"--root={tmp_path}", "--create", str(entry)], check=True, timeout=30)
     for directory in ("run/enroot", "var/lib/enroot", "var/cache/enroot"):
         assert stat.S_IMODE((tmp_path / directory).stat().st_mode) == 0o1777
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    pytest.param({"slurm__containers__pyxis__sha256": "abc"},
+                 "slurm.containers.pyxis.sha256: String should match pattern '^[0-9a-f]{64}$' (got \"abc\")",
+                 id="rejects a checksum that is not a sha256"),
+    pytest.param({"slurm__containers__mirror_url": "ftp://mirror/x"}, "slurm.containers.mirror_url: String should "
+                 "match pattern", id="rejects a mirror curl is not told to fetch from"),
+    pytest.param({"slurm__containers__enroot__file": "../enroot.deb"}, "slurm.containers.enroot.file: String should "
+                 "match pattern", id="rejects a package file outside the mirror folder"),
+])
+def test_should_deny_a_container_artifact_the_deploy_cannot_check(prod: dict[str, Any], changes: dict[str, Any],
+                                                                  expected: str) -> None:
+    [problem] = problems(with_changes(prod, **changes))
+    assert problem.startswith(expected), problem
+
+
+def test_should_name_the_missing_container_path(prod: dict[str, Any]) -> None:
+    # No default: a site without its own enroot and Pyxis builds could not run a single containerised job.
+    del prod["slurm"]["containers"]
+    assert problems(prod) == ["slurm.containers: required key is missing"]

@@ -27,7 +27,7 @@ def test_should_default_to_the_missions_week_long_soak_3x_shock_and_every_failur
 def test_should_scale_every_duration_by_the_time_scale() -> None:
     # Slurm must see a dead node within the scaled node-failure deadline (1.5 s): the node-failure-detectable rule.
     acceptance = parse(with_changes(prod_values(), acceptance={"time_scale": 0.001},
-                                    slurm={"slurmd_timeout_s": 1})).acceptance
+                                    slurm__slurmd_timeout_s=1)).acceptance
     assert acceptance.scaled(acceptance.soak_h * 3600) == pytest.approx(604.8)
 
 

@@ -1,0 +1,101 @@
+"""Slurm jobs with --container-image on a loopback cluster, run inside the container test's root
+(tests/integration/test_slurm_containers.py), where the stack's deploy step installed enroot and Pyxis and wrote the
+plugin's line at the paths production uses.
+
+`python -m tests.harness.container_jobs IMAGE ROOT` brings the cluster up under ROOT (tests/harness/slurm_cluster.py,
+the prod site with its Slurm nodes renamed, so its cgroups never meet the session cluster's), runs the jobs and prints
+one JSON object of what each printed; every daemon is stopped before it exits, whatever happened.
+"""
+
+import json
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from components.slurm.conf import LoopbackOverlay, slurm_nodes
+from components.spec.site import Pool, Site
+from tests.builders import parse, prod_values
+from tests.harness.daemons import free_ports
+from tests.harness.slurm_cluster import Cluster, bring_up
+
+NODE_PREFIX = "ctr-"
+"""Slurm names its cgroups after the node (cgroup v1, several slurmd on one host): these never meet the session's."""
+JOB_TIMEOUT_S = 90
+"""s a containerised job may take: enroot unpacks the image on each node first."""
+IN_IMAGE = "cat /etc/inside; echo node=$SLURMD_NODENAME"
+"""What each job step runs: /etc/inside exists only in the test's image, so its line proves the step ran in it."""
+
+
+NODE_LOCAL = ("/run/enroot", "/var/lib/enroot", "/var/cache/enroot", "/run/pyxis")
+"""Where enroot and Pyxis keep a node's containers (the plan's enroot.conf drop-in and Pyxis line): on local disk, so
+two emulated nodes on one machine must not share them (both would unpack job 1's step as pyxis_1_1.0)."""
+
+
+class NodesOnOwnDisks(Cluster):
+    """Each slurmd in a mount namespace of its own whose NODE_LOCAL folders are empty, as on separate machines."""
+
+    def start(self, name: str, *args: str) -> None:
+        if name.startswith("slurmd-"):
+            local = " && ".join(f"mkdir -p {path} && mount -t tmpfs -o mode=1777 tmpfs {path}" for path in NODE_LOCAL)
+            # unshare execs, and so does sh: the daemon keeps the PID the cluster stops it by.
+            args = ("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", f'{local} && exec "$@"',
+                    "slurmd", *args)
+        super().start(name, *args)
+
+
+def renamed_site() -> Site:
+    values = prod_values()
+    for group in values["node_groups"]:
+        if group["pool"] in (Pool.SLURM, Pool.FLEX):
+            for node in group["nodes"]:
+                node["name"] = NODE_PREFIX + node["name"]
+    return parse(values)
+
+
+def run_jobs(cluster: Cluster, image: str) -> dict[str, Any]:
+    account = ["-A", cluster.site.teams_onboarded()[0].name, "--qos=train_normal"]
+    partition = ["-p", "a800-train"]
+    started = time.monotonic()
+    srun = cluster.run("srun", *account, *partition, "-N2", f"--container-image={image}", "sh", "-c", IN_IMAGE,
+                       check=False, timeout_s=JOB_TIMEOUT_S)
+    seconds = {"srun": time.monotonic() - started}
+    batch = cluster.sbatch(*account, *partition, "-N2", f"--container-image={image}", "--wrap", IN_IMAGE)
+    plain = cluster.sbatch(*account, *partition, "--wrap", "test ! -e /etc/inside && echo on the host")
+    outcome: dict[str, Any] = {"srun": {"rc": srun.returncode, "stdout": srun.stdout, "stderr": srun.stderr}}
+    for name, job in (("sbatch", batch), ("plain", plain)):
+        try:
+            state = cluster.wait_state(job, "COMPLETED", timeout_s=JOB_TIMEOUT_S)
+        except AssertionError as error:
+            state = {"error": str(error)}
+        seconds[name] = time.monotonic() - started
+        out = cluster.overlay.root / "log" / f"job-{job}.out"
+        outcome[name] = {"state": state, "stdout": out.read_text() if out.exists() else ""}
+    return outcome | {"seconds": seconds}
+
+
+def main(image: str, root: Path) -> None:
+    site = renamed_site()
+    nodes = slurm_nodes(site)
+    ports = free_ports(len(nodes) + 3)
+    overlay = LoopbackOverlay(root=root, slurmctld_port=ports[0], slurmdbd_port=ports[1], storage_port=ports[2],
+                              slurmd_ports={n.name: port for n, port in zip(nodes, ports[3:], strict=True)},
+                              munge_socket=root / "munge" / "munge.socket", storage_user="slurm",
+                              storage_pass=secrets.token_hex(16))
+    conf_dir = root / "etc"
+    conf_dir.mkdir(parents=True)
+    cluster = NodesOnOwnDisks(site, overlay, conf_dir)
+    started = time.monotonic()
+    try:
+        bring_up(cluster)
+        up = time.monotonic() - started
+        outcome = run_jobs(cluster, image)
+        outcome["seconds"]["cluster up"] = up
+    finally:
+        cluster.stop()
+    print(json.dumps(outcome))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
