@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from components.spec.problems import SiteSpecError
+from components.supplied import operator_supplied
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.offline.engine import ProgramError, StackConfigError
@@ -213,7 +214,8 @@ def _render_charts(result: planning.Plan, out_dir: Path, mirror: Path | None) ->
     by_urn = planning.kubernetes_objects(result.graph)
     registered = list(by_urn.values())
     deployed = Deployed([o for r in releases for o in r.objects] + registered, registered,
-                        planning.host_installs(result.graph), converge.installs(result.graph, releases, by_urn))
+                        planning.host_installs(result.graph), converge.installs(result.graph, releases, by_urn),
+                        operator_supplied(result.site))
     return ChartsOutcome(releases, helm.validate(releases, result.site.kubernetes_version),
                          check_invariants(deployed), helm.write(releases, out_dir))
 

@@ -16,6 +16,7 @@ import yaml
 
 from components.monitoring import lending_metrics
 from components.slurm.conf import EXPORTER_UNIT, LENDING_UNIT
+from components.supplied import Supplied
 from hosts import checkpoint_mover, slurm_exporter
 
 PROMETHEUS_OWN = frozenset({
@@ -85,6 +86,8 @@ class Deployed:
     hosts: dict[str, tuple[dict[str, str], str]]
     installs: tuple[Install, ...] = ()
     """Which resource creates which objects, in the program's dependency graph (runbooks/plan/converge.py)."""
+    supplied: tuple[Supplied, ...] = ()
+    """What the site's operators create before `pulumi up` (components/supplied.py)."""
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.objects if o.get("kind") == kind]

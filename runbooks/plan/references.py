@@ -1,10 +1,14 @@
-"""The `references-resolve` invariant: every in-cluster address the stack writes anywhere (the gateway's model list,
-KEDA's server address, Grafana's data sources, Alertmanager's receivers, container args and env) names a Service of
-that namespace with that port. A wrong name or port passes every schema and every chart, and fails only at the first
-request on the cluster.
+"""The `references-resolve` invariant, judged on everything the stack would create. A wrong name passes every schema
+and every chart, and fails only on the cluster: at the first request, or with a pod that never starts.
 
-An address is `<service>.<namespace>.svc[.cluster.local][:port]` inside any string of any object, Secrets' data
-decoded. Without a port, a URL's scheme gives it (http 80, https 443); a bare host only has to name the Service.
+- Every in-cluster address the stack writes anywhere (the gateway's model list, KEDA's server address, Grafana's data
+  sources, Alertmanager's receivers, container args and env) names a Service of that namespace with that port. An
+  address is `<service>.<namespace>.svc[.cluster.local][:port]` inside any string of any object, Secrets' data
+  decoded. Without a port, a URL's scheme gives it (http 80, https 443); a bare host only has to name the Service.
+- Every Secret, ConfigMap, PersistentVolumeClaim, ServiceAccount and PriorityClass a pod uses (and the Secrets and
+  ConfigMaps the Prometheus operator mounts into its pods) is rendered or registered, made at run time by a program or
+  operator the stack deploys, built into every cluster, or in the table of operator-supplied objects
+  (components/supplied.py) that the README's run sequence creates. An optional reference may be missing.
 """
 
 import base64
@@ -14,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from runbooks.plan.converge import made_secrets, pod_specs
 from runbooks.plan.producers import Deployed
 
 ADDRESS = re.compile(
@@ -100,10 +105,90 @@ def references(deployed: Deployed) -> Iterator[Reference]:
                                 int(port) if port else SCHEME_PORTS.get(match["scheme"] or ""))
 
 
-def references_resolve(deployed: Deployed) -> list[str]:
-    """One violation per address that names no Service, or a port its Service does not have."""
-    known = services(deployed)
+BUILTIN_OBJECTS = frozenset({
+    # The ServiceAccount controller makes `default`, the root CA publisher `kube-root-ca.crt`, in every namespace
+    # (kube-controller-manager); the API server creates the two system PriorityClasses.
+    ("ServiceAccount", "*", "default"), ("ConfigMap", "*", "kube-root-ca.crt"),
+    ("PriorityClass", "", "system-cluster-critical"), ("PriorityClass", "", "system-node-critical"),
+})
+USED_KINDS = ("Secret", "ConfigMap", "PersistentVolumeClaim", "ServiceAccount", "PriorityClass")
+PROMETHEUS_OPERATOR_PODS = frozenset({"Prometheus", "Alertmanager"})
+"""monitoring.coreos.com kinds whose pods the operator builds from the spec: its pod fields (volumes, containers,
+serviceAccountName, priorityClassName, imagePullSecrets) and spec.secrets and spec.configMaps, mounted by name."""
+
+
+def _refs(kind: str, holder: dict[str, Any] | None, key: str, where: str) -> Iterator[tuple[str, str, str]]:
+    if holder and not holder.get("optional") and holder.get(key):
+        yield kind, str(holder[key]), where
+
+
+def uses(obj: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(kind, name, where) of every object the pods of `obj` need, in its namespace (PriorityClasses cluster-wide)."""
+    spec = obj.get("spec") or {}
+    pods = list(pod_specs(obj))
+    if obj.get("kind") in PROMETHEUS_OPERATOR_PODS and str(obj.get("apiVersion", "")).startswith(
+            "monitoring.coreos.com/"):
+        yield from (("Secret", name, "spec.secrets") for name in spec.get("secrets") or [])
+        yield from (("ConfigMap", name, "spec.configMaps") for name in spec.get("configMaps") or [])
+        pods.append(spec)
+    if obj.get("kind") == "Cluster" and str(obj.get("apiVersion", "")).startswith("postgresql.cnpg.io/"):
+        yield from _refs("PriorityClass", spec, "priorityClassName", "spec.priorityClassName")
+    for pod in pods:
+        yield "ServiceAccount", str(pod.get("serviceAccountName") or pod.get("serviceAccount") or "default"), \
+            "serviceAccountName"
+        yield from _refs("PriorityClass", pod, "priorityClassName", "priorityClassName")
+        yield from (("Secret", str(s["name"]), "imagePullSecrets") for s in pod.get("imagePullSecrets") or [])
+        for volume in pod.get("volumes") or []:
+            where = f"volume {volume.get('name')}"
+            yield from _refs("Secret", volume.get("secret"), "secretName", where)
+            yield from _refs("ConfigMap", volume.get("configMap"), "name", where)
+            yield from _refs("PersistentVolumeClaim", volume.get("persistentVolumeClaim"), "claimName", where)
+            for source in (volume.get("projected") or {}).get("sources") or []:
+                yield from _refs("Secret", source.get("secret"), "name", where)
+                yield from _refs("ConfigMap", source.get("configMap"), "name", where)
+        for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
+            where = f"container {container.get('name')}"
+            for env in container.get("env") or []:
+                source = env.get("valueFrom") or {}
+                yield from _refs("Secret", source.get("secretKeyRef"), "name", f"{where} env {env.get('name')}")
+                yield from _refs("ConfigMap", source.get("configMapKeyRef"), "name", f"{where} env {env.get('name')}")
+            for env_from in container.get("envFrom") or []:
+                yield from _refs("Secret", env_from.get("secretRef"), "name", f"{where} envFrom")
+                yield from _refs("ConfigMap", env_from.get("configMapRef"), "name", f"{where} envFrom")
+
+
+def objects_exist(deployed: Deployed) -> list[str]:
+    """One violation per object a pod uses that nothing makes and no operator is told to supply."""
+    made = set(BUILTIN_OBJECTS) | {(s.kind, s.namespace, s.name) for s in deployed.supplied}
+    for obj in deployed.objects:
+        metadata = obj.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        if obj.get("kind") in USED_KINDS:
+            made.add((str(obj["kind"]), namespace, str(metadata.get("name"))))
+        made.update(("Secret", namespace, name) for name in made_secrets(obj))
     problems = []
+    for obj in deployed.objects:
+        metadata = obj.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        for kind, name, where in uses(obj):
+            scope = "" if kind == "PriorityClass" else namespace
+            if not {(kind, scope, name), (kind, "*", name)} & made:
+                problems.append(f"{_named(obj)} {where}: {kind} {f'{scope}/' if scope else ''}{name} is rendered, "
+                                "registered or made by nothing the stack deploys, and no operator is told to supply "
+                                "it (components/supplied.py)")
+    return problems
+
+
+def _named(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{obj.get('kind')} {metadata['namespace'] + '/' if metadata.get('namespace') else ''}{metadata.get('name')}"
+
+
+def references_resolve(deployed: Deployed) -> list[str]:
+    """One violation per address that names no Service, or a port its Service does not have, and per object a pod
+    uses that nothing makes or supplies."""
+    known = services(deployed)
+    problems = objects_exist(deployed)
     for ref in references(deployed):
         ports = known.get((ref.namespace, ref.service))
         if ports is None:

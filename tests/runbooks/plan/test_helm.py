@@ -19,6 +19,7 @@ from components.inference.demand import DEMAND_QUERIES
 from components.inference.values import NAMESPACE, gateway_config
 from components.monitoring.prometheus import COLD_DATASOURCE, metrics_volumes
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
+from components.supplied import operator_supplied
 from runbooks.cli import app
 from runbooks.offline.engine import ResourceGraph, run_program
 from runbooks.plan.converge import installs
@@ -180,7 +181,8 @@ def stack(graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> Deploye
     by_urn = kubernetes_objects(graph)
     registered = list(by_urn.values())
     return copy.deepcopy(Deployed([o for r in rendered.values() for o in r.objects] + registered, registered,
-                                  host_installs(graph), installs(graph, rendered.values(), by_urn)))
+                                  host_installs(graph), installs(graph, rendered.values(), by_urn),
+                                  operator_supplied(parse(prod_values()))))
 
 
 def broken(deployed: Deployed) -> dict[str, list[str]]:
@@ -198,6 +200,11 @@ def find(deployed: Deployed, kind: str, name: str) -> dict[str, Any]:
 
 def drop_tolerations(deployed: Deployed) -> None:
     find(deployed, "DaemonSet", "local-static-provisioner")["spec"]["template"]["spec"].pop("tolerations")
+
+
+def gateway_reads_an_unsupplied_secret(deployed: Deployed) -> None:
+    (container,) = find(deployed, "Deployment", "llm-gateway-litellm")["spec"]["template"]["spec"]["containers"]
+    container["envFrom"] = [{"secretRef": {"name": "llm-provider-key"}}]
 
 
 def gateway_at_engine_container_port(deployed: Deployed) -> None:
@@ -292,6 +299,11 @@ RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule g
                  "vllm-qwen2-5-72b-engine-service.inference.svc:8000 names port 8000, which Service "
                  "inference/vllm-qwen2-5-72b-engine-service does not have (it has 80, 9999, 55555)",
                  id="should hold a gateway that sends a model to a port its Service lacks"),
+    pytest.param(gateway_reads_an_unsupplied_secret, "references-resolve",
+                 "Deployment inference/llm-gateway-litellm container litellm envFrom: Secret "
+                 "inference/llm-provider-key is rendered, registered or made by nothing the stack deploys, and no "
+                 "operator is told to supply it (components/supplied.py)",
+                 id="should hold a pod that needs a Secret nothing makes or supplies"),
     pytest.param(drop_ceph_secrets, "storage-classes-provisionable",
                  "StorageClass ceph-cold (rook-ceph.cephfs.csi.ceph.com) lacks "
                  "csi.storage.k8s.io/provisioner-secret-name, csi.storage.k8s.io/provisioner-secret-namespace, "
