@@ -755,3 +755,29 @@ def test_should_hold_an_on_call_receiver_that_nothing_deploys(graph: ResourceGra
     found = broken(edit_alertmanager_config(receiver_url("oncall", bridge))(stack(graph, rendered)))
     assert (f"Alertmanager monitoring/kube-prometheus-stack-alertmanager receiver oncall: webhook_configs url {bridge} "
             "names no Service the stack deploys") in found["alerts-reach-a-human"]
+
+def test_should_exit_3_naming_each_broken_invariant(rendered: dict[str, RenderedRelease], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plan as `make plan` runs it, with what Helm rendered broken two ways: a heartbeat to a placeholder host
+    # (past the spec's check, as a chart default could put it there) and a model server whose startup probe allows
+    # more than its release waits.
+    releases = copy.deepcopy(list(rendered.values()))
+    by_name = {r.release: r for r in releases}
+    (secret,) = [o for o in by_name["kube-prometheus-stack"].objects if o["kind"] == "Secret"
+                 and o["metadata"]["name"] == "alertmanager-kube-prometheus-stack-alertmanager"]
+    config = base64.b64decode(secret["data"]["alertmanager.yaml"]).decode()
+    heartbeat = parse(prod_values()).alerting.heartbeat_url
+    secret["data"]["alertmanager.yaml"] = base64.b64encode(
+        config.replace(heartbeat, "https://heartbeat.example.internal/gpu-cluster").encode()).decode()
+    for engine in [o for o in by_name["vllm"].objects if o["kind"] == "Deployment"]:
+        engine["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["failureThreshold"] = 200
+    monkeypatch.setattr("runbooks.plan.helm.render_releases", lambda *_: releases)
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(tmp_path / "plan"),
+                                      "--chart-mirror", str(MIRROR)])
+    assert result.exit_code == 3, result.output
+    said = " ".join(result.output.split())  # the console wraps long lines
+    assert "2 broken invariant(s): alerts-reach-a-human, first-install-converges" in said
+    assert re.search(r"alerts-reach-a-human: \S+ \S+ receiver heartbeat: webhook_configs url "
+                     r"https://heartbeat\.example\.internal/gpu-cluster is a placeholder", said)
+    assert re.search(r"first-install-converges: prod-inference-model-servers waits 915 s for its workloads, but "
+                     r"Deployment inference/\S+ may take 2015 s to start", said)
