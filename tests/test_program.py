@@ -70,9 +70,9 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue": 4,  # one per pool Kubernetes uses, one per team
         # per team: its GPU quota and zero pods of the classes teams may not use; its LocalQueue
         "kubernetes:core/v1:ResourceQuota": 2 * 2, "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue": 2,
-        # each team on its own storage, enforced by the API server
-        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": 1,
-        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": 1,
+        # each team on its own storage, and GPU pods off Slurm's and unlent flex nodes, enforced by the API server
+        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": 2,
+        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": 2,
     }
 
 

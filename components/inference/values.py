@@ -15,13 +15,14 @@ from components.spec.site import Pool, Site, Workload
 from components.spec.wellknown import (
     FLEX_LENT_LABEL,
     GPU_MODEL_LABEL,
+    INFERENCE_NAMESPACE,
     POOL_LABEL,
     POOL_TAINT,
     PREFETCHED_MARKER,
     VALIDATED_LABEL,
 )
 
-NAMESPACE = "inference"
+NAMESPACE = INFERENCE_NAMESPACE
 """The model servers and the gateway (never a team's namespace: components.validate reserves it)."""
 KEDA_NAMESPACE = "keda"
 DATABASE_OPERATOR_NAMESPACE = "cnpg-system"

@@ -19,6 +19,7 @@ from components.scheduling.kueue import (
     resource_flavor,
     scheduling_facts,
 )
+from components.scheduling.pools import pools_exclusive_binding, pools_exclusive_policy
 from components.scheduling.preemption import priority_class_manifest, priority_classes
 from components.spec.site import Site
 from components.spec.wellknown import SCHEDULING_TYPE
@@ -35,6 +36,12 @@ class Scheduling(pulumi.ComponentResource):
                 global_default=manifest["globalDefault"], preemption_policy=manifest["preemptionPolicy"],
                 description=manifest["description"], opts=pulumi.ResourceOptions(parent=self),
             )
+        # Before any team or inference pod: the API server keeps GPU pods off Slurm's and unlent flex nodes.
+        pools = kubernetes.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-pools-exclusive", **fields(pools_exclusive_policy()), opts=pulumi.ResourceOptions(parent=self))
+        kubernetes.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-pools-exclusive-binding", **fields(pools_exclusive_binding(site)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[pools]))
         ns = kubernetes.core.v1.Namespace(f"{name}-kueue-namespace", metadata={"name": NAMESPACE},
                                           opts=pulumi.ResourceOptions(parent=self))
         kueue = release(f"{name}-kueue", KUEUE, NAMESPACE, chart_values(site), self, [ns], release_name=KUEUE_RELEASE)

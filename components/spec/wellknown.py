@@ -20,6 +20,10 @@ FLEX_LENT_LABEL = f"{LABEL_PREFIX}/flex-lent"
 TEAM_LABEL = f"{LABEL_PREFIX}/team"
 """Marks a team's namespace and queue; the policy pack's serving-after-monitoring and team rules key on it."""
 
+INFERENCE_NAMESPACE = "inference"
+"""The model servers and the gateway (components/inference); the one namespace whose GPU pods may use lent flex nodes
+(components/scheduling/pools.py)."""
+
 # Labels on pods.
 ENGINE_COMPONENT_LABEL = "app.kubernetes.io/component"
 ENGINE_COMPONENT = "serving-engine"

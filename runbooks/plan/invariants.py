@@ -19,6 +19,7 @@ from components.monitoring.gate_queries import gate_queries
 from components.monitoring.report_queries import report_queries
 from components.spec.endpoints import placeholder
 from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
+from runbooks.plan.admission import pools_exclusive
 from runbooks.plan.converge import first_install_converges
 from runbooks.plan.producers import Deployed, producers
 from runbooks.plan.references import references_resolve
@@ -346,6 +347,8 @@ CHECKS: tuple[tuple[str, str, Judge], ...] = (
      _objects_only(daemonsets_reach_gpu_nodes)),
     ("gpu-operands-tolerate-taints", "The GPU Operator's ClusterPolicy gives its operands the GPU nodes' tolerations.",
      _objects_only(operands_reach_gpu_nodes)),
+    ("pools-exclusive", "The admission policies refuse a team's GPU pod that could reach Slurm's or unlent flex "
+     "GPUs, and admit every pod the stack creates.", pools_exclusive),
     ("storage-classes-provisionable", "Every StorageClass carries what its provisioner needs.",
      _objects_only(storage_classes_provision)),
     ("metrics-tiers-persist", "The hot and cold metrics tiers keep their data on volumes.",

@@ -281,6 +281,16 @@ def empty_operand_tolerations(deployed: Deployed) -> None:
     find(deployed, "ClusterPolicy", "cluster-policy")["spec"]["daemonsets"]["tolerations"] = []
 
 
+def drop_pools_policy(deployed: Deployed) -> None:
+    deployed.objects.remove(find(deployed, "ValidatingAdmissionPolicy", "pools-exclusive"))
+
+
+def refuse_inference_on_flex(deployed: Deployed) -> None:
+    (flex,) = [v for v in find(deployed, "ValidatingAdmissionPolicy", "pools-exclusive")["spec"]["validations"]
+               if "flex" in v["message"]]
+    flex["expression"] = flex["expression"].replace("namespaceObject.metadata.name == 'inference' || ", "")
+
+
 def narrow_operand_tolerations(deployed: Deployed) -> None:
     daemonsets = find(deployed, "ClusterPolicy", "cluster-policy")["spec"]["daemonsets"]
     daemonsets["tolerations"] = [t for t in daemonsets["tolerations"] if t["key"] != POOL_TAINT]
@@ -358,6 +368,14 @@ RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule g
                  "ClusterPolicy cluster-policy: spec.daemonsets.tolerations do not tolerate gpucluster.io/pool: the "
                  "driver, device plugin and DCGM exporter never run on those nodes",
                  id="should hold a ClusterPolicy whose operands do not tolerate the pool taint"),
+    pytest.param(drop_pools_policy, "pools-exclusive",
+                 "nothing refuses a GPU pod in team namespace nlp-foundation tolerating the slurm pool's taint: it "
+                 "would get GPUs Slurm also hands out", id="should hold GPU pods free to tolerate the slurm pool"),
+    pytest.param(refuse_inference_on_flex, "pools-exclusive",
+                 "Deployment inference/vllm-qwen2-5-72b-deployment-vllm: its pods are refused (pools-exclusive: only "
+                 "the inference path's GPU pods may tolerate the flex pool's taint (gpucluster.io/pool=flex): a flex "
+                 "node is Slurm's until lent to inference), and the stack itself creates them",
+                 id="should hold an admission policy that refuses the stack's own model servers"),
     pytest.param(drop_cold_datasource, "dashboards-have-datasources",
                  "Prometheus monitoring/kube-prometheus-stack-prometheus writes to "
                  "http://metrics-cold-victoria-metrics-single-server.monitoring.svc:8428/api/v1/write, which no "
