@@ -9,7 +9,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import KUEUE
-from components.k8s import custom, release
+from components.k8s import custom, fields, release
 from components.scheduling.kueue import (
     KUEUE_RELEASE,
     NAMESPACE,
