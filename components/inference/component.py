@@ -19,6 +19,7 @@ from components.inference.values import (
     MASTER_KEY_SECRET,
     NAMESPACE,
     database_values,
+    gateway_priority_patch,
     gateway_service_monitor,
     gateway_values,
     inference_outputs,
@@ -57,6 +58,8 @@ class InferencePath(pulumi.ComponentResource):
                           [ns, database, secret, engines], release_name=GATEWAY_RELEASE)
         kubernetes.apiextensions.CustomResource(f"{name}-gateway-scrape", **custom(gateway_service_monitor()),
                                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]))
+        kubernetes.apps.v1.DeploymentPatch(f"{name}-gateway-priority", **fields(gateway_priority_patch(site)),
+                                           opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]))
         for team, component in teams.items():
             self._account(name, site, team, master_key, [gateway, component])
         self.register_outputs(outputs)

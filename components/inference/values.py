@@ -243,6 +243,16 @@ def gateway_values(site: Site) -> dict[str, Any]:
     }
 
 
+def gateway_priority_patch(site: Site) -> dict[str, Any]:
+    """The inference PriorityClass for the proxy's pods, as a server-side-apply patch of the Deployment the chart
+    renders: litellm-helm 0.4.8 has no value for it (templates/deployment.yaml sets no priorityClassName), and without
+    one its pods take the cluster's default class, the lowest, first to be preempted. The chart's manifest never
+    holds the field, so a later `helm upgrade` leaves it in place."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": GATEWAY_SERVICE, "namespace": NAMESPACE},
+            "spec": {"template": {"spec": {"priorityClassName": inference_class(site)}}}}
+
+
 def database_values(site: Site) -> dict[str, Any]:
     db = site.inference.gateway.database
     return {"cluster": {"instances": db.instances, "imageName": POSTGRES_IMAGE,

@@ -799,3 +799,17 @@ def test_should_exit_3_naming_each_broken_invariant(rendered: dict[str, Rendered
                      r"https://heartbeat\.example\.internal/gpu-cluster is a placeholder", said)
     assert re.search(r"first-install-converges: prod-inference-model-servers waits 915 s for its workloads, but "
                      r"Deployment inference/\S+ may take 2015 s to start", said)
+
+
+def test_should_give_the_gateways_pods_the_inference_class_by_a_patch_of_the_rendered_deployment(
+        graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> None:
+    (proxy,) = objects(rendered["llm-gateway"], "Deployment")
+    # litellm-helm 0.4.8 has no value for it: the chart renders none, whatever the values say.
+    assert "priorityClassName" not in proxy["spec"]["template"]["spec"]
+    (patch,) = graph.of_type("kubernetes:apps/v1:DeploymentPatch")
+    assert patch.inputs["metadata"] == {"name": proxy["metadata"]["name"], "namespace": proxy["metadata"]["namespace"]}
+    classes = {c["metadata"]["name"]: c["value"] for c in stack(graph, rendered).of_kind("PriorityClass")}
+    assert classes[patch.inputs["spec"]["template"]["spec"]["priorityClassName"]] > min(classes.values())
+    # Applied once the release has made the Deployment.
+    (release,) = [r for r in graph.of_type(RELEASE_TYPE) if r.inputs["name"] == "llm-gateway"]
+    assert release.urn in patch.dependencies
