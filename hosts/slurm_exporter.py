@@ -13,11 +13,16 @@ serves the last snapshot, so a scrape never waits on Slurm. Metrics:
 - slurm_job_account{slurmjobid, account}: 1 for each running job, from squeue; joins the DCGM exporter's `hpc_job`
   label (the job id the prolog writes) to the team that owns the GPU.
 - slurm_exporter_last_success_timestamp_seconds, slurm_exporter_errors_total: whether the poll works.
+
+/metrics listens on --listen (loopback unless the unit names the address Prometheus scrapes) and holds at most
+METRICS_MAX_CONNECTIONS connections, each closed after LISTENER_TIMEOUT_S without a request: BoundedHTTPServer.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 COMMAND_TIMEOUT_S = 30.0
 WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400)
@@ -47,11 +53,18 @@ METRICS = (*(f"slurm_nodes_{state}" for state in NODE_STATES),
            "slurm_job_account", "slurm_exporter_last_success_timestamp_seconds", "slurm_exporter_errors_total")
 """Every sample name /metrics serves (gpuctl plan checks that what the rules read is among them)."""
 
+METRICS_MAX_CONNECTIONS = 16
+"""Connections /metrics holds at once: Prometheus scrapes over one per target, an operator's curl takes another."""
+LISTENER_TIMEOUT_S = 10.0
+"""s a connection may stay silent (before its request, or reading a reply) before it is closed: Prometheus's default
+scrape_timeout, and a scrape sends its request at once."""
+
 Runner = Callable[[list[str]], str]
 
 
 def run(args: list[str]) -> str:
-    result = subprocess.run(args, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    # Job and account names are any user's bytes: what is no UTF-8 is replaced, never a crash of the poll thread.
+    result = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=COMMAND_TIMEOUT_S)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()[-300:]}")
     return result.stdout
@@ -185,12 +198,85 @@ class Exporter:
             return "\n".join(lines) + "\n"
 
 
-def metrics_server(render: Callable[[], str], listen: str, port: int) -> ThreadingHTTPServer:
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that holds at most `max_connections` connections and closes one silent for `timeout_s`.
+
+    Each connection costs a descriptor and a thread; unbounded, about a thousand idle ones exhausted the lending
+    controller's descriptors and killed it (issue 41). A connection is idle until its handler calls `working` (its
+    whole request read); a new connection over the bound closes the oldest idle one, so idle connections, however
+    many, never keep out one that sends its request at once; with every slot working, the new one is closed. Every
+    read and write on a connection times out after `timeout_s` (socket timeout), and an idle connection older than
+    `timeout_s` is closed at the next accept whatever it trickles. Handlers derive from BoundedHandler.
+    """
+
+    daemon_threads = True
+    # Connections the kernel completes before accept: enough that a burst is accepted (and evicted) rather than
+    # left retrying its handshake.
+    request_queue_size = 1024
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int,
+                 timeout_s: float) -> None:
+        self.max_connections, self.timeout_s = max_connections, timeout_s
+        self._idle: dict[socket.socket, float] = {}
+        """Connections whose request is not read yet -> when accepted (time.monotonic()), oldest first."""
+        self._working: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            now = time.monotonic()
+            for connection, at in list(self._idle.items()):  # oldest first
+                if now - at > self.timeout_s or len(self._idle) + len(self._working) >= self.max_connections:
+                    del self._idle[connection]
+                    _hang_up(connection)  # its handler's read returns at once; the handler closes it
+            if len(self._idle) + len(self._working) >= self.max_connections:
+                request.close()  # every slot is serving a request
+                return
+            self._idle[request] = now
+        super().process_request(request, client_address)
+
+    def working(self, connection: socket.socket) -> None:
+        """The connection's request is read: it is no longer idle, and no new connection closes it."""
+        with self._lock:
+            if self._idle.pop(connection, None) is not None:
+                self._working.add(connection)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._idle.pop(request, None)
+            self._working.discard(request)
+        super().shutdown_request(request)
+
+
+def _hang_up(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # the peer already went
+        connection.shutdown(socket.SHUT_RDWR)
+
+
+class BoundedHandler(BaseHTTPRequestHandler):
+    """A handler for BoundedHTTPServer: reads and writes time out after the server's timeout_s."""
+
+    server: BoundedHTTPServer
+
+    def setup(self) -> None:
+        self.request.settimeout(self.server.timeout_s)
+        super().setup()
+
+    def working(self) -> None:
+        """Call once the whole request is read."""
+        self.server.working(self.connection)
+
+
+def metrics_server(render: Callable[[], str], listen: str, port: int,
+                   max_connections: int = METRICS_MAX_CONNECTIONS,
+                   timeout_s: float = LISTENER_TIMEOUT_S) -> BoundedHTTPServer:
     """An HTTP server that answers GET /metrics with render() (Prometheus text format 0.0.4) and 404 to the rest; the
     lending controller (runbooks/flex/metrics.py) serves its metrics with it too."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(BoundedHandler):
         def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            self.working()
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
@@ -204,7 +290,7 @@ def metrics_server(render: Callable[[], str], listen: str, port: int) -> Threadi
         def log_message(self, *args: object) -> None:  # scrapes are not news
             pass
 
-    return ThreadingHTTPServer((listen, port), Handler)
+    return BoundedHTTPServer((listen, port), Handler, max_connections, timeout_s)
 
 
 def serve(exporter: Exporter, listen: str, port: int, interval_s: float) -> None:
@@ -219,7 +305,8 @@ def serve(exporter: Exporter, listen: str, port: int, interval_s: float) -> None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--listen", default="0.0.0.0", help="address to serve /metrics on")
+    parser.add_argument("--listen", default="127.0.0.1", help="address to serve /metrics on (the one Prometheus "
+                        "scrapes)")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--interval", type=float, default=30.0, help="seconds between polls of Slurm")
     args = parser.parse_args(argv)

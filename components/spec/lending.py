@@ -12,7 +12,7 @@ from typing import Annotated, Self
 from pydantic import Field, model_validator
 
 from components.spec import defaults
-from components.spec.types import AbsolutePath, Float, Int, Spec
+from components.spec.types import AbsolutePath, Float, Int, ListenAddress, Spec
 
 # Compared with vLLM's queue gauge summed over replicas; ten thousand waiting per replica is past any engine.
 WaitingPerReplica = Annotated[Float, Field(ge=0, le=10_000)]
@@ -58,6 +58,12 @@ class Lending(Spec):
     # A TCP port in the unit's command line and Prometheus's static target.
     metrics_port: Annotated[Int, Field(gt=0, lt=65536)] = defaults.LENDING_METRICS_PORT
     """TCP port of the controller's /metrics on the Slurm controller; Prometheus scrapes it."""
+    metrics_address: ListenAddress = "127.0.0.1"
+    """The address the controller's /metrics binds to on the Slurm controller (one interface, never all): loopback
+    by default, where only that host reaches it. The stack's Prometheus scrapes slurm.controller_host at
+    metrics_port, so a site sets the address that name resolves to; until then LendingControllerDown fires. At most
+    hosts.slurm_exporter.METRICS_MAX_CONNECTIONS connections at once, each closed after LISTENER_TIMEOUT_S of
+    silence."""
     prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
         "http://prometheus-operated.monitoring.svc:9090")
     """Prometheus the controller reads demand from, as the Slurm controller reaches it (example host: set it)."""

@@ -4,6 +4,7 @@ Spec values land in config files, command lines, units, labels and object names,
 of its consumers accept.
 """
 
+import ipaddress
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
@@ -27,6 +28,20 @@ _HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"
 Hostname = Annotated[str, Field(pattern=rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*$", max_length=253)]
 # A Kubernetes label value (GPU model names become labels and Kueue flavor names).
 LabelValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", max_length=63)]
+
+
+def _one_interface(address: str) -> str:
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        raise ValueError("must be an IPv4 or IPv6 address (a listener binds it as given, no name lookup)") from None
+    if parsed.is_unspecified:
+        raise ValueError(f"{address} listens on every interface: name the one address that must reach it")
+    return address
+
+
+# The address a listener binds: one interface, as an IP literal. 127.0.0.1 keeps it on the host itself.
+ListenAddress = Annotated[str, Field(max_length=45), AfterValidator(_one_interface)]
 
 
 def _no_dot_parts(path: str) -> str:

@@ -114,7 +114,8 @@ def _store(flex: Flex, state_dir: Path | None) -> Store:
 
 @app.command()
 def control(ctx: typer.Context, dry_run: Annotated[bool, typer.Option(help="Decide and audit, move nothing.")] = False,
-            listen: Annotated[str, typer.Option(help="Address /metrics is served on.")] = "0.0.0.0",
+            listen: Annotated[str | None, typer.Option(help="Address /metrics is served on (default: the spec's "
+                                                          "lending.metrics_address).")] = None,
             port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port /metrics is served on (default: "
                                                      "the spec's lending.metrics_port).")] = None,
             state_dir: StateDir = None) -> None:
@@ -124,7 +125,7 @@ def control(ctx: typer.Context, dry_run: Annotated[bool, typer.Option(help="Deci
     store = _store(flex, state_dir)
     Lease(store.directory / LOCK).acquire(lambda line: err.print(escape(line), highlight=False))
     metrics = Metrics()
-    serve(metrics, listen, port or flex.site.lending.metrics_port)
+    serve(metrics, listen or flex.site.lending.metrics_address, port or flex.site.lending.metrics_port)
     lending = flex.site.lending
     reader = PrometheusDemand(lending.prometheus_url, latency=lending.ttft_objective_s is not None)
 

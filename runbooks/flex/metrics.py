@@ -1,14 +1,15 @@
 """The lending controller's own metrics, served at /metrics (Prometheus text format 0.0.4) on the Slurm controller,
 where the stack's Prometheus scrapes it (components/monitoring/prometheus.py) and the alerts of
-components/monitoring/alerts.py read it. The HTTP side is the Slurm exporter's (hosts/slurm_exporter.py)."""
+components/monitoring/alerts.py read it. The HTTP side is the Slurm exporter's (hosts/slurm_exporter.py): it binds
+the spec's lending.metrics_address, holds at most METRICS_MAX_CONNECTIONS connections and closes one silent for
+LISTENER_TIMEOUT_S, so idle connections cannot take the controller's descriptors (issue 41)."""
 
 import threading
 from collections import Counter
-from http.server import ThreadingHTTPServer
 
 from components.monitoring.lending_metrics import DECISIONS, ERRORS, LAST_DECISION, LEND_SECONDS, MOVES, NODES, PAUSED
 from components.scheduling.lending_decision import Owner
-from hosts.slurm_exporter import metrics_server
+from hosts.slurm_exporter import BoundedHTTPServer, metrics_server
 
 LEND_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 """s from a lend decision to the node lent: an idle node within seconds; a drain waits for jobs up to lend_wait_s."""
@@ -54,7 +55,7 @@ class Metrics:
             return "\n".join(lines) + "\n"
 
 
-def serve(metrics: Metrics, listen: str, port: int) -> ThreadingHTTPServer:
+def serve(metrics: Metrics, listen: str, port: int) -> BoundedHTTPServer:
     """Serves /metrics from a daemon thread; returns the server (its shutdown stops it)."""
     server = metrics_server(metrics.render, listen, port)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -5,7 +5,9 @@ Slack has seen acknowledged is always on disk, so a crash after the ack loses no
 `wait` decides what is pending). Socket Mode needs no inbound port, which suits an on-prem cluster;
 its payloads are unsigned because the socket itself is authenticated with the app token. The HTTP
 endpoint verifies Slack's v0 signature and timestamp on the raw body, and refuses a request it has
-seen before; every refusal is audited.
+seen before; every refusal is audited. It binds one address (127.0.0.1 by default, behind the TLS ingress), holds at
+most MAX_CONNECTIONS connections and closes one silent for READ_TIMEOUT_S: a thousand stalled connections took its
+descriptors and kept every genuine click out (issue 41).
 """
 
 import hashlib
@@ -15,7 +17,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from slack_sdk import WebClient
@@ -24,6 +26,7 @@ from slack_sdk.socket_mode.builtin import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 
+from hosts.slurm_exporter import BoundedHandler, BoundedHTTPServer
 from runbooks.rollout.approvals import SlackApprovals, click_from_payload
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.store import Store
@@ -33,6 +36,12 @@ MAX_TIMESTAMP_SKEW_S = 300
 """seconds; Slack's rule (and SignatureVerifier's) for how old a signed request may be."""
 MAX_BODY_BYTES = 64 * 1024
 """bytes; interaction payloads are a few KB, anything larger is refused unread."""
+MAX_CONNECTIONS = 64
+"""Connections held at once: Slack sends one request per click, and approvers click a few times a stage. Over it, the
+oldest connection that has not sent its whole request is closed for the new one."""
+READ_TIMEOUT_S = 10.0
+"""s a connection may stay silent (before or within its request, or reading the reply) before it is closed; Slack
+sends a click at once and gives up after 3 s."""
 
 
 class ClickInbox:
@@ -69,8 +78,7 @@ class HttpReceiver:
                  host: str = "127.0.0.1", port: int = 0, now: Callable[[], float] = time.time) -> None:
         self.verifier = SignatureVerifier(signing_secret, clock=UnixClock(now))
         self.inbox, self.store, self.audit, self.now = inbox, store, audit, now
-        self.server = ThreadingHTTPServer((host, port), self._handler())
-        self.server.daemon_threads = True
+        self.server = BoundedHTTPServer((host, port), self._handler(), MAX_CONNECTIONS, READ_TIMEOUT_S)
         self._thread = threading.Thread(target=self.server.serve_forever, name="slack-http-receiver", daemon=True)
 
     @property
@@ -103,7 +111,7 @@ class HttpReceiver:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 if self.path != INTERACTIONS_PATH:
                     self.send_error(404)
@@ -117,6 +125,7 @@ class HttpReceiver:
                     self.send_error(413)
                     return
                 body = self.rfile.read(int(declared))
+                self.working()
                 refusal = receiver.refusal(body, self.headers.get("X-Slack-Request-Timestamp", ""),
                                            self.headers.get("X-Slack-Signature", ""))
                 if refusal is not None:
