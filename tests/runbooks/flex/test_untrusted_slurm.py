@@ -11,6 +11,7 @@ the seed is printed, and GPUCLUSTER_FUZZ_SEED replays another.
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from components.scheduling.lending_decision import Action, Memory, Reason, Signals
-from runbooks.flex.controller import AUDIT, Controller, Store
+from runbooks.flex.controller import AUDIT, LAST, Controller, Store
 from runbooks.flex.lending import LEND_REASON, REQUEUE_MARK, Flex, inference_preempts
 from runbooks.flex.slurm_read import decode
 from tests.builders import parse, prod_values, with_changes
@@ -30,8 +31,9 @@ from tests.harness.kubectl import FakeKubectl
 
 SEED = int(os.environ.get("GPUCLUSTER_FUZZ_SEED", "41"))
 EXAMPLES = 2000
-TIME_LIMIT_S = 40.0
-"""s the whole property may take on this 2-core machine (measured about a third of it)."""
+TIME_LIMIT_S = 120.0
+"""s the whole property may take: a bound on a hang or a blow-up, not a benchmark (on this shared 2-core machine it
+took 15 s idle and 48 s under a load of 8)."""
 SITE = parse(with_changes(prod_values(), lending={"interval_s": 1, "training_floor_nodes": 0, "max_step_nodes": 2,
                                                    "peak_s": 1, "cooldown_s": 0}))
 FLEX_NODES = ("gpu-a800-09", "gpu-a800-10")
@@ -189,6 +191,8 @@ def flex_for(slurm: FakeSlurm, clock: Clock, said: Callable[[str], None]) -> Fle
 
 
 RUNS: list[float] = []
+STATE = Path()
+"""The controller's state dir while the property runs."""
 
 
 @seed(SEED)
@@ -199,13 +203,14 @@ def _property(drawn: tuple[list[FakeJob], dict[str, bytes]]) -> None:
     started = time.monotonic()
     clock, said = Clock(), []
     slurm = FakeSlurm(jobs, nodes)
-    with tempfile.TemporaryDirectory() as state:
-        peak = Signals(at=clock.now, waiting=100.0, replicas=1.0, pending_pods=0.0)
-        controller = Controller(SITE, flex_for(slurm, clock, said.append), lambda: peak, Store(Path(state)),
-                                say=said.append)
-        controller.memory = Memory(peak_since=clock.now - 3600)  # a peak long enough to lend
-        decision = controller.step()
-        audited = (Path(state) / AUDIT).read_text().splitlines()
+    # One state dir for all: a directory per example cost more than the rest of the example (measured).
+    (STATE / AUDIT).unlink(missing_ok=True)
+    (STATE / LAST).unlink(missing_ok=True)
+    peak = Signals(at=clock.now, waiting=100.0, replicas=1.0, pending_pods=0.0)
+    controller = Controller(SITE, flex_for(slurm, clock, said.append), lambda: peak, Store(STATE), say=said.append)
+    controller.memory = Memory(peak_since=clock.now - 3600)  # a peak long enough to lend
+    decision = controller.step()
+    audited = (STATE / AUDIT).read_text().splitlines()
     assert len(audited) == 1 and json.loads(audited[0])["action"] == decision.action.value
     if decision.action == Action.LEND and decision.reason == Reason.PEAK:
         # The decision lends no node where squeue shows work inference does not preempt or a line that does not read.
@@ -222,10 +227,16 @@ def _property(drawn: tuple[list[FakeJob], dict[str, bytes]]) -> None:
 def test_should_never_raise_nor_touch_protected_work_whatever_jobs_slurm_lists(
         report_figure: Callable[[str], None]) -> None:
     print(f"flex untrusted-Slurm property: seed {SEED} (replay with GPUCLUSTER_FUZZ_SEED={SEED})")
+    global STATE
     RUNS.clear()
+    STATE = Path(tempfile.mkdtemp(prefix="flex-untrusted-"))
     started = time.monotonic()
-    _property()
+    try:
+        _property()
+    finally:
+        shutil.rmtree(STATE, ignore_errors=True)
     took = time.monotonic() - started
-    report_figure(f"flex untrusted-Slurm property: {len(RUNS)} job sets in {took:.1f} s (seed {SEED}); the slowest "
-                  f"step and lend {max(RUNS) * 1000:.0f} ms")
+    report_figure(f"flex untrusted-Slurm property: {len(RUNS)} job sets in {took:.1f} s (seed {SEED}), "
+                  f"{sum(RUNS):.1f} s of it in the controller's step and lends; the slowest "
+                  f"{max(RUNS) * 1000:.0f} ms")
     assert len(RUNS) >= EXAMPLES and took < TIME_LIMIT_S
