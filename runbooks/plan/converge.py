@@ -26,6 +26,9 @@ BUILTIN_GROUPS = frozenset({
     "flowcontrol.apiserver.k8s.io", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io",
 })
 
+KUBERNETES_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+"""Namespaces the cluster has before anything is installed (Kubernetes docs, "Namespaces": initial namespaces)."""
+
 PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "failureThreshold": 3}
 """Kubernetes' Probe defaults (API reference, core/v1 Probe)."""
 
@@ -191,16 +194,20 @@ def startup_budget_s(obj: dict[str, Any]) -> tuple[int, str]:
 
 
 def first_install_converges(deployed: Deployed) -> list[str]:
-    """On an empty cluster, each consumer's StorageClass, CRD and mounted Secret comes from a resource it waits for
-    (or from itself), and each waiting release waits at least as long as its workloads' probes allow them to start."""
+    """On an empty cluster, each consumer's namespace, StorageClass, CRD and mounted Secret comes from a resource it
+    waits for (or from itself), and each waiting release waits at least as long as its workloads' probes allow them to
+    start."""
     if not deployed.installs:
         return ["no dependency graph was given with the rendered objects: convergence cannot be judged"]
+    namespaces: dict[str, list[str]] = {}
     classes: dict[str, list[str]] = {}
     crds: dict[tuple[str, str], list[str]] = {}
     secrets: dict[tuple[str, str], list[str]] = {}
     for install in deployed.installs:
         for obj in install.objects:
             metadata = obj.get("metadata") or {}
+            if obj.get("kind") == "Namespace":
+                namespaces.setdefault(metadata.get("name", ""), []).append(install.urn)
             if obj.get("kind") == "StorageClass":
                 classes.setdefault(metadata.get("name", ""), []).append(install.urn)
             if obj.get("kind") == "CustomResourceDefinition":
@@ -217,6 +224,13 @@ def first_install_converges(deployed: Deployed) -> list[str]:
     for install in deployed.installs:
         for obj in install.objects:
             consumer = f"{_named(obj)} (from {_short(install.urn)})"
+            namespace = (obj.get("metadata") or {}).get("namespace", "")
+            if namespace and namespace not in KUBERNETES_NAMESPACES:
+                if namespace not in namespaces:
+                    problems.append(f"{consumer}: no resource of the stack creates Namespace {namespace}")
+                elif not reaches(install, namespaces[namespace]):
+                    problems.append(f"{consumer}: Namespace {namespace} comes from "
+                                    f"{', '.join(map(_short, namespaces[namespace]))}, which it does not wait for")
             for storage_class, where in claimed_classes(obj):
                 if not storage_class:
                     problems.append(f"{consumer} {where}: no StorageClass named, and the stack marks none default")
@@ -235,7 +249,6 @@ def first_install_converges(deployed: Deployed) -> list[str]:
                 elif not reaches(install, makers):
                     problems.append(f"{consumer}: the CRD of {group} {obj.get('kind')} comes from "
                                     f"{', '.join(map(_short, makers))}, which it does not wait for")
-            namespace = (obj.get("metadata") or {}).get("namespace", "")
             for secret, where in mounted_secrets(obj):
                 makers = secrets.get((namespace, secret), [])
                 # A Secret nothing in the stack makes is the site's to create before `pulumi up`

@@ -361,9 +361,9 @@ CHECKS: tuple[tuple[str, str, Judge], ...] = (
      references_resolve),
     ("alerts-reach-a-human", "Every Alertmanager receiver is a Service the stack deploys or a host that is no "
      "placeholder, and critical alerts go to receivers that deliver.", alerts_reach_a_human),
-    ("first-install-converges", "On an empty cluster every release becomes ready in one `pulumi up`: each claim's "
-     "StorageClass, custom resource's CRD and mounted Secret comes from what it waits for, and each release waits "
-     "as long as its workloads' probes allow them to start.", first_install_converges),
+    ("first-install-converges", "On an empty cluster every release becomes ready in one `pulumi up`: each object's "
+     "namespace, claim's StorageClass, custom resource's CRD and mounted Secret comes from what it waits for, and "
+     "each release waits as long as its workloads' probes allow them to start.", first_install_converges),
 )
 
 

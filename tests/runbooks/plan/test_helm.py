@@ -539,6 +539,10 @@ def wait_s(release: str, seconds: int) -> Any:
                  "Deployment inference/llm-gateway-litellm (from prod-inference-gateway) container litellm env "
                  "DATABASE_PASSWORD: Secret inference/llm-gateway-db-cluster-app comes from prod-inference-database, "
                  "which it does not wait for", id="should hold a pod created before the Secret it mounts"),
+    pytest.param(stop_waiting("prod-inference-gateway", "prod-inference-namespace"),
+                 "Deployment inference/llm-gateway-litellm (from prod-inference-gateway): Namespace inference comes "
+                 "from prod-inference-namespace, which it does not wait for",
+                 id="should hold a release installed before its namespace"),
 ])
 def test_should_hold_a_first_install_that_cannot_converge(graph: ResourceGraph, rendered: dict[str, RenderedRelease],
                                                           mutate: Any, violation: str) -> None:
