@@ -63,6 +63,7 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         "kubernetes:core/v1:Secret": 1 + 2, "command:local:Command": 2,
         "kubernetes:storage.k8s.io/v1:StorageClass": 1 + 2,  # NVMe, and NFS hot for the 2 canary teams
         "kubernetes:apps/v1:DaemonSet": 1,  # the NVMe model-cache prefetch
+        "kubernetes:apps/v1:DeploymentPatch": 1,  # the gateway's PriorityClass, for which its chart has no value
         "kubernetes:batch/v1:CronJob": 2,  # a checkpoint mover per NFS server
         "kubernetes:core/v1:PersistentVolumeClaim": 1,  # the CephFS checkpoint archive
         "kubernetes:scheduling.k8s.io/v1:PriorityClass": 4,  # inference, production, staging, dev
