@@ -817,3 +817,20 @@ def test_should_give_the_gateways_pods_the_inference_class_by_a_patch_of_the_ren
     # Applied once the release has made the Deployment.
     (release,) = [r for r in graph.of_type(RELEASE_TYPE) if r.inputs["name"] == "llm-gateway"]
     assert release.urn in patch.dependencies
+
+
+def test_should_exit_3_naming_references_resolve_when_the_gateway_sends_a_model_to_a_port_its_service_lacks(
+        rendered: dict[str, RenderedRelease], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `make plan` as it ran before issue 35: the gateway asked the engines at the container's port 8000.
+    releases = copy.deepcopy(list(rendered.values()))
+    (configmap,) = [o for r in releases if r.release == "llm-gateway" for o in r.objects if o["kind"] == "ConfigMap"]
+    configmap["data"]["config.yaml"] = configmap["data"]["config.yaml"].replace(".svc:80/", ".svc:8000/")
+    monkeypatch.setattr("runbooks.plan.helm.render_releases", lambda *_: releases)
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(tmp_path / "plan"),
+                                      "--chart-mirror", str(MIRROR)])
+    assert result.exit_code == 3, result.output
+    said = " ".join(result.output.split())  # the console wraps long lines
+    assert "1 broken invariant(s): references-resolve" in said
+    assert ("references-resolve: ConfigMap inference/llm-gateway-litellm-config data.config.yaml: "
+            "vllm-llama-3-1-8b-engine-service.inference.svc:8000 names port 8000, which Service "
+            "inference/vllm-llama-3-1-8b-engine-service does not have (it has 80, 9999, 55555)") in said
