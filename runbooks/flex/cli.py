@@ -4,7 +4,9 @@ it on its own from live demand (runbooks/flex/controller.py), `pause` and `resum
 Runs where an operator's `scontrol`/`squeue` reach slurmctld (SLURM_CONF as usual) and `kubectl` reaches the
 cluster. Exit codes (runbooks.exit_codes.ExitCode): 0 every node asked for got there; 1 a command failed (Slurm or
 kubectl unreachable); 2 bad input (not a flex node, bad spec); 3 some nodes did not get there yet (still draining,
-pods not evicted, or drained by someone else: the output says which, and running the command again finishes it).
+pods not evicted, or drained by someone else: the output says which, and running the command again finishes it), or
+a lend or reclaim was refused while the controller (or another operator) moves flex nodes (the output names who).
+lend and reclaim hold the controller's moves lock while they run and write an audit line to its decisions.jsonl.
 """
 
 import getpass
@@ -19,8 +21,8 @@ from rich.markup import escape
 from components.scheduling.lending_decision import Signals
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
-from runbooks.flex.controller import LOCK, Controller, Store
-from runbooks.flex.lease import Lease
+from runbooks.flex.controller import LOCK, MOVES_LOCK, Controller, Store
+from runbooks.flex.lease import Lease, holder_line
 from runbooks.flex.lending import CommandError, Flex, FlexError, NodeOutcome, run_command
 from runbooks.flex.metrics import Metrics, serve
 from runbooks.flex.signals import PrometheusDemand
@@ -71,18 +73,44 @@ def _report(run: Callable[[], list[NodeOutcome]], require_done: bool = True) -> 
         raise typer.Exit(ExitCode.HELD)
 
 
+def _manual(ctx: typer.Context, action: str, move: Callable[[Flex], list[NodeOutcome]],
+            state_dir: Path | None, nodes: list[str]) -> None:
+    """Runs a move by hand under the controller's moves lock, or refuses (exit 3) naming who holds it; audits it."""
+    flex = _flex(ctx)
+    store, by = _store(flex, state_dir), getpass.getuser()
+    lease = Lease(store.directory / MOVES_LOCK)
+    holder = lease.try_acquire(holder_line(f"gpuctl flex {action} by {by}"))
+    if holder is not None:
+        err.print(f"[red]refused:[/] {escape(holder)} is moving flex nodes ({lease.path}): run it again once that "
+                  "is done, or `gpuctl flex pause` the controller first")
+        raise typer.Exit(ExitCode.HELD)
+
+    def audited() -> list[NodeOutcome]:
+        try:
+            outcomes = move(flex)
+        except (FlexError, CommandError) as error:
+            store.audit_manual(action, by, nodes, [], str(error))
+            raise
+        store.audit_manual(action, by, [o.node for o in outcomes], outcomes)
+        return outcomes
+
+    try:
+        _report(audited)
+    finally:
+        lease.release()
+
+
 @app.command()
-def lend(ctx: typer.Context, node: Nodes = None, wait_minutes: WaitMinutes = 10) -> None:
+def lend(ctx: typer.Context, node: Nodes = None, wait_minutes: WaitMinutes = 10, state_dir: StateDir = None) -> None:
     """Drain flex nodes in Slurm (requeueing the training inference preempts), then label them for inference."""
-    flex = _flex(ctx)
-    _report(lambda: flex.lend(node or [], wait_minutes * 60))
+    _manual(ctx, "lend", lambda flex: flex.lend(node or [], wait_minutes * 60), state_dir, node or [])
 
 
 @app.command()
-def reclaim(ctx: typer.Context, node: Nodes = None, wait_minutes: WaitMinutes = 10) -> None:
+def reclaim(ctx: typer.Context, node: Nodes = None, wait_minutes: WaitMinutes = 10,
+            state_dir: StateDir = None) -> None:
     """Unlabel lent nodes, evict their pods, then resume them in Slurm."""
-    flex = _flex(ctx)
-    _report(lambda: flex.reclaim(node or [], wait_minutes * 60))
+    _manual(ctx, "reclaim", lambda flex: flex.reclaim(node or [], wait_minutes * 60), state_dir, node or [])
 
 
 @app.command()

@@ -7,7 +7,9 @@ the last one, with what the next decision must remember, is <state_dir>/last-dec
 status` shows. A file <state_dir>/paused (written by `gpuctl flex pause`) keeps it deciding and auditing without
 moving anything; so does --dry-run. A lend that has to wait for jobs is left draining and finished by later
 decisions, so one step never blocks longer than interval_s on a drain; each live step also requeues what a lend
-stopped on a lent node and Slurm refused to requeue then.
+stopped on a lent node and Slurm refused to requeue then. A live step moves only while it holds MOVES_LOCK; while a
+manual `gpuctl flex lend` or `reclaim` holds it, the step decides and audits (mode "held", with the holder) and
+moves nothing. Manual moves are audited in the same file (mode "manual", with who ran them).
 """
 
 import json
@@ -30,6 +32,7 @@ from components.scheduling.lending_decision import (
     decide,
 )
 from components.spec.site import Site
+from runbooks.flex.lease import Lease, holder_line
 from runbooks.flex.lending import CommandError, Flex, NodeOutcome
 from runbooks.flex.metrics import Metrics
 
@@ -37,6 +40,9 @@ AUDIT = "decisions.jsonl"
 LAST = "last-decision.json"
 PAUSED = "paused"
 LOCK = "controller.lock"
+"""Held by the controller for its lifetime (runbooks.flex.lease)."""
+MOVES_LOCK = "moves.lock"
+"""Held by whoever moves flex nodes, for the move: a live step, or a manual lend or reclaim."""
 
 
 class Store:
@@ -79,6 +85,15 @@ class Store:
         except (OSError, ValueError, TypeError):
             return {"by": "unknown", "reason": f"{self.directory / PAUSED} exists but is unreadable"}
 
+    def audit_manual(self, action: str, by: str, nodes: list[str], outcomes: list[NodeOutcome],
+                     error: str | None = None) -> None:
+        """One audit line for a move an operator ran by hand (gpuctl flex lend or reclaim)."""
+        self.audit(json.dumps({
+            "at": datetime.now(UTC).isoformat(timespec="seconds"), "mode": "manual", "action": action,
+            "nodes": nodes, "reason": "operator", "by": by,
+            "detail": f"gpuctl flex {action} by {by}" + (f" failed: {error}" if error else ""),
+            "outcomes": [asdict(o) for o in outcomes]}))
+
     def pause(self, by: str, reason: str) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         record = {"by": by, "reason": reason, "at": datetime.now(UTC).isoformat(timespec="seconds")}
@@ -106,6 +121,7 @@ class Controller:
     """node -> when the lend that is moving it was decided (s since the epoch), for the trigger-to-capacity time."""
 
     def __post_init__(self) -> None:
+        self.moves = Lease(self.store.directory / MOVES_LOCK)
         try:
             last = self.store.last() or {}
             self.memory = Memory(**last.get("memory", {}))
@@ -121,18 +137,27 @@ class Controller:
         decision = decide(signals, State(nodes, self.memory), self.site.lending)
         paused = self.store.paused()
         mode = "paused" if paused else "dry-run" if self.dry_run else "live"
+        held_by = self.moves.try_acquire(holder_line("the lending controller")) if mode == "live" else None
+        mode = "held" if held_by is not None else mode
+        outcomes: list[NodeOutcome] = []
         if mode == "live":
-            self._finish_requeues(nodes)
-        outcomes = self._act(decision, signals.at) if mode == "live" else []
-        # Paused, nothing moved: the cooldown runs from the last real move. A dry run keeps the cadence it would have.
-        self.memory = decision.memory if mode != "paused" else replace(decision.memory,
-                                                                      last_move_at=self.memory.last_move_at)
+            try:
+                self._finish_requeues(nodes)
+                outcomes = self._act(decision, signals.at)
+            finally:
+                self.moves.release()
+        # Paused or held, nothing moved: the cooldown runs from the last real move. A dry run keeps the cadence it
+        # would have.
+        self.memory = decision.memory if mode in ("live", "dry-run") else replace(
+            decision.memory, last_move_at=self.memory.last_move_at)
         record: dict[str, Any] = {
             "at": datetime.fromtimestamp(signals.at, UTC).isoformat(timespec="seconds"), "mode": mode,
             "action": decision.action.value, "nodes": list(decision.nodes), "reason": decision.reason.value,
             "detail": decision.detail, "outcomes": [asdict(o) for o in outcomes]}
         if paused:
             record["paused"] = paused
+        if held_by is not None:
+            record["held_by"] = held_by
         line = json.dumps(record)
         self.store.audit(line)
         self.say(line)

@@ -292,14 +292,16 @@ class TestOnRealSlurm:
         kubectl.chmod(0o755)
         monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
         project = copy_project(tmp_path, lambda config: None)
+        state = ["--state-dir", str(tmp_path / "state")]  # the audit and the locks, never the machine's own
         lent = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "lend", "--node", FLEX[0],
-                                        "--wait-minutes", "0.2"])
+                                        "--wait-minutes", "0.2", *state])
         assert lent.exit_code == 0, lent.output
         assert f"{FLEX[0]}: lent" in lent.output
         assert f"label node {FLEX[0]} {LENT_LABEL}=true --overwrite" in log.read_text()
-        status = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "status"])
+        status = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "status", *state])
         assert status.exit_code == 0, status.output
         assert f"{FLEX[0]}: slurm; Slurm IDLE+DRAIN" in status.output
-        refused = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "lend", "--node", "gpu-a800-01"])
+        refused = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "lend", "--node", "gpu-a800-01",
+                                           *state])
         assert refused.exit_code == 2
         assert "--node gpu-a800-01: not in the flex pool" in refused.output

@@ -31,7 +31,7 @@ def lend(flex_slurm: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     project = copy_project(tmp_path)
     result = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "lend", "--node", node,
-                                      "--wait-minutes", "0.25"])
+                                      "--wait-minutes", "0.25", "--state-dir", str(tmp_path / "state")])
     return result, log.read_text() if log.exists() else ""
 
 
