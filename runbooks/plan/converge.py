@@ -14,6 +14,7 @@ from runbooks.offline.engine import ResourceGraph
 from runbooks.plan.helm import RELEASE_TYPE, RenderedRelease
 from runbooks.plan.producers import Deployed, Install
 
+NODE_PATCH_TYPE = "kubernetes:core/v1:NodePatch"
 RELEASE_WAIT_S = 300
 """s a Helm release waits for its workloads when the program sets no `timeout` and does not skip the wait
 (pulumi-kubernetes provider/pkg/provider/helm_release.go: defaultTimeoutSeconds, applied in setDefaults)."""
@@ -57,6 +58,10 @@ def installs(graph: ResourceGraph, releases: Iterable[RenderedRelease],
             made.append(Install(urn, rendered.objects if rendered else [], wait, _waits_for(graph, urn)))
         elif urn in registered:
             made.append(Install(urn, [registered[urn]], None, _waits_for(graph, urn)))
+        elif resource.type == NODE_PATCH_TYPE:
+            # Labels and taints on a node that exists: what pods that select on those labels wait for.
+            made.append(Install(urn, [{"apiVersion": "v1", "kind": "Node", **resource.inputs}], None,
+                                _waits_for(graph, urn)))
     return tuple(made)
 
 
@@ -149,6 +154,19 @@ def mounted_secrets(obj: dict[str, Any]) -> Iterator[tuple[str, str]]:
                     yield ref.get("name", ""), f"container {container.get('name')} envFrom"
 
 
+def node_label_keys(obj: dict[str, Any]) -> set[str]:
+    """The node labels a pod of the object must find on its node: nodeSelector and required node affinity."""
+    keys: set[str] = set()
+    for pod in pod_specs(obj):
+        keys |= set(pod.get("nodeSelector") or {})
+        required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") or {}
+        for term in required.get("nodeSelectorTerms") or []:
+            keys |= {e.get("key", "") for e in term.get("matchExpressions") or []
+                     if e.get("operator") != "DoesNotExist"}
+    return keys
+
+
 def made_secrets(obj: dict[str, Any]) -> Iterator[str]:
     """Secrets (in the object's namespace) that a program the object runs, or the operator it asks, creates."""
     if obj.get("kind") == "Secret":
@@ -196,9 +214,10 @@ def startup_budget_s(obj: dict[str, Any]) -> tuple[int, str]:
 def first_install_converges(deployed: Deployed) -> list[str]:
     """On an empty cluster, each consumer's namespace, StorageClass, CRD and mounted Secret comes from a resource it
     waits for (or from itself), and each waiting release waits at least as long as its workloads' probes allow them to
-    start."""
+    start, and for every node patch that sets a label its workloads' pods need on their node."""
     if not deployed.installs:
         return ["no dependency graph was given with the rendered objects: convergence cannot be judged"]
+    node_labels: dict[str, list[str]] = {}
     namespaces: dict[str, list[str]] = {}
     classes: dict[str, list[str]] = {}
     crds: dict[tuple[str, str], list[str]] = {}
@@ -208,6 +227,9 @@ def first_install_converges(deployed: Deployed) -> list[str]:
             metadata = obj.get("metadata") or {}
             if obj.get("kind") == "Namespace":
                 namespaces.setdefault(metadata.get("name", ""), []).append(install.urn)
+            if obj.get("kind") == "Node":
+                for key in metadata.get("labels") or {}:
+                    node_labels.setdefault(key, []).append(install.urn)
             if obj.get("kind") == "StorageClass":
                 classes.setdefault(metadata.get("name", ""), []).append(install.urn)
             if obj.get("kind") == "CustomResourceDefinition":
@@ -263,4 +285,12 @@ def first_install_converges(deployed: Deployed) -> list[str]:
                     if budget > install.wait_s:
                         problems.append(f"{_short(install.urn)} waits {install.wait_s} s for its workloads, but "
                                         f"{_named(obj)} may take {budget} s to start ({how})")
+                    keys = sorted(node_labels.keys() & node_label_keys(obj))
+                    patches = {u for key in keys for u in node_labels[key]}
+                    early = sorted((u for u in patches if u not in install.waits_for), key=_short)
+                    if early:
+                        named = ", ".join(map(_short, early[:3])) + (", ..." if len(early) > 3 else "")
+                        problems.append(f"{_short(install.urn)} waits for {_named(obj)}, whose pods need nodes "
+                                        f"labelled {', '.join(keys)}, before {len(early)} of the {len(patches)} node "
+                                        f"patches that set them ({named})")
     return problems

@@ -363,7 +363,8 @@ CHECKS: tuple[tuple[str, str, Judge], ...] = (
      "placeholder, and critical alerts go to receivers that deliver.", alerts_reach_a_human),
     ("first-install-converges", "On an empty cluster every release becomes ready in one `pulumi up`: each object's "
      "namespace, claim's StorageClass, custom resource's CRD and mounted Secret comes from what it waits for, and "
-     "each release waits as long as its workloads' probes allow them to start.", first_install_converges),
+     "each release waits as long as its workloads' probes allow them to start and for the node admission they "
+     "need.", first_install_converges),
 )
 
 

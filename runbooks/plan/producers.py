@@ -65,11 +65,13 @@ DCGM_CONFIG_KEY = "dcgm-metrics.csv"
 
 @dataclass(frozen=True)
 class Install:
-    """A resource of the program that creates Kubernetes objects: a Helm release or a registered object."""
+    """A resource of the program that creates or changes Kubernetes objects: a Helm release, a registered object or
+    a node patch."""
 
     urn: str
     objects: list[dict[str, Any]]
-    """What it creates (the same dicts as in Deployed.objects)."""
+    """What it creates (the same dicts as in Deployed.objects), or the labels and taints a node patch sets on a node
+    that exists (only here)."""
     wait_s: int | None
     """s a release waits for its workloads to be ready; None when it does not wait."""
     waits_for: frozenset[str]

@@ -514,6 +514,16 @@ def stop_waiting(release: str, *for_releases: str) -> Any:
     return mutate
 
 
+def before_admission(release: str) -> Any:
+    """The release no longer waits for the node checks' patches (the labels and taints of admission)."""
+    def mutate(deployed: Deployed) -> Deployed:
+        patches = {i.urn for i in deployed.installs if any(o["kind"] == "Node" for o in i.objects)}
+        return dataclasses.replace(deployed, installs=tuple(
+            dataclasses.replace(i, waits_for=i.waits_for - patches) if i.urn.endswith(f"::{release}") else i
+            for i in deployed.installs))
+    return mutate
+
+
 def wait_s(release: str, seconds: int) -> Any:
     def mutate(deployed: Deployed) -> Deployed:
         return dataclasses.replace(deployed, installs=tuple(
@@ -543,6 +553,12 @@ def wait_s(release: str, seconds: int) -> Any:
                  "Deployment inference/llm-gateway-litellm (from prod-inference-gateway): Namespace inference comes "
                  "from prod-inference-namespace, which it does not wait for",
                  id="should hold a release installed before its namespace"),
+    pytest.param(before_admission("prod-inference-model-servers"),
+                 "prod-inference-model-servers waits for Deployment inference/vllm-qwen2-5-72b-deployment-vllm, whose "
+                 "pods need nodes labelled gpucluster.io/gpu-model, gpucluster.io/pool, gpucluster.io/validated, "
+                 "before 16 of the 16 node patches that set them (gpu-4090-01-admission, gpu-4090-02-admission, "
+                 "gpu-4090-03-admission, ...)",
+                 id="should hold model servers that wait for pods no admitted node can take yet"),
 ])
 def test_should_hold_a_first_install_that_cannot_converge(graph: ResourceGraph, rendered: dict[str, RenderedRelease],
                                                           mutate: Any, violation: str) -> None:
