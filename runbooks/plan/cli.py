@@ -2,19 +2,22 @@
 consumers, and print what the stack would be."""
 
 import json
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from components.spec.problems import SiteSpecError
+from components.spec.site import Site
 from components.supplied import operator_supplied
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
-from runbooks.offline.engine import ProgramError, StackConfigError
+from runbooks.offline.engine import ProgramError, ResourceGraph, StackConfigError
 from runbooks.offline.policy_pack import PolicyConfigError, PolicyPackError
 from runbooks.options import StackOption, find_project_dir, print_spec_problems
 from runbooks.plan import converge, helm
@@ -43,7 +46,10 @@ def plan(
     try:
         policy_config = json.loads(policy_pack_config.read_text()) if policy_pack_config else None
         with err.status("planning") as status:
-            result = planning.plan(project, stack, policy_config, progress=lambda step: status.update(step))
+            site, graph = planning.run(project, stack, progress=lambda step: status.update(step))
+            # The charts render while the policy pack judges (0.8 s of wall time on prod), on the cores it leaves.
+            rendering = _in_background(_render_charts, site, graph, chart_mirror) if out_dir is not None else None
+            result = planning.judge(site, graph, project, policy_config, progress=lambda step: status.update(step))
     except (OSError, json.JSONDecodeError, PolicyConfigError, StackConfigError) as error:
         err.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(ExitCode.INVALID) from None
@@ -62,9 +68,11 @@ def plan(
         try:
             planning.claim_out_dir(out_dir)
             summary.files = planning.write_plan(result.site, result.graph, out_dir)
+            assert rendering is not None  # started with --out
             with err.status("rendering the Helm releases"):
-                charts = _render_charts(result, out_dir, chart_mirror)
-            summary.files += charts.files
+                charts = rendering.result()
+            if not (charts.skipped or charts.error):
+                summary.files += helm.write(charts.releases, charts.streams, out_dir)
             planning.record_out_dir(out_dir, summary.files)
         except planning.OutDirError as error:
             err.print(f"[red]error:[/] {escape(str(error))}")
@@ -194,30 +202,40 @@ class ChartsOutcome:
     releases: list[helm.RenderedRelease] = field(default_factory=list)
     invalid: list[helm.Invalid] = field(default_factory=list)
     invariants: list[Invariant] = field(default_factory=list)
-    files: list[Path] = field(default_factory=list)
+    streams: list[str] = field(default_factory=list)
+    """Each release's objects as helm/<release>.yaml holds them."""
     skipped: str = ""
     """Why nothing was rendered (no mirror, no helm); never reported as passed."""
     error: str = ""
     """Why rendering failed: a chart missing from the mirror, Helm failing."""
 
 
-def _render_charts(result: planning.Plan, out_dir: Path, mirror: Path | None) -> ChartsOutcome:
+def _in_background(work: Callable[..., ChartsOutcome], *args: Any) -> Future[ChartsOutcome]:
+    """work(*args), started in a thread of its own; the process waits for it at exit."""
+    thread = ThreadPoolExecutor(1)
+    started = thread.submit(work, *args)
+    thread.shutdown(wait=False)
+    return started
+
+
+def _render_charts(site: Site, graph: ResourceGraph, mirror: Path | None) -> ChartsOutcome:
     helm_binary = helm.find_helm()
     if mirror is None:
         return ChartsOutcome(skipped="no --chart-mirror given")
     if helm_binary is None:
         return ChartsOutcome(skipped="helm is not installed (`make plan` installs it in .venv/bin)")
     try:
-        releases = helm.render_releases(result.graph, mirror, result.site.kubernetes_version, helm_binary)
+        releases = helm.render_releases(graph, mirror, site.kubernetes_version, helm_binary)
     except helm.HelmError as error:
         return ChartsOutcome(error=str(error))
-    by_urn = planning.kubernetes_objects(result.graph)
+    streams = helm.streams(releases)  # written by the YAML workers while this thread validates
+    by_urn = planning.kubernetes_objects(graph)
     registered = list(by_urn.values())
     deployed = Deployed([o for r in releases for o in r.objects] + registered, registered,
-                        planning.host_installs(result.graph), converge.installs(result.graph, releases, by_urn),
-                        operator_supplied(result.site))
-    return ChartsOutcome(releases, helm.validate(releases, result.site.kubernetes_version),
-                         check_invariants(deployed), helm.write(releases, out_dir))
+                        planning.host_installs(graph), converge.installs(graph, releases, by_urn),
+                        operator_supplied(site))
+    return ChartsOutcome(releases, helm.validate(releases, site.kubernetes_version), check_invariants(deployed),
+                         list(streams))
 
 
 def _charts_valid(charts: ChartsOutcome) -> bool:

@@ -8,17 +8,18 @@ creates later (the GPU Operator's DaemonSets from its ClusterPolicy) are not in 
 """
 
 import functools
-import io
 import json
+import multiprocessing
 import os
+import pickle
 import re
-import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,6 @@ from typing import Any
 # Neither ships types; types-jsonschema would let the first go.
 import jsonschema  # type: ignore[import-untyped]
 import referencing
-import yaml
 from kubernetes_validate.utils import (  # type: ignore[import-untyped]
     VersionNotSupportedError,
     all_versions,
@@ -36,6 +36,7 @@ from kubernetes_validate.utils import (  # type: ignore[import-untyped]
 
 from runbooks.children import exit_status, tail
 from runbooks.offline.engine import Resource, ResourceGraph
+from runbooks.plan.yaml_stream import dump_pickled, parse
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 TIMEOUT_S = 120
@@ -75,19 +76,6 @@ class Invalid:
     reason: str
 
 
-class _Loader(yaml.CSafeLoader):
-    """YAML 1.1 as Helm's output uses it: CRDs may hold `=`, the spec's "value" tag, as a plain string.
-
-    libyaml's parser under PyYAML's own safe constructor: the same objects as yaml.SafeLoader (a test compares them
-    on every chart the stack renders) in a sixth of the CPU; the pure-Python parser was half of `gpuctl plan
-    --chart-mirror` on prod (11 s of CPU)."""
-
-
-def _plain_value(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
-    return str(loader.construct_scalar(node))
-
-
-_Loader.add_constructor("tag:yaml.org,2002:value", _plain_value)
 
 
 def find_helm() -> str | None:
@@ -109,25 +97,37 @@ def chart_archive(mirror: Path, chart: str, version: str) -> Path:
 def render_releases(graph: ResourceGraph, mirror: Path, kube_version: str, helm: str) -> list[RenderedRelease]:
     """Each registered Helm release rendered as `helm template` renders it, CRDs included.
 
-    The charts render concurrently, each Helm a process of its own, while this thread parses those done, in the
-    graph's order (one after another, the 13 Helm runs of prod took 1.6-2.5 s of wall time here); the first release
-    that fails, in that order, is the error."""
+    The charts render concurrently, each Helm a process of its own, and each output is parsed in a worker process as
+    soon as Helm is done (one after another, the 13 Helm runs of prod took 1.6-2.5 s of wall time here, and parsing
+    their 9 MB took 1.9 s of CPU more). The first release that fails, in the graph's order, is the error."""
     resources = graph.of_type(RELEASE_TYPE)
+    workers = _yaml_workers()
+
+    def render(resource: Resource, scratch: Path) -> tuple[Path, list[dict[str, Any]]]:
+        archive, printed = template(resource, mirror, kube_version, helm, scratch)
+        return archive, workers.submit(parse, printed).result()
+
     rendered = []
-    with tempfile.TemporaryDirectory() as scratch, \
-            ThreadPoolExecutor(max(1, min(len(resources), os.cpu_count() or 1))) as pool:
-        printed = [pool.submit(template, resource, mirror, kube_version, helm, Path(scratch)) for resource in resources]
-        for resource, done in zip(resources, printed, strict=True):
+    with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        done = [pool.submit(render, resource, Path(scratch)) for resource in resources]
+        for resource, release in zip(resources, done, strict=True):
             try:
-                archive, stdout = done.result()
+                archive, objects = release.result()
             except HelmError:
                 pool.shutdown(cancel_futures=True)
                 raise
             inputs = resource.inputs
             rendered.append(RenderedRelease(inputs.get("name") or resource.name, archive.name.removesuffix(".tgz"),
-                                            inputs["version"], inputs.get("namespace", "default"), parse(stdout)))
+                                            inputs["version"], inputs.get("namespace", "default"), objects))
     _place_in_release_namespaces(rendered)
     return rendered
+
+
+@functools.cache
+def _yaml_workers() -> ProcessPoolExecutor:
+    """Processes that parse and write the charts' YAML beside this one, started once per run (0.1 s each): libyaml
+    holds the GIL, so threads of this process would only take turns."""
+    return ProcessPoolExecutor(os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn"))
 
 
 def template(release: Resource, mirror: Path, kube_version: str, helm: str, scratch: Path) -> tuple[Path, str]:
@@ -149,11 +149,6 @@ def template(release: Resource, mirror: Path, kube_version: str, helm: str, scra
         raise HelmError("\n  ".join([f"helm template {name} ({archive.name}) {exit_status(done.returncode)}",
                                      *tail(done.stderr)]))
     return archive, done.stdout
-
-
-def parse(printed: str) -> list[dict[str, Any]]:
-    """The objects in what `helm template` printed (its empty documents left out)."""
-    return [o for o in yaml.load_all(printed, Loader=_Loader) if isinstance(o, dict)]
 
 
 BUILTIN_CLUSTER_SCOPED = frozenset({
@@ -309,71 +304,19 @@ def _strict(schema: Any) -> Any:
     return strict
 
 
-def write(releases: list[RenderedRelease], out_dir: Path) -> list[Path]:
+def streams(releases: list[RenderedRelease]) -> Iterator[str]:
+    """Each release's objects as one YAML stream, as helm/<release>.yaml holds it: the objects as they are now, written
+    by the YAML workers while the caller goes on (1.1 s of CPU for prod's 9 MB), read as the iterator is."""
+    return _yaml_workers().map(dump_pickled, [pickle.dumps(r.objects) for r in releases])
+
+
+def write(releases: list[RenderedRelease], streams: Iterable[str], out_dir: Path) -> list[Path]:
     """One YAML stream per release under helm/, as `helm template` printed it (re-serialized, key order kept)."""
     directory = out_dir / "helm"
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for release in releases:
+    for release, text in zip(releases, streams, strict=True):
         path = directory / f"{re.sub(r'[^A-Za-z0-9_.-]', '-', release.release)}.yaml"
-        path.write_text(dump_all(release.objects))
+        path.write_text(text)
         written.append(path)
     return written
-
-
-_DOUBLE_QUOTED = re.compile(r"[^\n -~]| \n|\n ")
-"""What makes PyYAML's emitter double-quote a string (Emitter.analyze_scalar): a character other than printable ASCII
-and line breaks, a space before a line break or a space after one."""
-_INDICATORS = re.compile(r"(?: |- |: )*")
-"""What a line holds before a block mapping's key, or before a sequence item or the value of a complex key:
-indentation, sequence dashes, and the colon of a key too long to be simple."""
-
-
-def dump_all(documents: list[dict[str, Any]]) -> str:
-    """The bytes `yaml.safe_dump_all(documents, sort_keys=False)` writes, in a fifth of its CPU.
-
-    PyYAML's own emitter took a quarter of `gpuctl plan --chart-mirror` on prod (5 s of CPU). libyaml's
-    (yaml.CSafeDumper) writes the same bytes, except where it folds a long double-quoted string: it breaks the line at
-    a space, where PyYAML escapes the break (a `\\` at the line's end, `\\ ` for a space after it). Both read back as
-    the same string, but a plan's files should not change with the emitter, so every string PyYAML would double-quote
-    goes to libyaml as a placeholder, then replaced by what PyYAML's own writer writes at that column and indent; a
-    test compares the bytes with PyYAML's on every chart the stack renders."""
-    placeholder, quoted = f"pyyaml-double-quoted-{secrets.token_hex(8)}", list[str]()
-    copies: dict[int, Any] = {}
-
-    def hold(value: Any) -> Any:
-        # Copies keep the documents as they are, and share what they share, so libyaml anchors what PyYAML would.
-        if isinstance(value, str):
-            if not _DOUBLE_QUOTED.search(value):
-                return value
-            quoted.append(value)
-            return placeholder
-        if isinstance(value, dict | list) and id(value) not in copies:
-            copies[id(value)] = {k: hold(v) for k, v in value.items()} if isinstance(value, dict) else \
-                [hold(v) for v in value]
-        return copies.get(id(value), value)
-
-    held = [hold(document) for document in documents]
-    emitted = str(yaml.dump_all(held, Dumper=yaml.CSafeDumper, sort_keys=False))
-    if not quoted:
-        return emitted
-    pieces, end = [], 0
-    for found, text in zip(re.finditer(re.escape(placeholder), emitted), quoted, strict=True):
-        line = emitted.rfind("\n", 0, found.start()) + 1
-        lead = _INDICATORS.match(emitted, line, found.start())
-        assert lead is not None  # the pattern matches the empty string
-        # A sequence item's continuation lines (and a complex key's value's) align with it; a mapping value's are
-        # indented past its key.
-        indent = found.start() - line if lead.end() == found.start() else lead.end() - line + 2
-        pieces += [emitted[end:found.start()], _double_quoted(text, found.start() - line, indent)]
-        end = found.end()
-    return "".join([*pieces, emitted[end:]])
-
-
-def _double_quoted(text: str, column: int, indent: int) -> str:
-    """What PyYAML's emitter writes for a double-quoted block value starting at this column, with this indent."""
-    stream = io.StringIO()
-    emitter = yaml.emitter.Emitter(stream)  # safe_dump's defaults: width 80, ASCII only
-    emitter.column, emitter.indent, emitter.whitespace = column, indent, True
-    emitter.write_double_quoted(text, split=True)
-    return stream.getvalue()

@@ -143,15 +143,20 @@ class Plan:
         return [v for r in self.policies for v in r.violations if v.enforcement_level == "mandatory"]
 
 
-def plan(project_dir: Path, stack: str, policy_config: dict[str, Any] | None = None,
-         progress: Progress = lambda _: None) -> Plan:
-    """Raises StackConfigError or SiteSpecError before anything is registered."""
+def run(project_dir: Path, stack: str, progress: Progress = lambda _: None) -> tuple[Site, ResourceGraph]:
+    """The site and what the program registers for it. Raises StackConfigError or SiteSpecError before anything is
+    registered."""
     progress(f"reading Pulumi.yaml and Pulumi.{stack}.yaml")
     config = load_stack_config(project_dir, stack)
     progress("validating the site spec")
     site = parse_site(*config.project_values())
     progress("running the program under the offline engine")
-    graph = run_program(project_dir, stack, config)
+    return site, run_program(project_dir, stack, config)
+
+
+def judge(site: Site, graph: ResourceGraph, project_dir: Path, policy_config: dict[str, Any] | None = None,
+          progress: Progress = lambda _: None) -> Plan:
+    """What the program registered, judged by the policy pack."""
     progress("judging the resources with the policy pack (its real gRPC entry point)")
     started = time.monotonic()
     policies = check_policies(graph, policy_config, project_dir / "policy")

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from runbooks.offline.engine import run_program
-from runbooks.plan.helm import RELEASE_TYPE, RenderedRelease, dump_all, find_helm, parse, template, validate
+from runbooks.plan.helm import RELEASE_TYPE, RenderedRelease, find_helm, template, validate
+from runbooks.plan.yaml_stream import dump_all, parse
 from tests.builders import REPO
 
 MIRROR = REPO.parent / "shared" / "charts"
