@@ -141,7 +141,7 @@ def plan_gateway(out_dir: Path, graph: ResourceGraph | None = None) -> PlannedGa
     # The plan renders every release; these two are all the gateway's seams need (a Release renders alone).
     rendered = helm.render_releases(ResourceGraph(graph.project, graph.stack, releases), MIRROR, KUBE_VERSION,
                                     helm_binary)
-    written = {path.stem: path for path in helm.write(rendered, out_dir)}
+    written = {path.stem: path for path in helm.write(rendered, helm.streams(rendered), out_dir)}
     gateway = list(yaml.safe_load_all(written[GATEWAY_RELEASE].read_bytes()))
     engines = list(yaml.safe_load_all(written[ENGINE_RELEASE].read_bytes()))
     configmap = _only(gateway, "ConfigMap", f"{GATEWAY_SERVICE}-config")
