@@ -446,8 +446,8 @@ def render_exporter_unit(site: Site) -> str:
         "[Unit]", "Description=Slurm scheduler metrics for Prometheus (gpu-cluster)",
         "Wants=network-online.target", "After=network-online.target slurmctld.service", "",
         "[Service]",
-        f"ExecStart=/usr/bin/python3 {EXPORTER} --port {site.slurm.exporter_port} "
-        f"--interval {defaults.SLURM_EXPORTER_INTERVAL_S}",
+        f"ExecStart=/usr/bin/python3 {EXPORTER} --listen {site.slurm.exporter_address} "
+        f"--port {site.slurm.exporter_port} --interval {defaults.SLURM_EXPORTER_INTERVAL_S}",
         "DynamicUser=yes", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
         "Restart=always", "RestartSec=10", "",
         "[Install]", "WantedBy=multi-user.target", "",

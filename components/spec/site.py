@@ -18,7 +18,18 @@ from components.spec.catalog import GPU_CATALOG, GpuClass
 from components.spec.endpoints import REAL_HOST, SiteUrl
 from components.spec.inference import Inference
 from components.spec.lending import Lending
-from components.spec.types import AbsolutePath, Float, Hostname, Int, LabelValue, ModelPath, Name, Percent, Spec
+from components.spec.types import (
+    AbsolutePath,
+    Float,
+    Hostname,
+    Int,
+    LabelValue,
+    ListenAddress,
+    ModelPath,
+    Name,
+    Percent,
+    Spec,
+)
 
 # Written as a Kubernetes quantity with :g (`<n>Ti`), which turns to `1e+06` from a million and `1e-05` under 1e-4,
 # neither a quantity; 100 PiB is past any site.
@@ -381,6 +392,12 @@ class Slack(Spec):
     # cluster (and a huge one overflowed the datetime arithmetic).
     approval_ttl_hours: Annotated[Int, Field(gt=0, le=720)] = defaults.APPROVAL_TTL_HOURS
     receiver: SlackReceiver = SlackReceiver.SOCKET_MODE
+    receiver_address: ListenAddress = "127.0.0.1"
+    """The address the HTTP receiver (`receiver: http`, `gpuctl rollout wait`) binds to: loopback by default, behind
+    the site's TLS ingress on the same host. It holds at most runbooks.rollout.receivers.MAX_CONNECTIONS connections
+    and closes one silent for READ_TIMEOUT_S."""
+    receiver_port: Port = 3000
+    """TCP port of the HTTP receiver on receiver_address (the ingress forwards /slack/interactions to it)."""
 
 
 class NodeCheck(Spec):
@@ -490,6 +507,11 @@ class SlurmSettings(Spec):
     a power loss goes unseen by Slurm (the node-failure drill must be given at least this long to detect it)."""
     exporter_port: Port = defaults.SLURM_EXPORTER_PORT
     """TCP port of the Slurm exporter (hosts/slurm_exporter.py) on the controller; Prometheus scrapes it."""
+    exporter_address: ListenAddress = "127.0.0.1"
+    """The address the Slurm exporter's /metrics binds to on the controller (one interface, never all): loopback by
+    default. Prometheus scrapes controller_host at exporter_port, so a site sets the address that name resolves to;
+    until then its scrape target is down. At most hosts.slurm_exporter.METRICS_MAX_CONNECTIONS connections, each closed
+    after LISTENER_TIMEOUT_S of silence."""
     os_memory_reserve_pct: Annotated[Float, Field(ge=0, lt=50)] = defaults.SLURM_OS_MEMORY_RESERVE_PCT
     """% of a node's installed memory kept out of RealMemory: the kernel's page map alone is ~1.6 %
     (64 B per 4 KiB page), plus firmware holes, the OS, slurmd, the GPU driver's pinned buffers and the

@@ -212,8 +212,10 @@ def request(
     out.print(f"{rollout.id}: awaiting approval in {rollout.channel} (plan {rollout.plan_digest})", highlight=False)
 
 
-def _listen_address(value: str) -> str:
+def _listen_address(value: str | None) -> str | None:
     """host:port, the port a number from 1 to 65535 (an IPv6 host in brackets)."""
+    if value is None:
+        return None
     host, _, port = value.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise typer.BadParameter(f"{value!r} is not host:port with a port from 1 to 65535")
@@ -231,8 +233,9 @@ def _said(value: str) -> str:
 def wait(
     ctx: typer.Context,
     timeout_s: Annotated[float, typer.Option("--timeout", help="seconds to wait for the decision.")] = 3600,
-    listen: Annotated[str, typer.Option(help="host:port for the HTTP receiver (behind the TLS ingress).",
-                                        callback=_listen_address)] = "127.0.0.1:3000",
+    listen: Annotated[str | None, typer.Option(help="host:port for the HTTP receiver, behind the TLS ingress "
+                                                    "(default: the spec's slack.receiver_address and receiver_port).",
+                                               callback=_listen_address)] = None,
 ) -> None:
     """Receive Approve/Reject clicks (Socket Mode or HTTP, per slack.receiver) until the request is decided."""
     runbook, site = _runbook(ctx)
@@ -250,11 +253,12 @@ def wait(
         if secret is None:
             err.print("[red]error:[/] SLACK_SIGNING_SECRET is not set (the HTTP receiver verifies every request)")
             raise typer.Exit(ExitCode.INVALID)
-        host, _, port = listen.rpartition(":")
+        host, _, port = listen.rpartition(":") if listen else (site.slack.receiver_address, ":",
+                                                                 str(site.slack.receiver_port))
         try:
             receiver = HttpReceiver(secret, inbox, runbook.store, runbook.audit, host.strip("[]"), int(port))
         except OSError as error:
-            err.print(f"[red]error:[/] cannot listen on {escape(listen)}: {escape(str(error))}")
+            err.print(f"[red]error:[/] cannot listen on {escape(host)}:{port}: {escape(str(error))}")
             raise typer.Exit(ExitCode.FAILED) from None
         err.print(f"listening on {receiver.url}")
     rollout = _outcome(lambda: runbook.wait(receiver, timeout_s))
