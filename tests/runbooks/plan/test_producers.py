@@ -42,10 +42,13 @@ def test_should_serve_every_mover_metric_through_node_exporters_textfile_collect
     checkpoint(hot / "speech" / "run-1", "step-000100")
     checkpoint(hot / "speech" / "run-1", "step-000200")
     textfiles.mkdir()
-    moved = subprocess.run([sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold), "--keep",
-                            "1", "--metrics-file", str(textfiles / "checkpoint-tiering-0.prom")],
-                           capture_output=True, text=True, timeout=60)
-    assert moved.returncode == 0, moved.stderr
+    # Both movers' CronJobs may land on one node: their files must not hold the same series.
+    for index in (0, 1):
+        moved = subprocess.run([sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold),
+                                "--keep", "1", "--metrics-file", str(textfiles / f"checkpoint-tiering-{index}.prom"),
+                                "--mover-name", f"checkpoint-mover-{index}"],
+                               capture_output=True, text=True, timeout=60)
+        assert moved.returncode == 0, moved.stderr
     (port,) = free_ports(1)
     assert NODE_EXPORTER is not None
     exporter = subprocess.Popen([NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
@@ -67,6 +70,8 @@ def test_should_serve_every_mover_metric_through_node_exporters_textfile_collect
     served = {line.split("{")[0].split()[0] for line in samples}
     assert {name for name in served if name.startswith(METRIC_PREFIX)} == set(METRICS)
     assert "node_textfile_scrape_error 0" in samples
+    movers = {line.split('mover="')[1].split('"')[0] for line in samples if line.startswith(METRIC_PREFIX)}
+    assert movers == {"checkpoint-mover-0", "checkpoint-mover-1"}
 
 
 def test_should_read_back_what_an_install_script_writes_and_runs() -> None:
