@@ -303,3 +303,37 @@ FLAPPING_MOVES: Final = 4
 """Moves within FLAPPING_WINDOW_H hours that raise LendingFlapping: more than the hysteresis lets a real daily peak
 and trough cause."""
 FLAPPING_WINDOW_H: Final = 1
+
+# --- the node health controller (components/spec/health.py) -----------------------------------
+HEALTH_DRAIN_XIDS: Final = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
+"""XIDs that put a node under suspicion: those the Xid catalogue (docs.nvidia.com/deploy/xid-errors) resolves with a
+GPU reset, a node reboot or a hardware check, not by restarting the application (13, 31, 43, 45 are the job's)."""
+HEALTH_ECC_DBE_MAX: Final = 0
+"""Double-bit ECC errors a GPU may have in one window: none. DCGM's health watch counts any DBE as a failure (DCGM
+User Guide, "Health and Diagnostics": "ECC double bit errors" are DCGM_HEALTH_RESULT_FAIL)."""
+HEALTH_NVLINK_ERRORS_MAX: Final = 100
+"""NVLink CRC, replay and recovery errors a GPU may have in one window: a few CRC errors a minute are retried on a
+healthy link (DCGM's NVLink health watch warns on a rising error rate, not on one error), a link failing makes
+thousands."""
+HEALTH_THERMAL_VIOLATION_PCT: Final = 50.0
+"""% of the window a GPU may spend clocked down for heat (DCGM_FI_DEV_THERMAL_VIOLATION): more than half is a cooling
+or paste fault, not a hot afternoon (the alert warns at alerting.thermal_throttle_pct already)."""
+HEALTH_WINDOW_S: Final = 600
+"""s over which counters are read (increase, rate): the alerts' COUNTER_WINDOW, 10 minutes."""
+HEALTH_DIAG_LEVEL: Final = 3
+"""dcgmi diag suite before a node returns: level 3, "long hardware diagnostics, normally lasting approximately 15
+minutes" (dcgmi diag reference, docs.nvidia.com/datacenter/dcgm); DCGM's guide names a long administrator-led
+validation as the step before returning a node to service (DCGM Diagnostics, "When diagnostics are useful")."""
+HEALTH_MAX_DRAINED_PCT: Final = 10.0
+"""% of the site's GPU nodes the controller may hold drained at once (rounded down): on 16 nodes, 1."""
+HEALTH_FAILURES_BEFORE_HANDOFF: Final = 2
+"""Failed diagnoses (or relapses after a return) within the failure window that hand a node to a human."""
+HEALTH_FAILURE_WINDOW_H: Final = 168
+"""hours a failure counts toward the hand-off: a week, so a node that fails once a month is diagnosed each time."""
+HEALTH_STALE_AFTER_S: Final = 180
+"""s after which a node's newest DCGM sample is too old to judge it: three of dcgm-exporter's default 30 s collection
+intervals plus Prometheus's scrape (a missed scrape or two is not a dead exporter)."""
+HEALTH_INTERVAL_S: Final = 60
+"""s between two decisions: a minute, the alerts' evaluation interval."""
+HEALTH_METRICS_PORT: Final = 9343
+"""TCP port of the health controller's /metrics on the Slurm controller (beside the lending controller's 9342)."""

@@ -16,6 +16,7 @@ from components.spec import defaults
 from components.spec.acceptance import Acceptance
 from components.spec.catalog import GPU_CATALOG, GpuClass
 from components.spec.endpoints import REAL_HOST, SiteUrl
+from components.spec.health import Health
 from components.spec.inference import Inference
 from components.spec.lending import Lending
 from components.spec.types import (
@@ -568,6 +569,8 @@ class Site(Spec):
     inference: Inference = Inference()
     lending: Lending = Lending()
     """When the flex controller lends flex nodes to Kubernetes inference and takes them back."""
+    health: Health = Health()
+    """When the node health controller drains, diagnoses and returns GPU nodes, or hands them to a human."""
     acceptance: Acceptance = Acceptance()
     """The acceptance campaign (soak, shock, drills) that must pass before any team is onboarded."""
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+$")] = defaults.KUBERNETES_VERSION

@@ -17,6 +17,11 @@ RACK_LABEL = f"{LABEL_PREFIX}/rack"
 POOL_LABEL = f"{LABEL_PREFIX}/pool"
 FLEX_LENT_LABEL = f"{LABEL_PREFIX}/flex-lent"
 """Set to "true" by `gpuctl flex lend` on a flex node lent to Kubernetes inference (runbooks/flex/lending.py)."""
+HEALTH_ANNOTATION = f"{LABEL_PREFIX}/health"
+"""On a node the health controller cordoned (runbooks/health): `suspect` or `handed`, the phase it holds it in."""
+HOLD_LABEL = f"{LABEL_PREFIX}/hold"
+"""Set by whoever holds a node for their own work (a drill, an operator), its value naming them: the health
+controller never touches a node carrying it."""
 TEAM_LABEL = f"{LABEL_PREFIX}/team"
 """Marks a team's namespace and queue; the policy pack's serving-after-monitoring and team rules key on it."""
 
