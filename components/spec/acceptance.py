@@ -12,6 +12,7 @@ from typing import Annotated, Final, Self
 
 from pydantic import Field, model_validator
 
+from components.spec.defaults import GATE_MAX_INFERENCE_ERROR_PCT
 from components.spec.types import Float, Int, Spec
 
 SOAK_H: Final = 168
@@ -26,8 +27,16 @@ CHECKPOINT_GIB: Final = 300
 """GiB one checkpoint dump writes: the mission's "a training job dumping 300GB"."""
 INFERENCE_P95_MS: Final = 2000
 """ms; the p95 latency objective of requests through the gateway."""
-INFERENCE_ERROR_PCT: Final = 1.0
-"""% of requests through the gateway that may fail (server side) during the campaign, drills included."""
+INFERENCE_ERROR_PCT: Final = GATE_MAX_INFERENCE_ERROR_PCT
+"""% of the campaign's requests through the gateway that may fail, drills included: the error budget. The rollout
+gate's own inference error threshold (1 %), so a cluster that passed acceptance is not held by the gate at once."""
+CRITICAL_ALERT_MAX_S: Final = 900
+"""s a critical alert no drill raised may fire before the campaign fails: a page acknowledged and its incident
+mitigated within a quarter hour (a site's choice, the on-call response the SOPs are written for); one a drill raised
+must clear by that drill's recovery deadline instead."""
+MAX_INTERRUPTION_S: Final = 3600
+"""s of the campaign's wall time it may spend without its load (a dead run until its resume, with the step it redoes)
+and still count as one continuous soak (the mission's "168 hours continuous load"): a run resumed later starts over."""
 
 # Every duration of the campaign is compared with time.monotonic() differences after scaling: a week at most.
 Seconds = Annotated[Int, Field(gt=0, le=7 * 86_400)]
@@ -135,9 +144,16 @@ class Acceptance(Spec):
     checkpoint_gib: Annotated[Int, Field(gt=0, le=1 << 20)] = CHECKPOINT_GIB
     """GiB of one checkpoint dump (scaled by time_scale, like every size the tests write)."""
     inference_p95_ms: Annotated[Int, Field(gt=0, le=600_000)] = INFERENCE_P95_MS
-    """ms; p95 latency objective through the gateway, per minute of the campaign outside fault windows."""
+    """ms; p95 latency objective of the load's requests through the gateway, over each phase (soak, shock, the whole
+    campaign) outside fault windows (a fault's injection until its recovery deadline). Not scaled: a latency is a
+    latency at any time_scale."""
     inference_error_pct: Annotated[Float, Field(ge=0, le=100)] = INFERENCE_ERROR_PCT
-    """% of requests that may fail over the whole campaign."""
+    """%; the error budget: requests of the load that may fail over each phase, drills included (a timeout, a
+    refused connection and an HTTP error all count)."""
+    critical_alert_max_s: Seconds = CRITICAL_ALERT_MAX_S
+    """s a critical alert no drill raised may fire, as the campaign's watcher saw it (scaled by time_scale)."""
+    max_interruption_s: Seconds = MAX_INTERRUPTION_S
+    """s of wall time the campaign may spend without its load, resumes included (scaled by time_scale)."""
     drills: Annotated[list[Drill], Field(min_length=1)] = list(DEFAULT_DRILLS)
     """The drills, in the order they run; each failure mode once at least."""
     # Multiplies every duration and size; 1e-6 of a week is still 0.6 s.

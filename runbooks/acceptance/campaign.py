@@ -2,6 +2,10 @@
 
 run:  revert_left, peak, drill:<kind> ..., shock, soak, verdict        -> passed | failed
 
+The verdict judges what was measured (runbooks.acceptance.verdict): the inference load's latency and errors per phase,
+the critical alerts' firing, the time under load by the monotonic clock (each step's run time, so a resume neither
+resets nor skips the soak: the soak step runs what the finished steps left of soak_h) and the drills.
+
 Each step is recorded started before it runs and finished after (runbooks.acceptance.store); a resumed `run` skips
 finished steps and runs an unfinished one again from its start. A drill records its fault, with its undo and the
 dead-man's switch armed for it on the node, before injecting it: a campaign killed mid-drill leaves a row that the
@@ -24,15 +28,18 @@ from typing import Any, Protocol
 from components.spec.acceptance import Acceptance, Drill, DrillKind, Peak
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, alert_sop, sop_exists
 from runbooks.acceptance.faults import Fault, FaultError, Switches, run_commands
-from runbooks.acceptance.store import FAILED, PASSED, RUNNING, Campaign, CampaignStore, Failure
+from runbooks.acceptance.store import FAILED, PASSED, RUNNING, AlertSpan, Campaign, CampaignStore, Failure
+from runbooks.acceptance.verdict import Measurements, judge, loaded_s
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.lock import StackLock, StackLockedError
 from runbooks.rollout.machine import ACCEPTANCE_RECORD
 
 POLL_S = 0.5
+"""s between two looks at Alertmanager, a probe or a deadline: the campaign's resolution."""
 WHERE_LABELS = ("Hostname", "instance")
 """Labels that say where an alert fired, shown beside its name in a drill's detail."""
-"""s between two looks at Alertmanager, a probe or a deadline: the campaign's resolution."""
+VERDICT_STEP = "verdict"
+"""The step row that holds the judged criteria (not a step that runs: written once, with the verdict)."""
 
 
 class CampaignRefusedError(Exception):
@@ -137,6 +144,8 @@ class Runbook:
                                 self.clock(), RUNNING, None, None)
             self.store.add_campaign(campaign)
             self._log(campaign, "campaign.start", "started", {"time_scale": self.spec.time_scale})
+        else:
+            self._log(campaign, "campaign.resume", "resumed", {"after_s": round(self.clock() - campaign.started_at, 1)})
         self._revert_left(campaign)
         steps: list[tuple[str, Callable[[Campaign], dict[str, Any]]]] = [("peak", self._peak)]
         steps += [(f"drill:{d.kind.value}", self._drill_step(d)) for d in self.spec.drills]
@@ -147,13 +156,16 @@ class Runbook:
                 if recorded is not None and recorded[1] is not None:
                     continue
                 self.store.step_started(campaign.id, name, self.clock())
+                began = time.monotonic()
                 detail = run(campaign)
-                self.store.step_finished(campaign.id, name, self.clock(), detail)
+                self.store.step_finished(campaign.id, name, self.clock(),
+                                         {**detail, "ran_s": time.monotonic() - began})
         return self._verdict(campaign)
 
     @contextmanager
     def _watching(self, campaign: Campaign) -> Iterator[None]:
         stop = threading.Event()
+        self._watch_once(campaign)  # what fires already is seen before the first fault, not blamed on it
         watcher = threading.Thread(target=self._watch, args=(campaign, stop), daemon=True)
         watcher.start()
         try:
@@ -174,7 +186,11 @@ class Runbook:
             self.store.add_samples(campaign.id, "alertmanager_unreadable", [(self.clock(), 1.0)])
             self._log(campaign, "alertmanager.read", "failed", {"error": str(error)})
             return
+        now = self.clock()
         for alert in firing:
+            place = next((alert.labels[k] for k in WHERE_LABELS if k in alert.labels), "")
+            self.store.alert_seen(campaign.id, f"{alert.fingerprint}:{alert.starts_at}", AlertSpan(
+                alert.name, alert.labels.get("severity", ""), place, now, now))
             sop = alert_sop(alert.name, self.sop_dir)
             failure = Failure(self.clock(), "fired", alert.name, sop,
                               {"labels": alert.labels, "starts_at": alert.starts_at})
@@ -240,6 +256,7 @@ class Runbook:
         detail: dict[str, Any] = {
             "verdict": verdict, "sop": drill.sop, "alert": drill.alert,
             "where": target.fault.where, "injected_at": injected, "reverted_at": reverted,
+            "held_s": round(reverted - injected, 2),
             "detection_s": round(detected_at - injected, 2) if detected_at is not None else None,
             "measured_s": round(measured_at - injected, 2) if measured_at is not None else None,
             "recovery_s": round(recovered_at - reverted, 2) if recovered_at is not None else None,
@@ -273,15 +290,18 @@ class Runbook:
         return {"factor": self.spec.shock_factor, "seconds": seconds}
 
     def _soak(self, campaign: Campaign) -> dict[str, Any]:
-        end = campaign.started_at + self.spec.scaled(self.spec.soak_h * 3600)
-        self._load_for(campaign, 1.0, max(end - self.clock(), 0))
-        return {"until": end}
+        # What the finished steps ran under load, by the monotonic clock: a resume neither resets nor skips the soak.
+        before = loaded_s(self.store.steps(campaign.id))
+        seconds = max(self.spec.scaled(self.spec.soak_h * 3600) - before, 0)
+        self._load_for(campaign, 1.0, seconds)
+        return {"loaded_before_s": before, "seconds": seconds}
 
     def _load_for(self, campaign: Campaign, factor: float, seconds: float) -> None:
         stop = threading.Event()
-        until = self.clock() + seconds
-        with self._loading(campaign, factor, until, stop):
-            self._sleep_until(until)
+        with self._loading(campaign, factor, self.clock() + seconds, stop):
+            end = time.monotonic() + seconds  # a step of the wall clock neither cuts nor stretches the load
+            while (left := end - time.monotonic()) > 0:
+                time.sleep(min(left, self.poll_s))
 
     @contextmanager
     def _loading(self, campaign: Campaign, factor: float, until: float, stop: threading.Event) -> Iterator[None]:
@@ -323,21 +343,32 @@ class Runbook:
     # --- verdict -------------------------------------------------------------------------------
 
     def _verdict(self, campaign: Campaign) -> Campaign:
+        ended = self.clock()
         steps = self.store.steps(campaign.id)
-        failing = [f"{name} failed" for name, (_, _, detail) in steps.items() if detail.get("verdict") == FAILED]
-        failing += [f"{f.mode} fired with no SOP in docs/sop/" for f in self.store.failures(campaign.id)
-                    if f.sop is None]
-        blind = len(self.store.samples(campaign.id).get("alertmanager_unreadable", []))
-        if blind:
-            failing.append(f"Alertmanager could not be read {blind} times: alerts may have fired unlogged")
+        criteria = judge(self.spec, Measurements(
+            campaign.started_at, ended, steps, self.store.samples(campaign.id), self.store.faults(campaign.id),
+            self.store.alert_spans(campaign.id), self.store.failures(campaign.id), self.poll_s))
+        failing = [c for c in criteria if not c.passed]
         verdict = FAILED if failing else PASSED
-        reason = "; ".join(dict.fromkeys(failing)) or "every drill reacted as expected; every failure has its SOP"
+        reason = ("; ".join(f"{c.phase} {c.name}: {c.measured} (objective {c.objective})" for c in failing)
+                  or f"every criterion met ({len(criteria)})")
+        records = [c.as_record() for c in criteria]
+        self.store.step_started(campaign.id, VERDICT_STEP, ended)
+        self.store.step_finished(campaign.id, VERDICT_STEP, ended, {"verdict": verdict, "criteria": records})
         self.store.finish_campaign(campaign.id, verdict, reason)
-        self._log(campaign, "campaign.verdict", verdict, {"reason": reason})
+        self._log(campaign, "campaign.verdict", verdict, {"reason": reason, "criteria": records})
         if verdict == PASSED:
+            # What the rollout's gate judges (runbooks.rollout.machine.Runbook.acceptance): every criterion, and the
+            # durations measured, which it holds to the spec's unscaled ones.
+            holds = {name[len("drill:"):]: detail.get("held_s") for name, (_, _, detail) in steps.items()
+                     if name.startswith("drill:")}
+            shock = steps.get("shock", (0, None, {}))[2]
             self.rollout_log.append(who="gpuctl acceptance", what=ACCEPTANCE_RECORD, decision=PASSED,
                                     stage=campaign.stage, plan_digest=campaign.deployment,
-                                    detail={"campaign": campaign.id, "time_scale": campaign.time_scale})
+                                    detail={"campaign": campaign.id, "time_scale": campaign.time_scale,
+                                            "criteria": records, "measured": {
+                                                "soak_s": loaded_s(steps),
+                                                "shock_s": shock.get("ran_s"), "drill_hold_s": holds}})
         done = self.store.campaign(campaign.id)
         assert done is not None
         return done

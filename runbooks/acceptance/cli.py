@@ -33,7 +33,7 @@ from runbooks.acceptance.load import (
 )
 from runbooks.acceptance.peak import measured_peak
 from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, SlurmNodeProbe, StorageJitterProbe, jobs_on
-from runbooks.acceptance.report import drill_lines, write_report
+from runbooks.acceptance.report import criterion_lines, drill_lines, write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
 from runbooks.acceptance.targets import KEY_ENV, TargetsError, hot_dir, placed
 from runbooks.console import err, out
@@ -198,6 +198,8 @@ def run(ctx: typer.Context, targets: TargetsOption) -> None:
     except FaultError as error:
         raise _fail(f"{error} (run again: the campaign resumes and reverts what is left)", ExitCode.FAILED) from None
     report = write_report(runbook.store, campaign, context.state_dir / "reports" / campaign.id)
+    for line in criterion_lines(runbook.store, campaign):
+        out.print(f"  {escape(line)}", highlight=False)
     out.print(f"{campaign.id}: {campaign.verdict}: {escape(campaign.reason or '')}; report {report}", highlight=False)
     if campaign.verdict != PASSED:
         raise typer.Exit(ExitCode.ENDED)
@@ -223,7 +225,7 @@ def status(ctx: typer.Context) -> None:
               highlight=False)
     for name, (_, finished, _) in store.steps(campaign.id).items():
         out.print(f"  {name:<26} {'done' if finished else 'started'}", highlight=False)
-    for line in drill_lines(store, campaign):
+    for line in [*criterion_lines(store, campaign), *drill_lines(store, campaign)]:
         out.print(f"  {escape(line)}", highlight=False)
     for fault in store.faults(campaign.id, in_place_only=True):
         out.print(f"  [yellow]in place[/] {fault.drill} on {escape(fault.fault['where'])}, switch {fault.armed} "

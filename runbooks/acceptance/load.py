@@ -39,6 +39,8 @@ class RateLoad:
     request: Callable[[int], tuple[bool, dict[str, float]]]
     """Request number -> (succeeded, extra samples); its latency is measured around it."""
     samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    timer: Callable[[], float] = time.monotonic
+    """The clock a request's latency is read on: monotonic, so a step of the wall clock is no latency."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _count: int = 0
 
@@ -57,14 +59,14 @@ class RateLoad:
                 stop.wait(max(next_at - time.time(), 0))
 
     def _one(self, number: int, busy: threading.BoundedSemaphore) -> None:
-        started = time.time()
+        started, began = time.time(), self.timer()
         try:
             ok, extra = self.request(number)
         except (OSError, ValueError, subprocess.SubprocessError):
             ok, extra = False, {}
         finally:
             busy.release()
-        self._record(f"{self.name}_latency_s", time.time() - started, started)
+        self._record(f"{self.name}_latency_s", self.timer() - began, started)
         self._record(f"{self.name}_error", 0.0 if ok else 1.0, started)
         for series, value in extra.items():
             self._record(f"{self.name}_{series}", value, started)

@@ -1,6 +1,6 @@
-"""The campaign's report: a verdict line per drill, the campaign's verdict, every failure with its SOP, and PNG plots a
-person reads at a glance (GPU utilization, inference p95 latency and error rate, training queue wait, storage latency,
-over time, each fault window shaded and named).
+"""The campaign's report: every criterion of the verdict with its measured value, objective and source, a line per
+drill, every failure with its SOP, and PNG plots a person reads at a glance (GPU utilization, inference p95 latency
+and error rate, training queue wait, storage latency, over time, each fault window shaded and named).
 """
 
 import json
@@ -13,7 +13,9 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 
+from runbooks.acceptance.campaign import VERDICT_STEP  # noqa: E402
 from runbooks.acceptance.store import Campaign, CampaignStore  # noqa: E402
+from runbooks.acceptance.verdict import Criterion  # noqa: E402
 
 BUCKET_S = 1.0
 """s per point of a plotted p95 or rate: the scaled campaign's resolution (a real one plots per minute)."""
@@ -24,6 +26,13 @@ PANELS = (
     ("training_queue_wait_s", "training queue wait (s)", "p95"),
     ("storage_latency_s", "storage write p95 latency (s)", "p95"),
 )
+
+
+def criterion_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
+    """One line per criterion the verdict judged (runbooks.acceptance.verdict), failed ones first."""
+    verdict = store.steps(campaign.id).get(VERDICT_STEP)
+    criteria = sorted(verdict[2].get("criteria", []) if verdict else [], key=lambda c: bool(c["passed"]))
+    return [Criterion(**c).line() for c in criteria]
 
 
 def drill_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
@@ -110,6 +119,7 @@ def write_report(store: CampaignStore, campaign: Campaign, directory: Path) -> P
     lines = [f"# Acceptance campaign {campaign.id}", "",
              f"Verdict: **{(campaign.verdict or campaign.state).upper()}** - {campaign.reason or 'not finished'}", "",
              f"Deployment {campaign.deployment}, stage {campaign.stage}, time scale {campaign.time_scale:g}.", "",
+             "## Criteria", "", *[f"- {line}" for line in criterion_lines(store, campaign)], "",
              "## Drills", "", *[f"- {line}" for line in drill_lines(store, campaign)], "",
              "## Failures logged", "", "| at (s) | source | mode | SOP |", "| --- | --- | --- | --- |",
              *[f"| {f.at - campaign.started_at:.1f} | {f.source} | {f.mode} | "

@@ -30,6 +30,9 @@ CREATE TABLE IF NOT EXISTS failures (
     sop TEXT, key TEXT NOT NULL, detail TEXT NOT NULL, UNIQUE (campaign, key));
 CREATE TABLE IF NOT EXISTS samples (
     campaign TEXT NOT NULL, series TEXT NOT NULL, at REAL NOT NULL, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS alerts_seen (
+    campaign TEXT NOT NULL, key TEXT NOT NULL, name TEXT NOT NULL, severity TEXT NOT NULL, place TEXT NOT NULL,
+    first_seen REAL NOT NULL, last_seen REAL NOT NULL, PRIMARY KEY (campaign, key));
 """
 
 RUNNING, PASSED, FAILED = "running", "passed", "failed"
@@ -58,6 +61,18 @@ class Failure:
     sop: str | None
     """docs/sop/<sop>.md; None: no SOP exists, which fails the campaign."""
     detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AlertSpan:
+    """One firing of an alert (its fingerprint and startsAt) as the campaign's watcher saw it: first and last look."""
+
+    name: str
+    severity: str
+    place: str
+    """Where it fired (its Hostname or instance label), or ""."""
+    first_seen: float
+    last_seen: float
 
 
 @dataclass(frozen=True)
@@ -164,6 +179,18 @@ class CampaignStore:
     def failures(self, campaign_id: str) -> list[Failure]:
         rows = self._read("SELECT * FROM failures WHERE campaign = ? ORDER BY at, id", (campaign_id,))
         return [Failure(r["at"], r["source"], r["mode"], r["sop"], json.loads(r["detail"])) for r in rows]
+
+    def alert_seen(self, campaign_id: str, key: str, span: AlertSpan) -> None:
+        """Records a look at a firing alert: the first look opens its span, every later one moves its end."""
+        with self._write() as db:
+            db.execute("INSERT INTO alerts_seen VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (campaign, key) "
+                       "DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)",
+                       (campaign_id, key, span.name, span.severity, span.place, span.first_seen, span.last_seen))
+
+    def alert_spans(self, campaign_id: str) -> list[AlertSpan]:
+        rows = self._read("SELECT name, severity, place, first_seen, last_seen FROM alerts_seen WHERE campaign = ? "
+                          "ORDER BY first_seen, key", (campaign_id,))
+        return [AlertSpan(**dict(r)) for r in rows]
 
     def add_samples(self, campaign_id: str, series: str, points: list[tuple[float, float]]) -> None:
         with self._write() as db:

@@ -1,9 +1,15 @@
-"""The campaign's rules at a time scale of 0.0002 (a 500 s hold is 0.1 s): real commands inject and undo each fault
-(a marker file stands for the fault in place), the drills' probes read that file, Alertmanager is a list the test
-fills. Each drill fails when its expected reaction is taken away; an alert with no SOP fails the campaign; a run
-killed mid-drill leaves a fault that the next run reverts and logs."""
+"""The campaign's rules at a time scale of 0.0002 (a 250 s hold is 0.05 s, the 2 h soak 1.44 s): real commands inject
+and undo each fault (a marker file stands for the fault in place), the drills' probes read that file, Alertmanager is
+a list the test fills, the inference load is the real RateLoad against a gateway double. Each drill fails when its
+expected reaction is taken away; an alert with no SOP fails the campaign; a run killed mid-drill leaves a fault that
+the next run reverts and logs. The verdict judges what was measured: each mutation (no load, every request failing or
+taking 30 s, a critical alert firing throughout, a soak cut short, a resume after the window) fails its own
+criterion."""
 
 import json
+import sqlite3
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,17 +19,19 @@ import pytest
 
 from components.spec.acceptance import Acceptance, DrillKind
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert
-from runbooks.acceptance.campaign import CampaignRefusedError, Reaction, Runbook, Target
+from runbooks.acceptance.campaign import CampaignRefusedError, Load, Reaction, Runbook, Target
 from runbooks.acceptance.faults import Fault, Switches
+from runbooks.acceptance.load import RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, CampaignStore
+from runbooks.acceptance.verdict import loaded_s
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.lock import StackLock
 from runbooks.rollout.machine import ACCEPTANCE_RECORD
 
 REPO = Path(__file__).resolve().parents[3]
 KEY = b"k" * 32
-DRILL = {"hold_s": 500, "detect_within_s": 400, "recover_within_s": 400, "revert_after_s": 20000}
-SPEC = Acceptance(time_scale=0.0002, soak_h=1, shock_minutes=1, peak_source="declared", drills=[
+DRILL = {"hold_s": 250, "detect_within_s": 200, "recover_within_s": 200, "revert_after_s": 20000}
+SPEC = Acceptance(time_scale=0.0002, soak_h=2, shock_minutes=10, peak_source="declared", drills=[
     {"kind": "network_partition", "sop": "network-partition", **DRILL},
     {"kind": "node_failure", "sop": "node-power-loss", **DRILL},
     {"kind": "storage_jitter", "sop": "storage-jitter", "delay_ms": 100, **DRILL},
@@ -58,24 +66,49 @@ class MarkerProbe:
 
 
 @dataclass
+class Gateway:
+    """The inference path as the load sees it: every answer fails when `fails`, and takes `seconds` on the clock the
+    load reads latency on (`clock`, monotonic plus the time the answers took: the test does not wait 30 s)."""
+
+    fails: bool = False
+    seconds: float = 0.0
+    took: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def clock(self) -> float:
+        with self.lock:
+            return time.monotonic() + self.took
+
+    def request(self, number: int) -> tuple[bool, dict[str, float]]:
+        with self.lock:
+            self.took += self.seconds
+        return not self.fails, {}
+
+    def load(self) -> RateLoad:
+        return RateLoad("inference", 100, 1000, self.request, timer=self.clock)
+
+
+@dataclass
 class World:
     tmp: Path
     alerts: list[FiringAlert] = field(default_factory=list)
     probes: dict[DrillKind, MarkerProbe] = field(default_factory=dict)
+    gateway: Gateway = field(default_factory=Gateway)
 
     def __post_init__(self) -> None:
         for kind in DrillKind:
             self.probes[kind] = MarkerProbe(self.tmp / f"{kind.value}.fault")
 
-    def runbook(self, sop_dir: Path = REPO / "docs" / "sop", firing: Callable[[], list[FiringAlert]] | None = None
-                ) -> tuple[Runbook, CampaignStore]:
+    def runbook(self, sop_dir: Path = REPO / "docs" / "sop", firing: Callable[[], list[FiringAlert]] | None = None,
+                spec: Acceptance = SPEC, loads: list[Load] | None = None) -> tuple[Runbook, CampaignStore]:
         store = CampaignStore(self.tmp / "state" / "acceptance.sqlite")
         targets = {kind: Target(Fault(kind.value, f"marker {probe.marker.name}", (("touch", str(probe.marker)),),
                                       (("rm", "-f", str(probe.marker)),)), probe)
                    for kind, probe in self.probes.items()}
-        runbook = Runbook(SPEC, store, AuditLog(self.tmp / "state" / "failures.jsonl", KEY),
+        runbook = Runbook(spec, store, AuditLog(self.tmp / "state" / "failures.jsonl", KEY),
                           AuditLog(self.tmp / "rollout" / "audit.jsonl", KEY), Switches(self.tmp / "state" / "sw"),
-                          sop_dir, firing or (lambda: list(self.alerts)), targets, [],
+                          sop_dir, firing or (lambda: list(self.alerts)), targets,
+                          [self.gateway.load()] if loads is None else loads,
                           StackLock(self.tmp / "state" / "lock", "gpuctl acceptance"), poll_s=0.02)
         return runbook, store
 
@@ -89,6 +122,12 @@ def world(tmp_path: Path) -> World:
     return World(tmp_path)
 
 
+def failing(store: CampaignStore, campaign_id: str) -> list[str]:
+    """The criteria the verdict found not met, as "<phase> <name>"."""
+    criteria = store.steps(campaign_id)["verdict"][2]["criteria"]
+    return [f"{c['phase']} {c['name']}" for c in criteria if not c["passed"]]
+
+
 def test_should_pass_when_every_drill_reacts_and_record_it_for_the_rollout(world: World) -> None:
     runbook, store = world.runbook()
     campaign = runbook.run("sha256:deployed", "canary")
@@ -100,23 +139,27 @@ def test_should_pass_when_every_drill_reacts_and_record_it_for_the_rollout(world
     assert runbook.log.verify().records >= 2 + 2 * len(DrillKind)
 
 
-@pytest.mark.parametrize("kind", list(DrillKind), ids=lambda k: f"should fail {k.value} when its fault goes unseen")
-def test_should_fail_a_drill_whose_fault_is_never_detected(world: World, kind: DrillKind) -> None:
-    world.probes[kind].detects = False
+def test_should_fail_each_drill_whose_fault_is_never_detected(world: World) -> None:
+    # One campaign for the four: each drill detects on its own, so each must fail on its own criterion.
+    for probe in world.probes.values():
+        probe.detects = False
     runbook, store = world.runbook()
     campaign = runbook.run("sha256:deployed", "canary")
-    assert campaign.verdict == FAILED and campaign.reason == f"drill:{kind.value} failed"
-    assert store.steps(campaign.id)[f"drill:{kind.value}"][2]["detection_s"] is None
-    assert world.rollout_records() == []
+    assert campaign.verdict == FAILED and failing(store, campaign.id) == [f"soak drill:{d.kind.value}"
+                                                                          for d in SPEC.drills]
+    assert all(store.steps(campaign.id)[f"drill:{kind.value}"][2]["detection_s"] is None for kind in DrillKind)
+    assert "not detected" in (campaign.reason or "") and world.rollout_records() == []
 
 
-@pytest.mark.parametrize("kind", list(DrillKind), ids=lambda k: f"should fail {k.value} when its reaction is missing")
-def test_should_fail_a_drill_whose_expected_reaction_is_missing(world: World, kind: DrillKind) -> None:
-    world.probes[kind].reacted = False  # e.g. the node's training was not requeued
+def test_should_fail_each_drill_whose_expected_reaction_is_missing(world: World) -> None:
+    for probe in world.probes.values():
+        probe.reacted = False  # e.g. the node's training was not requeued
     runbook, store = world.runbook()
     campaign = runbook.run("sha256:deployed", "canary")
-    assert campaign.verdict == FAILED and campaign.reason == f"drill:{kind.value} failed"
-    assert store.steps(campaign.id)[f"drill:{kind.value}"][2]["reactions"][0]["ok"] is False
+    assert campaign.verdict == FAILED and failing(store, campaign.id) == [f"soak drill:{d.kind.value}"
+                                                                          for d in SPEC.drills]
+    assert all(store.steps(campaign.id)[f"drill:{kind.value}"][2]["reactions"][0]["ok"] is False
+               for kind in DrillKind)
 
 
 def test_should_fail_the_campaign_when_an_alert_fires_with_no_sop(world: World) -> None:
@@ -125,7 +168,8 @@ def test_should_fail_the_campaign_when_an_alert_fires_with_no_sop(world: World) 
     runbook, store = world.runbook()
     campaign = runbook.run("sha256:deployed", "canary")
     assert campaign.verdict == FAILED
-    assert campaign.reason == "NothingDocumentsThis fired with no SOP in docs/sop/"
+    assert failing(store, campaign.id) == ["campaign failures with an SOP"]
+    assert "fired with no SOP: NothingDocumentsThis" in (campaign.reason or "")
     fired = {f.mode: f.sop for f in store.failures(campaign.id) if f.source == "fired"}
     assert fired == {"NothingDocumentsThis": None, "SlurmNodesUnavailable": "slurm-nodes-unavailable"}
 
@@ -163,9 +207,9 @@ def test_should_fail_a_campaign_that_could_not_read_alertmanager(world: World) -
     def unreadable() -> list[FiringAlert]:
         raise AlertmanagerError("cannot read http://127.0.0.1:9/api/v2/alerts: connection refused")
 
-    runbook, _ = world.runbook(firing=unreadable)
+    runbook, store = world.runbook(firing=unreadable)
     campaign = runbook.run("sha256:deployed", "canary")
-    assert campaign.verdict == FAILED and "Alertmanager could not be read" in (campaign.reason or "")
+    assert campaign.verdict == FAILED and failing(store, campaign.id) == ["campaign alertmanager read"]
 
 
 def test_should_end_a_campaign_the_deployment_changed_under_leaving_no_fault(world: World) -> None:
@@ -182,3 +226,88 @@ def test_should_end_a_campaign_the_deployment_changed_under_leaving_no_fault(wor
     assert (old.verdict, old.reason) == (FAILED, "superseded: the deployment is now sha256:new")
     assert all(f.reverted_at is not None for f in store.faults(old.id)) and not partition.marker.exists()
     assert campaign.verdict == PASSED
+
+
+# --- the verdict from measurements: each mutation fails its own criterion --------------------------------------------
+
+INFERENCE = ["inference p95 latency", "inference errors"]
+
+
+def test_should_pass_on_measurements_and_print_each_criterion_with_its_value_objective_and_source(
+        world: World) -> None:
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    criteria = {f"{c['phase']} {c['name']}": c for c in store.steps(campaign.id)["verdict"][2]["criteria"]}
+    assert campaign.verdict == PASSED, campaign.reason
+    assert {f"{phase} {name}" for phase in ("soak", "shock", "campaign") for name in INFERENCE} <= criteria.keys()
+    assert {"soak soak duration", "shock shock duration", "campaign continuity", "campaign critical alerts"} \
+        <= criteria.keys()
+    errors = criteria["shock inference errors"]
+    assert errors["measured"].startswith("0.00 % of ") and errors["objective"] == "<= 1 % failed " \
+        "(inference_error_pct)" and errors["source"].startswith("the inference load's own timings")
+    record = world.rollout_records()[0]["detail"]
+    assert record["measured"]["soak_s"] >= SPEC.scaled(SPEC.soak_h * 3600)
+    assert all(c["passed"] for c in record["criteria"]) and len(record["criteria"]) == len(criteria)
+
+
+def test_should_fail_inference_when_the_load_generator_does_nothing(world: World) -> None:
+    runbook, store = world.runbook(loads=[])
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == [f"{phase} {name}" for phase in ("soak", "shock", "campaign")
+                                           for name in INFERENCE]
+    assert "no request measured" in (campaign.reason or "") and world.rollout_records() == []
+
+
+def test_should_fail_the_error_budget_when_every_inference_request_fails(world: World) -> None:
+    world.gateway.fails = True
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["soak inference errors", "shock inference errors",
+                                           "campaign inference errors"]
+    assert "100.00 % of" in (campaign.reason or "") and world.rollout_records() == []
+
+
+def test_should_fail_the_p95_when_every_inference_request_takes_30_s(world: World) -> None:
+    world.gateway.seconds = 30.0
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["soak inference p95 latency", "shock inference p95 latency",
+                                           "campaign inference p95 latency"]
+    assert "objective p95 <= 2000 ms (inference_p95_ms)" in (campaign.reason or "")
+
+
+def test_should_fail_health_when_a_critical_alert_fires_throughout(world: World) -> None:
+    world.alerts.append(FiringAlert("GpuTemperatureHigh", "f9", "2026-12-01T10:00:00Z",
+                                    {"severity": "critical", "Hostname": "gpu-a800-01"}))
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["campaign critical alert GpuTemperatureHigh on gpu-a800-01"]
+    assert f"(objective <= {SPEC.scaled(SPEC.critical_alert_max_s):.1f} s (critical_alert_max_s: no drill raised " \
+           "it))" in (campaign.reason or "")
+
+
+def test_should_fail_the_soak_duration_when_the_soak_is_cut_short(world: World, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    monkeypatch.setattr(Runbook, "_soak", lambda self, campaign: {"seconds": 0})
+    runbook, store = world.runbook(spec=SPEC.model_copy(update={"soak_h": 4}))
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["soak soak duration"], campaign.reason
+    assert "objective >= 2.88 s (soak_h 4 x time_scale 0.0002)" in (campaign.reason or "")
+
+
+def test_should_fail_continuity_when_a_campaign_is_resumed_after_its_window(world: World) -> None:
+    world.probes[DrillKind.NETWORK_PARTITION].die_on_detection = True
+    runbook, store = world.runbook()
+    with pytest.raises(Killed):
+        runbook.run("sha256:deployed", "canary")
+    store.close()
+    # The run died an hour and more ago (scaled): as if its campaign had started that long before.
+    late = SPEC.scaled(SPEC.max_interruption_s) + SPEC.scaled(SPEC.soak_h * 3600)
+    with sqlite3.connect(world.tmp / "state" / "acceptance.sqlite") as db:
+        db.execute("UPDATE campaigns SET started_at = started_at - ?", (late,))
+    world.probes[DrillKind.NETWORK_PARTITION].die_on_detection = False
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["campaign continuity"]
+    # The soak was not skipped: the resumed run loaded the cluster for all of soak_h (scaled), by its own clock.
+    assert loaded_s(store.steps(campaign.id)) >= SPEC.scaled(SPEC.soak_h * 3600) and world.rollout_records() == []

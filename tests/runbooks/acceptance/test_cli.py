@@ -101,7 +101,11 @@ def test_should_show_status_and_write_the_report_of_a_campaign(tmp_path: Path,
     assert code == 0, text
     assert "passed (deployment sha256:deployed, stage canary, time scale 0.0002)" in text
     assert "drill:model_hot_swap: PASSED" in text and "failures logged: 4, 0 without an SOP" in text
+    assert "shock inference errors: PASS - measured 0.00 % of " in " ".join(text.split())
     code, text = gpuctl(tmp_path, "report", "--out", str(tmp_path / "out"))
     assert code == 0, text
     assert (tmp_path / "out" / "report.png").stat().st_size > 10_000
-    assert "Verdict: **PASSED**" in (tmp_path / "out" / "report.md").read_text()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Verdict: **PASSED**" in report
+    assert "- soak soak duration: PASS - measured " in report and "objective >= 1.44 s (soak_h 2 x time_scale " \
+        "0.0002); source: the monotonic run time" in report

@@ -1,0 +1,210 @@
+"""The campaign's verdict from what it measured: each criterion with its measured value, its objective and where the
+value comes from, per phase where the load differs (soak: the drills and the soak at the peak; shock: the shock at
+shock_factor x the peak; campaign: both).
+
+- inference p95 latency and error rate, from the load generator's own timings (runbooks.acceptance.load.RateLoad:
+  `inference_latency_s`, `inference_error` per request), against inference_p95_ms (outside fault windows) and the
+  error budget inference_error_pct (drills included); a phase without a single request fails: a load that did
+  nothing measured nothing;
+- health: every critical alert's firing, as the campaign's watcher saw it, within critical_alert_max_s, or, when it
+  started during a drill's fault window, cleared by that drill's recovery deadline;
+- duration: the monotonic time the steps ran under load (a step a dead run left is run again and counted once),
+  against soak_h and shock_minutes, and the wall time the campaign spent without load (resumes) within
+  max_interruption_s; all scaled by time_scale, nothing else;
+- the drills' own verdicts, every failure with its SOP, and Alertmanager read at every look.
+
+Pure: the runbook hands in what its store holds (runbooks.acceptance.campaign).
+"""
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from statistics import quantiles
+from typing import Any
+
+from components.spec.acceptance import Acceptance
+from runbooks.acceptance.store import FAILED, AlertSpan, Failure, FaultRecord
+
+LOADED_STEPS = ("drill:", "shock", "soak")
+"""Steps (prefixes) that run under load: their monotonic run time is the soak's measured duration."""
+CRITICAL = "critical"
+Intervals = list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Criterion:
+    name: str
+    phase: str
+    """soak, shock or campaign."""
+    passed: bool
+    measured: str
+    objective: str
+    source: str
+
+    def line(self) -> str:
+        return (f"{self.phase} {self.name}: {'PASS' if self.passed else 'FAIL'} - measured {self.measured}; "
+                f"objective {self.objective}; source: {self.source}")
+
+    def as_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What one campaign's store holds, as the verdict reads it."""
+
+    started_at: float
+    """time.time() the campaign started (its first run)."""
+    ended_at: float
+    """time.time() of the verdict."""
+    steps: dict[str, tuple[float, float | None, dict[str, Any]]]
+    samples: dict[str, list[tuple[float, float]]]
+    faults: list[FaultRecord]
+    alerts: list[AlertSpan]
+    failures: list[Failure]
+    poll_s: float
+    """s between two looks of the watcher."""
+
+
+def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
+    windows = _fault_windows(spec, measured)
+    criteria = []
+    for phase, intervals in _phases(measured.steps).items():
+        criteria += _inference(spec, phase, intervals, measured.samples, [(s, e) for _, s, e in windows])
+    criteria += _health(spec, measured, windows)
+    criteria += _duration(spec, measured)
+    criteria += _drills(measured)
+    return criteria
+
+
+def loaded_s(steps: dict[str, tuple[float, float | None, dict[str, Any]]]) -> float:
+    """s the finished steps ran under load, by the monotonic clock of the run that finished each."""
+    return sum(float(detail.get("ran_s", 0)) for name, (_, finished, detail) in steps.items()
+               if finished is not None and name.startswith(LOADED_STEPS))
+
+
+# --- phases ------------------------------------------------------------------------------------
+
+
+def _phases(steps: dict[str, tuple[float, float | None, dict[str, Any]]]) -> dict[str, Intervals]:
+    loaded = {name: (started, finished) for name, (started, finished, _) in steps.items()
+              if finished is not None and name.startswith(LOADED_STEPS)}
+    return {"soak": [v for k, v in loaded.items() if k != "shock"],
+            "shock": [v for k, v in loaded.items() if k == "shock"],
+            "campaign": list(loaded.values())}
+
+
+def _within(at: float, intervals: Intervals) -> bool:
+    return any(start <= at <= end for start, end in intervals)
+
+
+def _fault_windows(spec: Acceptance, measured: Measurements) -> list[tuple[str, float, float]]:
+    """(drill, injected, recovery deadline) of every fault: its injection until its revert plus recover_within_s."""
+    recover = {d.kind.value: spec.scaled(d.recover_within_s) for d in spec.drills}
+    return [(f.drill, f.injected_at, (f.reverted_at or measured.ended_at) + recover.get(f.drill, 0))
+            for f in measured.faults]
+
+
+# --- criteria ----------------------------------------------------------------------------------
+
+
+def _p95(values: Sequence[float]) -> float:
+    return quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else values[0]
+
+
+def _inference(spec: Acceptance, phase: str, intervals: Intervals, samples: dict[str, list[tuple[float, float]]],
+               faults: Intervals) -> list[Criterion]:
+    in_phase = [(at, v) for at, v in samples.get("inference_latency_s", []) if _within(at, intervals)]
+    errors = [v for at, v in samples.get("inference_error", []) if _within(at, intervals)]
+    source = "the inference load's own timings through the gateway"
+    p95_objective = f"p95 <= {spec.inference_p95_ms} ms (inference_p95_ms)"
+    error_objective = f"<= {spec.inference_error_pct:g} % failed (inference_error_pct)"
+    # Where every request of the phase fell in a fault window (drills that fill the phase), all of them are judged:
+    # a fault can only raise the p95, so this is the stricter reading, never a pass for want of data.
+    steady = [v for at, v in in_phase if not _within(at, faults)]
+    latencies = steady or [v for _, v in in_phase]
+    if not latencies:
+        p95 = Criterion("inference p95 latency", phase, False, "no request measured", p95_objective, source)
+    else:
+        ms = 1000 * _p95(latencies)
+        p95 = Criterion("inference p95 latency", phase, ms <= spec.inference_p95_ms,
+                        f"{ms:.0f} ms over {len(latencies)} requests", p95_objective,
+                        f"{source}, {'outside fault windows' if steady else 'fault windows included'}")
+    if not errors:
+        failed = Criterion("inference errors", phase, False, "no request measured", error_objective, source)
+    else:
+        pct = 100 * sum(errors) / len(errors)
+        failed = Criterion("inference errors", phase, pct <= spec.inference_error_pct,
+                           f"{pct:.2f} % of {len(errors)} requests failed", error_objective,
+                           f"{source}, drills included")
+    return [p95, failed]
+
+
+def _health(spec: Acceptance, measured: Measurements, windows: list[tuple[str, float, float]]) -> list[Criterion]:
+    source = f"Alertmanager's active alerts, as the campaign's watcher saw them (every {measured.poll_s:g} s)"
+    critical = [a for a in measured.alerts if a.severity == CRITICAL]
+    if not critical:
+        return [Criterion("critical alerts", "campaign", True, "none fired", "none firing longer than allowed",
+                          source)]
+    criteria = []
+    for alert in critical:
+        fired = alert.last_seen - alert.first_seen
+        raised_by = next(((drill, end) for drill, start, end in windows if start <= alert.first_seen <= end), None)
+        if raised_by is None:
+            allowed, why = spec.scaled(spec.critical_alert_max_s), "critical_alert_max_s: no drill raised it"
+        else:
+            allowed, why = raised_by[1] - alert.first_seen, f"raised during drill:{raised_by[0]}: clear by its " \
+                                                            "recovery deadline"
+        where = f" on {alert.place}" if alert.place else ""
+        criteria.append(Criterion(f"critical alert {alert.name}{where}", "campaign", fired <= allowed,
+                                  f"fired {fired:.1f} s", f"<= {allowed:.1f} s ({why})", source))
+    return criteria
+
+
+def _duration(spec: Acceptance, measured: Measurements) -> list[Criterion]:
+    loaded = loaded_s(measured.steps)
+    target = spec.scaled(spec.soak_h * 3600)
+    shock = measured.steps.get("shock")
+    shock_s = float(shock[2].get("ran_s", 0)) if shock is not None and shock[1] is not None else 0.0
+    shock_target = spec.scaled(spec.shock_minutes * 60)
+    unloaded = max(measured.ended_at - measured.started_at - loaded, 0.0)
+    allowed = spec.scaled(spec.max_interruption_s)
+    scale = f" x time_scale {spec.time_scale:g}" if spec.time_scale != 1 else ""
+    return [
+        Criterion("soak duration", "soak", loaded >= target, f"{loaded:.1f} s under load",
+                  f">= {target:g} s (soak_h {spec.soak_h}{scale})",
+                  "the monotonic run time of the drill, shock and soak steps that finished (a step a dead run "
+                  "left is run again and counted once)"),
+        Criterion("shock duration", "shock", shock_s >= shock_target, f"{shock_s:.1f} s at "
+                  f"{spec.shock_factor:g}x the peak", f">= {shock_target:g} s (shock_minutes {spec.shock_minutes}"
+                  f"{scale})", "the shock step's monotonic run time"),
+        Criterion("continuity", "campaign", unloaded <= allowed, f"{unloaded:.1f} s without load in "
+                  f"{measured.ended_at - measured.started_at:.1f} s", f"<= {allowed:g} s (max_interruption_s"
+                  f"{scale})", "the wall time from the campaign's start to its verdict, less its time under load"),
+    ]
+
+
+def _drill(name: str, detail: dict[str, Any]) -> Criterion:
+    missed = [r["name"] for r in detail.get("reactions", []) if not r["ok"]]
+    if detail.get("detection_s", 0) is None:
+        missed.insert(0, "not detected")
+    if detail.get("recovery_s", 0) is None:
+        missed.insert(0, "not recovered")
+    measured = detail.get("error") or (f"{detail.get('verdict')}: {', '.join(missed)}" if missed else
+                                       f"detected after {detail.get('detection_s')} s, recovered after "
+                                       f"{detail.get('recovery_s')} s")
+    return Criterion(name, "soak", detail.get("verdict") != FAILED, str(measured),
+                     "detected and recovered by its deadlines, every reaction met", "the drill's alert and probe")
+
+
+def _drills(measured: Measurements) -> list[Criterion]:
+    criteria = [_drill(name, detail) for name, (_, finished, detail) in measured.steps.items()
+                if name.startswith("drill:") and finished is not None]
+    orphans = sorted({f.mode for f in measured.failures if f.sop is None})
+    criteria.append(Criterion("failures with an SOP", "campaign", not orphans,
+                              f"fired with no SOP: {', '.join(orphans)}" if orphans else
+                              f"{len(measured.failures)} failures logged, each with its SOP",
+                              "every failure has docs/sop/<sop>.md", "the failure log"))
+    blind = len(measured.samples.get("alertmanager_unreadable", []))
+    criteria.append(Criterion("alertmanager read", "campaign", not blind, f"unreadable {blind} times",
+                              "read at every look (an alert may have fired unlogged)", "the campaign's watcher"))
+    return criteria
