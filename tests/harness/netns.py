@@ -87,3 +87,5 @@ def namespace(host_names: Sequence[str] = ()) -> Iterator[Namespace]:
             ip("link", "del", host_link)
         ip("netns", "del", ns.name)
         shutil.rmtree(etc, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            ETC_NETNS.rmdir()  # only when no other namespace of ours still holds files there
