@@ -80,7 +80,9 @@ def _waits_for(graph: ResourceGraph, urn: str) -> frozenset[str]:
             for target in _custom(graph, edge):
                 if target not in seen:
                     seen.add(target)
-                    todo.append(target)
+                    # A URN the program did not register (one it read) has no dependencies of its own here.
+                    if target in graph.resources:
+                        todo.append(target)
     return frozenset(seen)
 
 
