@@ -503,6 +503,7 @@ def test_should_run_the_gateway_pinned_on_its_database_with_the_rendered_config(
     assert {"secretRef": {"name": site.inference.gateway.provider_secret}} in container["envFrom"]
     assert not objects(gateway, "StatefulSet"), "the chart's bundled (withdrawn) Bitnami PostgreSQL must stay off"
 
+
 def stop_waiting(release: str, *for_releases: str) -> Any:
     """The release no longer waits for the named releases, nor for anything they wait for."""
     def mutate(deployed: Deployed) -> Deployed:
