@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from pulumi.automation import CommandError
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from components.spec.acceptance import SHOCK_MINUTES, SOAK_H
 from components.spec.site import Site
 from runbooks.rollout.approvals import SlackApprovals
 from runbooks.rollout.audit import AuditChainBrokenError, AuditLog, ChainHead, ChainReport
@@ -43,7 +44,13 @@ APPLY_GUARDS = APPLY_STEPS[:3]
 """Run again by every `apply` until the deploy has finished: what they found last time proves nothing now."""
 ACCEPTANCE_RECORD = "acceptance.campaign"
 """What `gpuctl acceptance` appends to this audit log when a campaign passes; its plan_digest is the deployment it
-judged (StackDeployer.deployment_digest) and its detail the campaign and its time scale."""
+judged (StackDeployer.deployment_digest), its detail the campaign, its time scale, every criterion of its verdict
+(runbooks.acceptance.verdict: name, phase, passed, measured, objective, source) and what it measured (`measured`:
+soak_s and shock_s under load, drill_hold_s per drill kind)."""
+REQUIRED_CRITERIA = ("soak soak duration", "shock shock duration", "campaign continuity",
+                     "soak inference p95 latency", "shock inference p95 latency", "soak inference errors",
+                     "shock inference errors")
+"""Criteria (phase and name) a campaign's verdict must have judged, and passed, to count; with one per drill."""
 ROLLBACK_STEP = "rollback"
 BREAK_GLASS_PREFIX = "rollback-"
 
@@ -230,22 +237,48 @@ class Runbook:
 
     def acceptance(self) -> tuple[str | None, str]:
         """(the passed campaign for the deployed stack or None, why). A campaign counts when the audit log holds its
-        authentic record bound to the deployment digest and it ran at full length (a rehearsal at a time scale under
-        1 proves the runbook, not the cluster)."""
+        authentic record bound to the deployment digest, and that record shows it passed every criterion over the
+        durations the spec asks for, unscaled (a rehearsal proves the runbook, not the cluster)."""
         digest = self.deployer.deployment_digest()
         if digest is None:
             return None, "the stack has no successful update for a campaign to judge"
-        rehearsals = []
+        refused = []
         for record in self.audit.authentic().values():
             if record.what != ACCEPTANCE_RECORD or record.decision != "passed" or record.plan_digest != digest:
                 continue
-            if record.detail.get("time_scale") != 1:
-                rehearsals.append(f"{record.detail.get('campaign')} at time scale {record.detail.get('time_scale')}")
+            shortfalls = self._shortfalls(record.detail)
+            if shortfalls:
+                refused.append(f"{record.detail.get('campaign')}: {'; '.join(shortfalls)}")
                 continue
             return str(record.detail.get("campaign")), (f"campaign {record.detail.get('campaign')} passed for the "
                                                         f"deployed stack {digest} at {record.at[:16]}")
         return None, (f"no passed acceptance campaign for the deployed stack {digest}: run `gpuctl acceptance run`"
-                      + (f" (rehearsals do not count: {', '.join(rehearsals)})" if rehearsals else ""))
+                      + (f" (not counted: {' | '.join(refused)})" if refused else ""))
+
+    def _shortfalls(self, detail: dict[str, Any]) -> list[str]:
+        """Why a passed campaign's record does not count for go-live, or nothing. The durations are the spec's and at
+        least the mission's (168 h of soak, an hour of 3x shock): a shorter spec is a rehearsal too."""
+        spec = self.site.acceptance
+        if detail.get("time_scale") != 1:
+            return [f"a rehearsal at time scale {detail.get('time_scale')}"]
+        criteria = detail.get("criteria")
+        if not isinstance(criteria, list) or not all(isinstance(c, dict) for c in criteria):
+            return ["its record holds no verdict criteria (recorded before verdicts were measured)"]
+        judged = {f"{c.get('phase')} {c.get('name')}": c.get("passed") is True for c in criteria}
+        needed = [*REQUIRED_CRITERIA, *(f"soak drill:{d.kind.value}" for d in spec.drills)]
+        found = [f"{name} not judged" for name in needed if name not in judged]
+        found += [f"{name} not passed" for name, passed in judged.items() if not passed]
+        measured = _mapping(detail.get("measured"))
+        soak_s = max(spec.soak_h, SOAK_H) * 3600
+        shock_s = max(spec.shock_minutes, SHOCK_MINUTES) * 60
+        if not _at_least(measured.get("soak_s"), soak_s):
+            found.append(f"soak {measured.get('soak_s')} s under load, not the {soak_s} s asked")
+        if not _at_least(measured.get("shock_s"), shock_s):
+            found.append(f"shock {measured.get('shock_s')} s, not the {shock_s} s asked")
+        holds = _mapping(measured.get("drill_hold_s"))
+        found += [f"drill {d.kind.value} held {holds.get(d.kind.value)} s, not the {d.hold_s} s asked"
+                  for d in spec.drills if not _at_least(holds.get(d.kind.value), d.hold_s)]
+        return found
 
     def status(self) -> Status:
         deployed = self.deployer.deployed_stage()
@@ -524,6 +557,14 @@ class Runbook:
         rollout = self.store.rollout(rollout_id)
         assert rollout is not None, rollout_id
         return rollout
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _at_least(value: Any, need: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= need
 
 
 def _last_line(error: CommandError) -> str:

@@ -26,7 +26,7 @@ from runbooks.acceptance.store import FAILED, PASSED, CampaignStore
 from runbooks.acceptance.verdict import loaded_s
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.lock import StackLock
-from runbooks.rollout.machine import ACCEPTANCE_RECORD
+from runbooks.rollout.machine import ACCEPTANCE_RECORD, REQUIRED_CRITERIA
 
 REPO = Path(__file__).resolve().parents[3]
 KEY = b"k" * 32
@@ -245,6 +245,8 @@ def test_should_pass_on_measurements_and_print_each_criterion_with_its_value_obj
     errors = criteria["shock inference errors"]
     assert errors["measured"].startswith("0.00 % of ") and errors["objective"] == "<= 1 % failed " \
         "(inference_error_pct)" and errors["source"].startswith("the inference load's own timings")
+    # Every criterion the rollout's gate requires is one this verdict judges.
+    assert {*REQUIRED_CRITERIA, *(f"soak drill:{d.kind.value}" for d in SPEC.drills)} <= criteria.keys()
     record = world.rollout_records()[0]["detail"]
     assert record["measured"]["soak_s"] >= SPEC.scaled(SPEC.soak_h * 3600)
     assert all(c["passed"] for c in record["criteria"]) and len(record["criteria"]) == len(criteria)

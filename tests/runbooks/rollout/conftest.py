@@ -21,7 +21,7 @@ from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.deploy import StackDeployer
 from runbooks.rollout.gates import PrometheusGates
 from runbooks.rollout.lock import StackLock
-from runbooks.rollout.machine import ACCEPTANCE_RECORD, Runbook
+from runbooks.rollout.machine import ACCEPTANCE_RECORD, REQUIRED_CRITERIA, Runbook
 from runbooks.rollout.receivers import ClickInbox
 from runbooks.rollout.store import Store
 from tests.builders import REPO, parse, prod_values, with_changes
@@ -152,12 +152,20 @@ class Harness:
         self.build()
         self.accept()
 
-    def accept(self, time_scale: float = 1.0) -> None:
-        """A passed acceptance campaign for the deployed stack, as `gpuctl acceptance run` records it: no stage is
-        requested without one."""
+    def accept(self, time_scale: float = 1.0, failed: tuple[str, ...] = (), **measured: Any) -> None:
+        """A passed acceptance campaign for the deployed stack, as `gpuctl acceptance run` records it (every criterion
+        the gate needs, `failed` ones not passed; the spec's full durations unless `measured` says otherwise): no
+        stage is requested without one."""
+        spec = self.site.acceptance
+        names = [*REQUIRED_CRITERIA, *(f"soak drill:{d.kind.value}" for d in spec.drills)]
+        criteria = [{"phase": n.split(" ", 1)[0], "name": n.split(" ", 1)[1], "passed": n not in failed,
+                     "measured": "as the test says", "objective": "met", "source": "the test"} for n in names]
+        full = {"soak_s": spec.soak_h * 3600.0, "shock_s": spec.shock_minutes * 60.0,
+                "drill_hold_s": {d.kind.value: float(d.hold_s) for d in spec.drills}}
         self.audit.append(who="gpuctl acceptance", what=ACCEPTANCE_RECORD, decision="passed", stage="canary",
                           plan_digest=self.runbook.deployer.deployment_digest(),
-                          detail={"campaign": f"campaign-at-{time_scale:g}", "time_scale": time_scale}, at=self.clock())
+                          detail={"campaign": f"campaign-at-{time_scale:g}", "time_scale": time_scale,
+                                  "criteria": criteria, "measured": {**full, **measured}}, at=self.clock())
 
     def build(self) -> Runbook:
         """A fresh Runbook over the same state: what a restarted `gpuctl rollout` process gets."""

@@ -1,5 +1,6 @@
-"""The acceptance gate: no stage is requested (no team onboarded) until a passed full-length campaign exists for the
-deployed stack, bound to its deployment digest in the keyed audit log as approvals are bound to a plan's digest."""
+"""The acceptance gate: no stage is requested (no team onboarded) until a campaign exists for the deployed stack, bound
+to its deployment digest in the keyed audit log as approvals are bound to a plan's digest, whose record shows every
+criterion of its verdict passed over the full durations (the verdict is read, not the time scale)."""
 
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.machine import ACCEPTANCE_RECORD
@@ -27,7 +28,30 @@ def test_should_not_count_a_rehearsal_at_a_time_scale(gpuctl: Harness) -> None:
     redeploy(gpuctl)
     gpuctl.accept(time_scale=0.01)
     code, text = run(gpuctl, "request", "half")
-    assert code == 2 and "rehearsals do not count: campaign-at-0.01 at time scale 0.01" in " ".join(text.split())
+    assert code == 2 and "(not counted: campaign-at-0.01: a rehearsal at time scale 0.01)" in " ".join(text.split())
+
+
+def test_should_not_count_an_hour_long_campaign_with_2_s_drills_at_time_scale_1(gpuctl: Harness) -> None:
+    # The issue's case: time_scale 1, so the old gate let it through, though it soaked an hour and drilled for 2 s.
+    redeploy(gpuctl)
+    gpuctl.accept(soak_s=3600.0, shock_s=2.0, drill_hold_s={d.kind.value: 2.0 for d in gpuctl.site.acceptance.drills})
+    code, text = run(gpuctl, "request", "half")
+    said = " ".join(text.split())
+    assert code == 2 and "soak 3600.0 s under load, not the 604800 s asked" in said, said
+    assert "shock 2.0 s, not the 3600 s asked" in said and "drill node_failure held 2.0 s, not the 1800 s asked" in said
+
+
+def test_should_not_count_a_campaign_that_failed_a_criterion_or_never_judged_one(gpuctl: Harness) -> None:
+    redeploy(gpuctl)
+    gpuctl.accept(failed=("shock inference p95 latency",))
+    digest = gpuctl.runbook.deployer.deployment_digest()
+    # A record from before verdicts were measured: a time scale and nothing else.
+    gpuctl.audit.append(who="gpuctl acceptance", what=ACCEPTANCE_RECORD, decision="passed", plan_digest=digest,
+                        detail={"campaign": "unmeasured", "time_scale": 1})
+    code, text = run(gpuctl, "request", "half")
+    said = " ".join(text.split())
+    assert code == 2 and "campaign-at-1: shock inference p95 latency not passed" in said, said
+    assert "unmeasured: its record holds no verdict criteria" in said
 
 
 def test_should_not_count_a_campaign_recorded_without_the_audit_key(gpuctl: Harness) -> None:
