@@ -1,11 +1,12 @@
 """`gpuctl rollout`: status, request <stage>, wait, apply, rollback.
 
 Exit codes (runbooks.exit_codes.ExitCode): 0 done; 1 the program failed; 2 the command does not apply (wrong stage,
-nothing open, bad spec); 3 held (soak, gates or approvals: run it again later); 4 the rollout ended without advancing
-(rejected, failed, rolled back). Secrets come from the environment and are never printed:
-SLACK_BOT_TOKEN (chat:write, usergroups:read, channels:history), SLACK_USER_TOKEN (the requester's own user token:
-Slack says who requests), SLACK_APP_TOKEN (Socket Mode, connections:write), SLACK_SIGNING_SECRET (HTTP receiver),
-GPUCTL_AUDIT_KEY (the audit log's key; else <state-dir>/audit.key); SLACK_API_URL overrides the Web API base URL.
+nothing open, bad spec); 3 held (no passed acceptance campaign for the deployed stack, soak, gates or approvals: run
+it again later); 4 the rollout ended without advancing (rejected, failed, rolled back). Secrets come from the
+environment and are never printed: SLACK_BOT_TOKEN (chat:write, usergroups:read, channels:history), SLACK_USER_TOKEN
+(the requester's own user token: Slack says who requests), SLACK_APP_TOKEN (Socket Mode, connections:write),
+SLACK_SIGNING_SECRET (HTTP receiver), GPUCTL_AUDIT_KEY (the audit log's key; else <state-dir>/audit.key);
+SLACK_API_URL overrides the Web API base URL.
 """
 
 import os

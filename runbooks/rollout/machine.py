@@ -1,6 +1,6 @@
 """The rollout state machine: canary -> half -> full, one advance at a time, as named, recorded steps.
 
-request <stage>: check_soak, check_gates, preview, post_request            -> awaiting_approval
+request <stage>: check_acceptance, then check_soak, check_gates, preview, post_request -> awaiting_approval
 wait:            Slack clicks until approvals_required approve or one rejects -> approved | rejected
 apply:           check_plan, check_approvals, check_gates, deploy, verify   -> done | rolled_back
 rollback:        break-glass, no Slack: converge the stack on an earlier stage -> rolled_back
@@ -148,7 +148,8 @@ class Runbook:
             if campaign is None:
                 self.audit.append(who=requester, what="rollout.request", decision="refused", stage=stage,
                                   detail={"reason": reason}, at=self.clock())
-                raise RolloutRefusedError(f"no team is onboarded before acceptance: {reason}")
+                # Held, not refused: the same request goes through once the campaign has passed (exit 3).
+                raise StepHeldError("check_acceptance", f"no team is onboarded before acceptance: {reason}")
             rollout = self.store.open_rollout()
             if rollout is None or rollout.to_stage != stage or rollout.state != RolloutState.REQUESTING:
                 rollout = self._new_rollout(stage, requester, superseding=rollout)

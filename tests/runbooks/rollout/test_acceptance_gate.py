@@ -12,13 +12,13 @@ def redeploy(harness: Harness) -> None:
     harness.pulumi._record_update("pulumi up by hand", "succeeded", harness.clock(), {"update": 1})
 
 
-def test_should_refuse_a_request_when_the_campaign_judged_another_deployment(gpuctl: Harness) -> None:
+def test_should_hold_a_request_with_exit_3_when_the_campaign_judged_another_deployment(gpuctl: Harness) -> None:
     redeploy(gpuctl)
     digest = gpuctl.runbook.deployer.deployment_digest()
     code, text = run(gpuctl, "request", "half")
-    assert code == 2, text
-    assert f"refused: no team is onboarded before acceptance: no passed acceptance campaign for the deployed " \
-           f"stack {digest}: run `gpuctl acceptance run`" in " ".join(text.split())
+    assert code == 3, text
+    assert f'held: held at "check_acceptance" step: no team is onboarded before acceptance: no passed acceptance ' \
+           f"campaign for the deployed stack {digest}: run `gpuctl acceptance run`" in " ".join(text.split())
     assert gpuctl.pulumi.previews() == [], "nothing is previewed for a refused request"
     code, text = run(gpuctl, "status")
     assert code == 0 and "acceptance: no passed acceptance campaign for the deployed stack" in text
@@ -28,7 +28,7 @@ def test_should_not_count_a_rehearsal_at_a_time_scale(gpuctl: Harness) -> None:
     redeploy(gpuctl)
     gpuctl.accept(time_scale=0.01)
     code, text = run(gpuctl, "request", "half")
-    assert code == 2 and "(not counted: campaign-at-0.01: a rehearsal at time scale 0.01)" in " ".join(text.split())
+    assert code == 3 and "(not counted: campaign-at-0.01: a rehearsal at time scale 0.01)" in " ".join(text.split())
 
 
 def test_should_not_count_an_hour_long_campaign_with_2_s_drills_at_time_scale_1(gpuctl: Harness) -> None:
@@ -37,7 +37,7 @@ def test_should_not_count_an_hour_long_campaign_with_2_s_drills_at_time_scale_1(
     gpuctl.accept(soak_s=3600.0, shock_s=2.0, drill_hold_s={d.kind.value: 2.0 for d in gpuctl.site.acceptance.drills})
     code, text = run(gpuctl, "request", "half")
     said = " ".join(text.split())
-    assert code == 2 and "soak 3600.0 s under load, not the 604800 s asked" in said, said
+    assert code == 3 and "soak 3600.0 s under load, not the 604800 s asked" in said, said
     assert "shock 2.0 s, not the 3600 s asked" in said and "drill node_failure held 2.0 s, not the 1800 s asked" in said
 
 
@@ -50,7 +50,7 @@ def test_should_not_count_a_campaign_that_failed_a_criterion_or_never_judged_one
                         detail={"campaign": "unmeasured", "time_scale": 1})
     code, text = run(gpuctl, "request", "half")
     said = " ".join(text.split())
-    assert code == 2 and "campaign-at-1: shock inference p95 latency not passed" in said, said
+    assert code == 3 and "campaign-at-1: shock inference p95 latency not passed" in said, said
     assert "unmeasured: its record holds no verdict criteria" in said
 
 
@@ -61,7 +61,7 @@ def test_should_not_count_a_campaign_recorded_without_the_audit_key(gpuctl: Harn
                   plan_digest=gpuctl.runbook.deployer.deployment_digest(),
                   detail={"campaign": "forged", "time_scale": 1.0})
     code, text = run(gpuctl, "request", "half")
-    assert code == 2 and "no passed acceptance campaign" in text
+    assert code == 3 and "no passed acceptance campaign" in text
 
 
 def test_should_request_once_a_full_campaign_passed_for_the_deployment(gpuctl: Harness) -> None:
