@@ -41,6 +41,10 @@ from runbooks.plan.yaml_stream import dump_pickled, parse
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 TIMEOUT_S = 120
 """s one `helm template` may take (the largest chart here renders in about a second)."""
+HELM_ENV = {"GOGC": "off", "GOMEMLIMIT": "1GiB"}
+"""Go's garbage collector only past 1 GiB of heap (the environment's own settings win): a `helm template` lives 0.05-0.3
+s and peaks at 44 MB here either way, and the collector was a fifth of Helm's CPU (1.90 -> 1.44 s for prod's 13
+charts, the least of four runs each)."""
 
 
 KNOWN_DEFECTS = {
@@ -142,7 +146,7 @@ def template(release: Resource, mirror: Path, kube_version: str, helm: str, scra
     argv = [helm, "template", name, str(archive), "--namespace", namespace, "--values", str(values),
             "--include-crds", "--kube-version", f"{kube_version}.0"]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, env={**HELM_ENV, **os.environ})
     except subprocess.TimeoutExpired:
         raise HelmError(f"helm template {name} did not finish within {TIMEOUT_S} s") from None
     if done.returncode != 0:
