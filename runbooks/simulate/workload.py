@@ -12,7 +12,14 @@ from pathlib import Path
 
 from components.scheduling.preemption import priority_classes, slurm_qos
 from components.spec.site import Site
-from runbooks.simulate.traces import SERVEGEN_SERIES, Trace, TraceError, servegen_rates, training_jobs
+from runbooks.simulate.traces import (
+    SERVEGEN_SERIES,
+    Trace,
+    TraceError,
+    servegen_rates,
+    trace_file,
+    training_jobs,
+)
 
 DAY_S = 86_400
 
@@ -86,6 +93,13 @@ class Workload:
     """Copies of each trace job offered, on average (under 1: thinned)."""
 
 
+MAX_COPIES = 1_000
+"""Copies of one trace job at most (the published traces need at most 624, Alibaba's over 365 days at load 10)."""
+MAX_JOBS = 5_000_000
+"""Simulated jobs at most, about 1 GB of job records before the replay (Alibaba's 365 days at load 10 are 3.85
+million: 0.8 GB and 29 s to build, measured)."""
+
+
 def build(site: Site, teams: list[str], traces: Path, mapping: Mapping) -> Workload:
     window_s = mapping.days * DAY_S
     trace = [j for j in training_jobs(traces, mapping.trace) if j.arrival_s < window_s]
@@ -94,6 +108,13 @@ def build(site: Site, teams: list[str], traces: Path, mapping: Mapping) -> Workl
     site_gpus = sum(len(g.nodes) * g.gpus_per_node for g in site.node_groups)
     offered = sum(j.gpus * j.duration_s for j in trace)
     scale = mapping.training_load * site_gpus * window_s / offered
+    if scale > MAX_COPIES or scale * len(trace) > MAX_JOBS:
+        # A few tiny jobs would be copied until they offer the load: a 50-byte trace asked for 10^8 jobs (issue 41).
+        raise TraceError(
+            f"{trace_file(traces, mapping.trace)}: {len(trace):,} jobs offer {offered / 3600:.3g} GPU-hours in the "
+            f"first {mapping.days:g} days; --training-load {mapping.training_load:g} of {site_gpus} GPUs needs "
+            f"{scale:.3g} copies of each ({scale * len(trace):.3g} jobs), over the limit of {MAX_COPIES:,} copies and "
+            f"{MAX_JOBS:,} jobs: replay more days, lower --training-load, or give a fuller trace")
     owners = _owners(teams, sorted({j.group for j in trace}), mapping.team_map)
     slurm_class, kubernetes_class = _classes(site)
     rng, dealt = random.Random(mapping.seed), dict.fromkeys(owners, 0)
