@@ -16,6 +16,7 @@ keyed, hash-chained JSONL log (runbooks.rollout.audit). A passed campaign is als
 log, bound to the deployment it judged: the rollout's gate reads it there (runbooks.rollout.machine).
 """
 
+import signal
 import threading
 import time
 import uuid
@@ -38,8 +39,25 @@ POLL_S = 0.5
 """s between two looks at Alertmanager, a probe or a deadline: the campaign's resolution."""
 WHERE_LABELS = ("Hostname", "instance")
 """Labels that say where an alert fired, shown beside its name in a drill's detail."""
+INTERRUPTS = (Exception, KeyboardInterrupt, SystemExit)
+"""What ends a drill early and still lets it revert its fault: an error, Ctrl-C, SIGTERM (runbooks.acceptance.cli)."""
 VERDICT_STEP = "verdict"
 """The step row that holds the judged criteria (not a step that runs: written once, with the verdict)."""
+
+
+@contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM raises SystemExit in the main thread while this holds, as Ctrl-C raises KeyboardInterrupt: a drill then
+    reverts its fault before the command exits (Python's default for SIGTERM is to die with the fault in place)."""
+
+    def leave(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class CampaignRefusedError(Exception):
@@ -222,29 +240,37 @@ class Runbook:
             # A name of its own: the switch of a killed run's fault may still be watching its old name.
             armed = str(self.switches.directory / f"{campaign.id}-{drill.kind.value}-{uuid.uuid4().hex[:8]}.json")
             row = self.store.fault_armed(campaign.id, drill.kind.value, target.fault.as_record(), armed, started)
-            self.switches.arm(target.fault, Path(armed).stem, started + scale(drill.revert_after_s))
-            self.store.add_failure(campaign.id, f"drill:{drill.kind.value}:{row}", Failure(
-                started, "injected", drill.kind.value, drill.sop, {"where": target.fault.where}))
-            self._log(campaign, f"drill.{drill.kind.value}", "inject", {"where": target.fault.where, "armed": armed})
-            injected = self.clock()
             try:
-                run_commands(target.fault.inject, target.fault.env)
-            except FaultError as error:
-                self._revert(campaign, row, target.fault, armed, "drill")
-                self._log(campaign, f"drill.{drill.kind.value}", FAILED, {"error": str(error)})
-                return {"verdict": FAILED, "sop": drill.sop, "error": f"the fault could not be injected: {error}"}
-            detected_at = self._until(lambda: self._detected(drill, target), injected + scale(drill.detect_within_s))
-            # The drill's own measurement is read through the whole hold, as the fault develops (Slurm marks a
-            # silent node NOT_RESPONDING, later DOWN): its reactions judge what it saw.
-            measured_at = self._watch_probe(target.probe, injected + scale(drill.hold_s))
-            # Which alerts fire while the fault still holds: the report names them, expected or not.
-            seen = sorted({" ".join([a.name, *(f"{k}={a.labels[k]}" for k in WHERE_LABELS if k in a.labels)])
-                           for a in self._firing()})
-            if target.fault.stays:
-                self.switches.disarm(armed)
-                self.store.fault_reverted(row, self.clock(), "kept: a change meant to stay")
-            else:
-                self._revert(campaign, row, target.fault, armed, "drill")
+                self.switches.arm(target.fault, Path(armed).stem, started + scale(drill.revert_after_s))
+                self.store.add_failure(campaign.id, f"drill:{drill.kind.value}:{row}", Failure(
+                    started, "injected", drill.kind.value, drill.sop, {"where": target.fault.where}))
+                self._log(campaign, f"drill.{drill.kind.value}", "inject",
+                          {"where": target.fault.where, "armed": armed})
+                injected = self.clock()
+                try:
+                    run_commands(target.fault.inject, target.fault.env)
+                except FaultError as error:
+                    self._revert(campaign, row, target.fault, armed, "drill")
+                    self._log(campaign, f"drill.{drill.kind.value}", FAILED, {"error": str(error)})
+                    return {"verdict": FAILED, "sop": drill.sop, "error": f"the fault could not be injected: {error}"}
+                detected_at = self._until(lambda: self._detected(drill, target),
+                                          injected + scale(drill.detect_within_s))
+                # The drill's own measurement is read through the whole hold, as the fault develops (Slurm marks a
+                # silent node NOT_RESPONDING, later DOWN): its reactions judge what it saw.
+                measured_at = self._watch_probe(target.probe, injected + scale(drill.hold_s))
+                # Which alerts fire while the fault still holds: the report names them, expected or not.
+                seen = sorted({" ".join([a.name, *(f"{k}={a.labels[k]}" for k in WHERE_LABELS if k in a.labels)])
+                               for a in self._firing()})
+                if target.fault.stays:
+                    self.switches.disarm(armed)
+                    self.store.fault_reverted(row, self.clock(), "kept: a change meant to stay")
+                else:
+                    self._revert(campaign, row, target.fault, armed, "drill")
+            except INTERRUPTS:
+                # Ctrl-C, SIGTERM (the CLI turns it into SystemExit) or a bug: the fault goes before the command
+                # exits. The switch stays the last resort, for a death nothing can catch (SIGKILL, power).
+                self._revert(campaign, row, target.fault, armed, "interrupted")
+                raise
             reverted = self.clock()
             recovered_at = self._until(lambda: self._recovered(drill, target),
                                        reverted + scale(drill.recover_within_s))
@@ -321,9 +347,10 @@ class Runbook:
     # --- faults --------------------------------------------------------------------------------
 
     def _revert(self, campaign: Campaign, row: int, fault: Fault, armed: str, by: str) -> None:
+        # Undo first, disarm after: a revert cut short (a second Ctrl-C, a hung command) leaves the switch armed.
+        codes = run_commands(fault.undo, fault.env, check=False)
         still_armed = self.switches.disarm(armed)
         fired = None if still_armed else self.switches.fired(armed)
-        codes = run_commands(fault.undo, fault.env, check=False)
         self.store.fault_reverted(row, self.clock(), by if still_armed else f"{by} (after the switch fired)")
         self._log(campaign, f"drill.{fault.drill}", "reverted",
                   {"by": by, "where": fault.where, "undo_exit": codes, "switch_fired": fired})

@@ -20,7 +20,7 @@ from components.scheduling.preemption import team_qos
 from components.spec.acceptance import DrillKind, PeakSource
 from components.spec.site import Site
 from runbooks.acceptance.alerts import firing_alerts
-from runbooks.acceptance.campaign import CampaignRefusedError, Load, Probe, Runbook, Target
+from runbooks.acceptance.campaign import CampaignRefusedError, Load, Probe, Runbook, Target, terminated_as_exit
 from runbooks.acceptance.faults import FaultError, Switches
 from runbooks.acceptance.load import (
     Checkpoints,
@@ -192,7 +192,8 @@ def run(ctx: typer.Context, targets: TargetsOption) -> None:
     if deployment is None:
         raise _fail("the stack has no successful update: deploy before accepting it", ExitCode.INVALID)
     try:
-        campaign = runbook.run(deployment, site.stage)
+        with terminated_as_exit():
+            campaign = runbook.run(deployment, site.stage)
     except CampaignRefusedError as error:
         raise _fail(str(error), ExitCode.INVALID) from None
     except FaultError as error:

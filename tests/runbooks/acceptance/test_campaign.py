@@ -7,6 +7,8 @@ taking 30 s, a critical alert firing throughout, a soak cut short, a resume afte
 criterion."""
 
 import json
+import os
+import signal
 import sqlite3
 import threading
 import time
@@ -19,7 +21,7 @@ import pytest
 
 from components.spec.acceptance import Acceptance, DrillKind
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert
-from runbooks.acceptance.campaign import CampaignRefusedError, Load, Reaction, Runbook, Target
+from runbooks.acceptance.campaign import CampaignRefusedError, Load, Reaction, Runbook, Target, terminated_as_exit
 from runbooks.acceptance.faults import Fault, Switches
 from runbooks.acceptance.load import RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, CampaignStore
@@ -50,12 +52,16 @@ class MarkerProbe:
     reacted: bool = True
     detects: bool = True
     die_on_detection: bool = False
+    interrupt: Callable[[], None] | None = None
+    """Called when the fault shows: what interrupts the campaign mid-drill (Ctrl-C, SIGTERM, a bug)."""
     calls: list[str] = field(default_factory=list)
 
     def detected(self) -> bool:
         present = self.marker.exists()
         if present and self.die_on_detection:
             raise Killed
+        if present and self.interrupt is not None:
+            self.interrupt()
         return present and self.detects
 
     def recovered(self) -> bool:
@@ -313,3 +319,46 @@ def test_should_fail_continuity_when_a_campaign_is_resumed_after_its_window(worl
     assert failing(store, campaign.id) == ["campaign continuity"]
     # The soak was not skipped: the resumed run loaded the cluster for all of soak_h (scaled), by its own clock.
     assert loaded_s(store.steps(campaign.id)) >= SPEC.scaled(SPEC.soak_h * 3600) and world.rollout_records() == []
+
+
+# --- a drill reverts on interrupt, before the command exits ---------------------------------------------------------
+
+
+def _raise(error: BaseException) -> Callable[[], None]:
+    def interrupt() -> None:
+        raise error
+    return interrupt
+
+
+def _sigterm() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)  # the handler raises in the main thread before this ends
+
+
+@pytest.mark.parametrize(("interrupt", "raised"), [
+    pytest.param(_raise(KeyboardInterrupt()), KeyboardInterrupt, id="should revert on Ctrl-C"),
+    pytest.param(_sigterm, SystemExit, id="should revert on SIGTERM"),
+    pytest.param(_raise(RuntimeError("a bug in a probe")), RuntimeError, id="should revert on an exception"),
+])
+def test_should_revert_the_fault_before_the_command_exits(world: World, interrupt: Callable[[], None],
+                                                          raised: type[BaseException]) -> None:
+    partition = world.probes[DrillKind.NETWORK_PARTITION]
+    partition.interrupt = interrupt
+    runbook, store = world.runbook()
+    with pytest.raises(raised), terminated_as_exit():
+        runbook.run("sha256:deployed", "canary")
+    assert not partition.marker.exists(), "the fault outlived the command"
+    (campaign,) = store.campaigns()
+    assert [(f.drill, f.reverted_by) for f in store.faults(campaign.id)] == [("network_partition", "interrupted")]
+    assert not list((world.tmp / "state" / "sw").glob("*.json")), "the switch is still armed"
+
+
+def test_should_fail_a_drill_whose_undo_does_not_revert(world: World) -> None:
+    runbook, store = world.runbook()
+    partition = runbook.targets[DrillKind.NETWORK_PARTITION]
+    runbook.targets[DrillKind.NETWORK_PARTITION] = Target(
+        Fault("network_partition", partition.fault.where, partition.fault.inject, (("true",),)), partition.probe)
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id)[0] == "soak drill:network_partition"
+    assert "soak drill:network_partition: failed: not recovered" in (campaign.reason or "")
+    world.probes[DrillKind.NETWORK_PARTITION].marker.unlink()
