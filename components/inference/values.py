@@ -102,7 +102,9 @@ def inference_class(site: Site) -> str:
 
 
 def _placement(model: ServedModel) -> dict[str, Any]:
-    """Validated nodes with the model's GPU, in the kubernetes pool or a flex node lent to it (runbooks/flex)."""
+    """Validated nodes with the model's GPU, in the kubernetes pool or a flex node lent to it (runbooks/flex). The pool
+    is preferred (a NodeAffinity score, which kube-scheduler weighs with its others), so the lent nodes take the
+    replicas the pool has no room for: those past replicas.max (lent_replicas)."""
     common = [{"key": GPU_MODEL_LABEL, "operator": "In", "values": [model.gpu_model]},
               {"key": VALIDATED_LABEL, "operator": "In", "values": ["true"]}]
     terms = [
@@ -110,7 +112,9 @@ def _placement(model: ServedModel) -> dict[str, Any]:
         {"matchExpressions": [*common, {"key": POOL_LABEL, "operator": "In", "values": [Pool.FLEX.value]},
                               {"key": FLEX_LENT_LABEL, "operator": "In", "values": ["true"]}]},
     ]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    pool = {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": [Pool.KUBERNETES.value]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
+                             "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": pool}]}}
 
 
 def model_dir(model: ServedModel) -> str:
@@ -147,7 +151,8 @@ def _model_spec(site: Site, model: ServedModel) -> dict[str, Any]:
         "tolerations": [{"key": POOL_TAINT, "operator": "Equal", "value": Pool.FLEX.value, "effect": "NoSchedule"}],
         "keda": {
             "enabled": True,
-            "minReplicaCount": model.replicas.min, "maxReplicaCount": model.replicas.max,
+            # Past replicas.max, the replicas wait for lent flex nodes: pending, they are the lending signal.
+            "minReplicaCount": model.replicas.min, "maxReplicaCount": model.replicas.max + model.lent_replicas,
             "pollingInterval": 15, "cooldownPeriod": 300,
             # The chart's default trigger reads a `model` label vLLM does not set; the engines label model_name.
             "triggers": [{"type": "prometheus", "metadata": {

@@ -4,16 +4,18 @@ signals, the flex pool's state and the spec's `lending` settings.
 The controller loop (runbooks/flex/controller.py), the tests and the outcomes simulator all call `decide`; none
 of them decides anything else. It never moves on missing data, keeps a peak (or trough) waiting until it has lasted
 its duration, spaces moves by the cooldown, moves at most max_step_nodes at once, keeps training_floor_nodes in
-Slurm, lends the cheapest nodes first (idle, then those whose preemptible jobs lose the least work) and never a node
-running work the preemption table protects from inference.
+Slurm, lends only nodes whose GPU a served model may add replicas on (its lent_replicas), the cheapest first (idle,
+then those whose preemptible jobs lose the least work), and never a node running work the preemption table protects
+from inference.
 """
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from components.spec.lending import Lending
+from components.spec.site import Site
 
 
 class Owner(StrEnum):
@@ -42,6 +44,8 @@ class FlexNode:
     usable: bool = True
     """Healthy and drained by nobody else: false for a node down, failed or drained for another reason."""
     jobs: tuple[Job, ...] = ()
+    gpu_model: str = field(kw_only=True)
+    """Its node group's gpu_model: only replicas of a model on that GPU can use it once lent."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,15 @@ class State:
     nodes: tuple[FlexNode, ...] | None
     """The flex pool; None when Slurm or Kubernetes could not be read."""
     memory: Memory = Memory()
+    wanted_gpu_models: frozenset[str] = field(kw_only=True)
+    """The GPU models replicas past the kubernetes pool run on (lent_gpu_models): a lent node of any other GPU would
+    serve no one."""
+
+
+def lent_gpu_models(site: Site) -> frozenset[str]:
+    """The GPU models of the served models that may add replicas on lent flex nodes (inference.models[].lent_replicas
+    over 0)."""
+    return frozenset(m.gpu_model for m in site.inference.models if m.lent_replicas > 0)
 
 
 class Action(StrEnum):
@@ -152,10 +165,12 @@ def decide(signals: Signals, state: State, settings: Lending) -> Decision:
             return hold(Reason.PEAK_TOO_SHORT, f"peak for {lasted:.0f} s of the {settings.peak_s} s a lend needs")
         if cooling:
             return hold(Reason.COOLDOWN, _cooldown(memory, at, settings))
-        chosen = lendable(state.nodes, settings)
+        chosen = lendable(state.nodes, settings, state.wanted_gpu_models)
         if not chosen:
+            wanted = ", ".join(sorted(state.wanted_gpu_models)) or "none"
             return hold(Reason.NOTHING_LENDABLE, f"peak for {lasted:.0f} s, but no flex node is lendable above the "
-                                                 f"training floor of {settings.training_floor_nodes}")
+                                                 f"training floor of {settings.training_floor_nodes} with a GPU the "
+                                                 f"replicas past the kubernetes pool use ({wanted})")
         return move(Action.LEND, chosen, Reason.PEAK, f"peak for {lasted:.0f} s (lend at >= "
                                                       f"{settings.lend_waiting_per_replica:g} each, a pod pending or "
                                                       "the latency objective missed)")
@@ -175,13 +190,13 @@ def decide(signals: Signals, state: State, settings: Lending) -> Decision:
     return hold(Reason.STEADY, "between the thresholds")
 
 
-def lendable(nodes: Sequence[FlexNode], settings: Lending) -> list[FlexNode]:
-    """The cheapest nodes to lend, at most max_step_nodes, leaving training_floor_nodes usable in Slurm: idle nodes,
-    then nodes whose jobs are all preemptible, least work lost first. A node running any job the table protects from
-    inference is never lent."""
+def lendable(nodes: Sequence[FlexNode], settings: Lending, gpu_models: frozenset[str]) -> list[FlexNode]:
+    """The cheapest nodes to lend, at most max_step_nodes, leaving training_floor_nodes usable in Slurm: nodes of
+    `gpu_models` only, idle ones, then those whose jobs are all preemptible, least work lost first. A node running any
+    job the table protects from inference is never lent."""
     in_slurm = [n for n in nodes if n.owner == Owner.SLURM and n.usable]
     room = min(settings.max_step_nodes, len(in_slurm) - settings.training_floor_nodes)
-    free = [n for n in in_slurm if all(j.preemptible for j in n.jobs)]
+    free = [n for n in in_slurm if n.gpu_model in gpu_models and all(j.preemptible for j in n.jobs)]
     free.sort(key=lambda n: (bool(n.jobs), max((j.since_checkpoint_s for j in n.jobs), default=0.0), n.name))
     return free[:max(0, room)]
 

@@ -60,7 +60,14 @@ class ServedModel(Spec):
     gpus_per_replica: Annotated[Int, Field(ge=1, le=16)]
     """GPUs of one replica (vLLM's tensor parallel size)."""
     replicas: Replicas = Replicas()
-    """Bounds of the autoscaler."""
+    """Bounds of the autoscaler on the kubernetes pool."""
+    # Added to replicas.max in the autoscaler's bound; checked against the flex nodes the controller may lend
+    # (components.spec.rules.check_lent_replicas).
+    lent_replicas: Annotated[Int, Field(ge=0, le=256)] = 0
+    """replicas the autoscaler may add past replicas.max for flex nodes lent to Kubernetes. Model servers run only on
+    the kubernetes pool and on lent flex nodes of gpu_model (components/inference/values.py), so with the pool full
+    these land on lent nodes, and one of them pending is what makes the lending controller lend. 0 (the default): the
+    model never asks for more than replicas.max."""
     waiting_per_replica: Annotated[Int, Field(ge=1, le=10_000)] = defaults.INFERENCE_WAITING_PER_REPLICA
     """Requests waiting in one replica's queue (vLLM's `vllm:num_requests_waiting`) at which another is added."""
     max_model_len: Annotated[Int, Field(ge=256, le=10_000_000)] | None = None

@@ -237,6 +237,42 @@ def check_training_floor(site: Site) -> list[Problem]:
                     "the controller could never lend one", "training-floor")]
 
 
+def _lendable_nodes(site: Site, gpu_model: str) -> tuple[int, int]:
+    """(flex nodes of the GPU model, those of them the controller may lend above lending.training_floor_nodes)."""
+    flex = [g for g in site.node_groups if g.pool == Pool.FLEX]
+    of_model = sum(len(g.nodes) for g in flex if g.gpu_model == gpu_model)
+    above_floor = max(0, sum(len(g.nodes) for g in flex) - site.lending.training_floor_nodes)
+    return of_model, min(of_model, above_floor)
+
+
+def check_lent_replicas(site: Site) -> list[Problem]:
+    """Lending serves someone: each GPU model of the flex pool has a served model that may add replicas on its lent
+    nodes, and a model's lent replicas fit the flex nodes of its GPU that the controller may lend."""
+    problems = []
+    flex_gpus = {g.gpu_model: g.gpus_per_node for g in site.node_groups if g.pool == Pool.FLEX}
+    for gpu, per_node in flex_gpus.items():
+        nodes, lendable = _lendable_nodes(site, gpu)
+        users = [m for m in site.inference.models
+                 if m.gpu_model == gpu and m.lent_replicas > 0 and m.gpus_per_replica <= per_node]
+        if lendable and not users:
+            problems.append(Problem("inference.models[].lent_replicas", f"{lendable} of the {nodes} {gpu} flex nodes "
+                                    f"can be lent ({lendable * per_node} GPUs above lending.training_floor_nodes "
+                                    f"{site.lending.training_floor_nodes}), but no served {gpu} model has "
+                                    "lent_replicas over 0: a lend would serve no one", "lent-nodes-used"))
+    for i, model in enumerate(site.inference.models):
+        if not model.lent_replicas:
+            continue
+        path = f"inference.models[{i}].lent_replicas"
+        per_node = flex_gpus.get(model.gpu_model, 0) // model.gpus_per_replica
+        nodes, lendable = _lendable_nodes(site, model.gpu_model)
+        if model.lent_replicas > lendable * per_node:
+            problems.append(Problem(path, f"{model.lent_replicas} replicas of {model.gpus_per_replica} "
+                                    f"{model.gpu_model} GPUs need more than the {lendable * per_node} that fit on the "
+                                    f"{lendable} of {nodes} {model.gpu_model} flex nodes the controller may lend",
+                                    "lent-nodes-used"))
+    return problems
+
+
 SPEC_RULES: tuple[Rule, ...] = (
     rule(check_unique_rooms, "rooms"),
     rule(check_unique_racks, "racks"),
@@ -256,5 +292,6 @@ SPEC_RULES: tuple[Rule, ...] = (
     rule(check_inference_teams, "inference", "teams"),
     rule(check_served_models_fit, "inference", "node_groups"),
     rule(check_training_floor, "lending", "node_groups"),
+    rule(check_lent_replicas, "inference", "lending", "node_groups"),
 )
 """Rules that read the spec alone; components.validate adds those that need a planner (racks, quotas, preemption)."""

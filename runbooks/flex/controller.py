@@ -30,6 +30,7 @@ from components.scheduling.lending_decision import (
     Signals,
     State,
     decide,
+    lent_gpu_models,
 )
 from components.spec.site import Site
 from runbooks.flex.lease import Lease, holder_line
@@ -134,7 +135,8 @@ class Controller:
     def step(self) -> Decision:
         signals = self.demand()
         nodes = self._pool()
-        decision = decide(signals, State(nodes, self.memory), self.site.lending)
+        decision = decide(signals, State(nodes, self.memory, wanted_gpu_models=lent_gpu_models(self.site)),
+                          self.site.lending)
         paused = self.store.paused()
         mode = "paused" if paused else "dry-run" if self.dry_run else "live"
         held_by = self.moves.try_acquire(holder_line("the lending controller")) if mode == "live" else None

@@ -389,6 +389,7 @@ class Flex:
         # A job that ran longer than the site's checkpoint interval has saved one since: a requeue loses less.
         interval_s = self.site.storage.nfs_hot.checkpoint_interval_s
         nodes = []
+        gpus = {n.name: g.gpu_model for g in self.site.node_groups if g.pool == Pool.FLEX for n in g.nodes}
         for node in flex_nodes(self.site):
             fields = self.node_fields(node)
             reason = fields.get("Reason", "")
@@ -396,7 +397,7 @@ class Flex:
             jobs = tuple(Job(j.id, j.qos, j.readable and j.qos in preemptible, min(j.used_s, interval_s))
                          for j in self.jobs(node))
             usable = reason in ("", LEND_REASON) and not unhealthy(fields.get("State", ""))
-            nodes.append(FlexNode(node, owner, usable, jobs))
+            nodes.append(FlexNode(node, owner, usable, jobs, gpu_model=gpus[node]))
         return tuple(nodes)
 
     def _lent(self) -> set[str]:

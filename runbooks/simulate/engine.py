@@ -96,6 +96,8 @@ class Served:
     demand: InferenceDemand
     replicas: int = 0
     """Replicas the autoscaler asks for now."""
+    needed: int = 0
+    """Replicas the load needs now, past the autoscaler's bound too: served in full means this many serve."""
     load: float = 0.0
     """Replicas' worth of requests now."""
     held: dict[str, int] = field(default_factory=dict)
@@ -117,12 +119,17 @@ class Outcome:
     training_gpu_s: float
     runs: list[Run]
     covered_s: dict[str, float]
-    """Model -> s with as many replicas as demand asked; `all` when every model had them."""
+    """Model -> s with as many replicas serving as its load needed (past the autoscaler's bound too); `all` when every
+    model had them."""
+    offered_replica_s: dict[str, float]
+    """Model -> replica-seconds of requests offered (the load's integral)."""
+    served_replica_s: dict[str, float]
+    """Model -> of those, replica-seconds served: a replica serves at most 1.0, the rest is not served."""
     lent_peak_gpus: int
     timeline: list[tuple[float, int, int, int]]
     """(s, GPUs allocated on slurm, flex and kubernetes pools) at every change."""
     coverage_timeline: list[tuple[float, bool]]
-    """(s, whether every model had the replicas it asked for) at every change."""
+    """(s, whether every model had the replicas its load needed) at every change."""
     inference_timeline: list[tuple[float, int, int, int]]
     """(s, GPUs inference asked for, GPUs it held, GPUs lent to it) at every change."""
     unrunnable: int
@@ -154,6 +161,9 @@ class Simulation:
         self.runs: list[Run] = []
         self.served = [Served(d) for d in workload.inference]
         self.memory = Memory()
+        self.wanted_gpus = frozenset(d.gpu_model for d in workload.inference if d.lent_replicas > 0)
+        """As lending_decision.lent_gpu_models reads the spec: the GPUs of models that may add replicas on lent
+        nodes."""
         self.wake: simpy.Event | None = None
         """Triggered when inference is placed afresh while the controller sleeps (see _controller)."""
         self.pool_jobs = {Pool.SLURM: 0, Pool.FLEX: 0}
@@ -169,6 +179,8 @@ class Simulation:
         self.allocated = {"slurm": 0.0, "flex": 0.0, "kubernetes": 0.0}
         self.training_gpu_s = 0.0
         self.covered = {**{s.demand.model: 0.0 for s in self.served}, "all": 0.0}
+        self.offered = {s.demand.model: 0.0 for s in self.served}
+        self.served_load = {s.demand.model: 0.0 for s in self.served}
         self.lent_peak = 0
         self.timeline: list[tuple[float, int, int, int]] = [(0.0, 0, 0, 0)]
         self.coverage: list[tuple[float, bool]] = []
@@ -194,9 +206,11 @@ class Simulation:
             self.allocated["flex"] += flex * dt
             self.allocated["kubernetes"] += kube * dt
             self.training_gpu_s += training * dt
-            covered = [s.served_replicas >= s.replicas for s in self.served]
+            covered = [s.served_replicas >= s.needed for s in self.served]
             for s, ok in zip(self.served, covered, strict=True):
                 self.covered[s.demand.model] += dt * ok
+                self.offered[s.demand.model] += dt * s.load
+                self.served_load[s.demand.model] += dt * min(s.load, s.served_replicas)
             self.covered["all"] += dt * all(covered)
         self.last = now
 
@@ -204,7 +218,7 @@ class Simulation:
         slurm, flex, kube, _ = self._pools_now()
         if self.timeline[-1][1:] != (slurm, flex, kube):
             self.timeline.append((self.env.now, slurm, flex, kube))
-        covered = all(s.served_replicas >= s.replicas for s in self.served)
+        covered = all(s.served_replicas >= s.needed for s in self.served)
         if not self.coverage or self.coverage[-1][1] != covered:
             self.coverage.append((self.env.now, covered))
         lent = sum(self.lent.values())
@@ -231,8 +245,8 @@ class Simulation:
                     "flex": sum(n.gpus for n in self.nodes if n.pool == Pool.FLEX),
                     "kubernetes": sum(g for _, g in self.model.flavors.values())}
         return Outcome(self.policy, self.workload.window_s, capacity, self.allocated, self.training_gpu_s, self.runs,
-                       self.covered, self.lent_peak, self.timeline, self.coverage, self.inference,
-                       self.unrunnable)
+                       self.covered, self.offered, self.served_load, self.lent_peak, self.timeline, self.coverage,
+                       self.inference, self.unrunnable)
 
     def _arrivals(self) -> Generator[simpy.Event, Any, None]:
         for job in self.workload.jobs:
@@ -248,7 +262,8 @@ class Simulation:
         for step in range(math.ceil(self.workload.window_s / step_s)):
             self._advance()
             for s in self.served:
-                s.replicas, s.load = s.demand.asked(step), s.demand.load[step]
+                s.replicas, s.needed = s.demand.asked(step, self.stack), s.demand.needed(step)
+                s.load = s.demand.load[step]
             self._serve()
             self._schedule()
             self._record()
@@ -295,7 +310,8 @@ class Simulation:
             # token reads to decide()).
             signals = Signals(self.env.now, self._waiting(), float(sum(s.served_replicas for s in self.served)),
                               float(pending), math.nan if self.lending.ttft_objective_s is not None else None)
-            decision = decide(signals, State(self._flex_nodes(), self.memory), self.lending)
+            decision = decide(signals, State(self._flex_nodes(), self.memory, wanted_gpu_models=self.wanted_gpus),
+                              self.lending)
             self.memory = decision.memory
             if decision.action != Action.HOLD:
                 self._move(decision.action, decision.nodes)
@@ -591,7 +607,7 @@ class Simulation:
         now = self.env.now
         return tuple(FlexNode(n.name, n.owner, True, tuple(
             Job(str(r.job.id), r.qos, r.qos in self.model.lending_preempts, now - (r.started or now))
-            for r in sorted(n.runs, key=lambda r: r.job.id)))
+            for r in sorted(n.runs, key=lambda r: r.job.id)), gpu_model=n.gpu_model)
             for n in self.flex)
 
     def _move(self, action: Action, names: Iterable[str]) -> None:

@@ -1,6 +1,7 @@
 """The figures of one simulated policy, computed from its outcome: GPU utilization (allocated GPU-hours over capacity,
-in all and per pool), training queue wait p50/p95 per team, the share of time inference had every replica it asked
-for, GPU-hours lost to preemption and GPUs lent at the peak."""
+in all and per pool), the training load offered, training queue wait p50/p95 per team with the jobs still waiting at
+the window's end, the share of inference requests served and of time every model had the replicas its load needed,
+GPU-hours lost to preemption and GPUs lent at the peak."""
 
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ class Figures:
     waits: dict[str, Waits]
     """Team -> its training jobs' queue waits; `all` for every team."""
     inference_covered_pct: float
+    inference_served_pct: float
+    """Of the requests offered (replica-seconds of load), those served: load past the replicas serving is not."""
     model_covered_pct: dict[str, float]
     lost_gpu_h: float
     lent_peak_gpus: int
@@ -26,6 +29,7 @@ def figures(outcome: Outcome) -> Figures:
     window = outcome.window_s
     capacity = sum(outcome.capacity.values())
     allocated = sum(outcome.allocated_gpu_s.values())
+    offered = sum(outcome.offered_replica_s.values())
     waits: dict[str, list[float]] = {}
     never: dict[str, int] = {}
     for run in outcome.runs:
@@ -39,6 +43,7 @@ def figures(outcome: Outcome) -> Figures:
                               for pool, gpus in outcome.capacity.items() if gpus},
         waits={key: Waits.of([s / 3600 for s in w], never[key]) for key, w in waits.items()},
         inference_covered_pct=100 * outcome.covered_s["all"] / window,
+        inference_served_pct=100 * sum(outcome.served_replica_s.values()) / offered if offered else 100.0,
         model_covered_pct={m: 100 * s / window for m, s in outcome.covered_s.items() if m != "all"},
         lost_gpu_h=sum(r.lost_gpu_s for r in outcome.runs) / 3600,
         lent_peak_gpus=outcome.lent_peak_gpus,

@@ -70,6 +70,8 @@ class InferenceDemand:
     gpus_per_replica: int
     min_replicas: int
     max_replicas: int
+    lent_replicas: int
+    """Replicas the autoscaler may add past max_replicas for lent flex nodes (the spec's lent_replicas)."""
     waiting_per_replica: int
     """The autoscaler's target: requests waiting per replica (KEDA's threshold on vllm:num_requests_waiting)."""
     step_s: int
@@ -77,11 +79,16 @@ class InferenceDemand:
     """Replicas' worth of requests in each step of step_s from the window's start (a replica serving 1.0 is busy all
     the time)."""
 
-    def asked(self, step: int) -> int:
-        """Replicas the autoscaler asks for, within the model's bounds: enough that each, an M/M/1 queue at
-        utilization rho with rho / (1 - rho) waiting, has at most waiting_per_replica waiting."""
+    def needed(self, step: int) -> int:
+        """Replicas the load needs, whatever the bounds: enough that each, an M/M/1 queue at utilization rho with
+        rho / (1 - rho) waiting, has at most waiting_per_replica waiting (the autoscaler's target)."""
         busy = self.waiting_per_replica / (1 + self.waiting_per_replica)
-        return min(self.max_replicas, max(self.min_replicas, math.ceil(self.load[step] / busy - 1e-9)))
+        return max(self.min_replicas, math.ceil(self.load[step] / busy - 1e-9))
+
+    def asked(self, step: int, lending: bool) -> int:
+        """Replicas the autoscaler asks for: those needed, within min_replicas and max_replicas, plus lent_replicas
+        where lent flex nodes exist to hold them (lending: this stack; the static world has none)."""
+        return min(self.max_replicas + (self.lent_replicas if lending else 0), self.needed(step))
 
 
 @dataclass(frozen=True)
@@ -174,5 +181,6 @@ def inference_demand(site: Site, traces: Path, mapping: Mapping, window_s: float
         peak = max(rates) or 1.0
         load = [mapping.inference_peak * model.replicas.max * rates[s % len(rates)] / peak for s in range(steps)]
         demand.append(InferenceDemand(model.name, model.gpu_model, model.gpus_per_replica, model.replicas.min,
-                                      model.replicas.max, model.waiting_per_replica, series.step_s, load))
+                                      model.replicas.max, model.lent_replicas, model.waiting_per_replica, series.step_s,
+                                      load))
     return demand

@@ -20,9 +20,10 @@ from components.scheduling.lending_decision import (
     Signals,
     State,
     decide,
+    lent_gpu_models,
 )
 from components.spec.lending import Lending
-from tests.builders import problems, prod_values, with_changes
+from tests.builders import parse, problems, prod_values, with_changes
 
 SETTINGS = Lending(lend_waiting_per_replica=10, reclaim_waiting_per_replica=1, peak_s=300, trough_s=1800,
                    cooldown_s=600, max_step_nodes=1, training_floor_nodes=1)
@@ -41,13 +42,27 @@ def signals(at: float = T0, **demand: float | None) -> Signals:
     return Signals(at=at, **values)
 
 
-def idle(name: str, owner: Owner = Owner.SLURM, usable: bool = True) -> FlexNode:
-    return FlexNode(name, owner, usable)
+GPU = "A800-SXM4-80GB"
+WANTED = frozenset({GPU})
+"""The GPU models of the served models that may use lent nodes, in most cases: the flex pool's."""
+
+
+def idle(name: str, owner: Owner = Owner.SLURM, usable: bool = True, gpu: str = GPU) -> FlexNode:
+    return FlexNode(name, owner, usable, gpu_model=gpu)
+
+
+NO_MEMORY = Memory()
+
+
+def flex_pool(nodes: tuple[FlexNode, ...] | None, memory: Memory = NO_MEMORY,
+              wanted: frozenset[str] = WANTED) -> State:
+    return State(nodes, memory, wanted_gpu_models=wanted)
 
 
 def running(name: str, *jobs: tuple[str, bool, float]) -> FlexNode:
     """jobs: (QoS, preemptible by inference, seconds since its checkpoint)."""
-    return FlexNode(name, Owner.SLURM, True, tuple(Job(str(i), qos, p, s) for i, (qos, p, s) in enumerate(jobs)))
+    return FlexNode(name, Owner.SLURM, True, tuple(Job(str(i), qos, p, s) for i, (qos, p, s) in enumerate(jobs)),
+                    gpu_model=GPU)
 
 
 POOL = (idle("flex-1"), idle("flex-2"), idle("flex-3"))
@@ -55,12 +70,12 @@ POOL = (idle("flex-1"), idle("flex-2"), idle("flex-3"))
 
 def after_peak(nodes: tuple[FlexNode, ...] = POOL, s: Lending = SETTINGS, **memory: float | None) -> Decision:
     """The decision once a peak has lasted exactly peak_s."""
-    state = State(nodes, Memory(peak_since=T0, **memory))
+    state = flex_pool(nodes, Memory(peak_since=T0, **memory))
     return decide(signals(T0 + s.peak_s, **PEAK), state, s)
 
 
 def after_trough(nodes: tuple[FlexNode, ...], s: Lending = SETTINGS, **memory: float | None) -> Decision:
-    state = State(nodes, Memory(trough_since=T0, **memory))
+    state = flex_pool(nodes, Memory(trough_since=T0, **memory))
     return decide(signals(T0 + s.trough_s, **TROUGH), state, s)
 
 
@@ -74,7 +89,7 @@ def after_trough(nodes: tuple[FlexNode, ...], s: Lending = SETTINGS, **memory: f
 def test_should_never_move_on_missing_data(missing: dict[str, float | None]) -> None:
     lent = (idle("flex-1", Owner.LENT), idle("flex-2", Owner.LENDING), idle("flex-3"))
     memory = Memory(peak_since=T0 - 10_000, trough_since=T0 - 10_000, last_move_at=T0 - 10_000)
-    decision = decide(signals(T0, **{**PEAK, **missing}), State(lent, memory), SETTINGS)
+    decision = decide(signals(T0, **{**PEAK, **missing}), flex_pool(lent, memory), SETTINGS)
     assert (decision.action, decision.nodes, decision.reason) == (Action.HOLD, (), Reason.NO_DATA)
     assert decision.detail == f"no data for {', '.join(k for k in missing)}: holding"
     # The gap breaks "has lasted": both clocks start again; the last move stays.
@@ -82,26 +97,26 @@ def test_should_never_move_on_missing_data(missing: dict[str, float | None]) -> 
 
 
 def test_should_never_move_when_the_flex_pool_is_unreadable() -> None:
-    decision = decide(signals(T0, **PEAK), State(None, Memory(peak_since=T0 - 10_000)), SETTINGS)
+    decision = decide(signals(T0, **PEAK), flex_pool(None, Memory(peak_since=T0 - 10_000)), SETTINGS)
     assert (decision.action, decision.detail) == (Action.HOLD, "no data for the flex pool: holding")
 
 
 def test_should_wait_for_a_peak_to_last_before_lending() -> None:
-    first = decide(signals(T0, **PEAK), State(POOL), SETTINGS)
+    first = decide(signals(T0, **PEAK), flex_pool(POOL), SETTINGS)
     assert (first.action, first.reason, first.memory.peak_since) == (Action.HOLD, Reason.PEAK_TOO_SHORT, T0)
-    almost = decide(signals(T0 + 299, **PEAK), State(POOL, first.memory), SETTINGS)
+    almost = decide(signals(T0 + 299, **PEAK), flex_pool(POOL, first.memory), SETTINGS)
     assert (almost.action, almost.reason) == (Action.HOLD, Reason.PEAK_TOO_SHORT)
     assert almost.detail == ("200 waiting over 4 replicas (50.0 each), 0 inference pods pending: peak for 299 s of the "
                              "300 s a lend needs")
-    lend = decide(signals(T0 + 300, **PEAK), State(POOL, almost.memory), SETTINGS)
+    lend = decide(signals(T0 + 300, **PEAK), flex_pool(POOL, almost.memory), SETTINGS)
     assert (lend.action, lend.nodes, lend.reason) == (Action.LEND, ("flex-1",), Reason.PEAK)
     assert lend.memory == Memory(peak_since=T0, last_move_at=T0 + 300)
 
 
 def test_should_start_the_peak_clock_again_after_a_dip() -> None:
-    dip = decide(signals(T0 + 200, **STEADY), State(POOL, Memory(peak_since=T0)), SETTINGS)
+    dip = decide(signals(T0 + 200, **STEADY), flex_pool(POOL, Memory(peak_since=T0)), SETTINGS)
     assert (dip.reason, dip.memory.peak_since) == (Reason.STEADY, None)
-    again = decide(signals(T0 + 400, **PEAK), State(POOL, dip.memory), SETTINGS)
+    again = decide(signals(T0 + 400, **PEAK), flex_pool(POOL, dip.memory), SETTINGS)
     assert (again.action, again.memory.peak_since) == (Action.HOLD, T0 + 400)
 
 
@@ -113,7 +128,7 @@ def test_should_start_the_peak_clock_again_after_a_dip() -> None:
     pytest.param({"waiting": 0.0, "replicas": 0.0}, Action.HOLD, id="should not lend for no demand and no replica"),
 ])
 def test_should_read_a_peak_from_the_queues_or_pending_pods(demand: dict[str, float], expected: Action) -> None:
-    state = State(POOL, Memory(peak_since=T0 - 1000))
+    state = flex_pool(POOL, Memory(peak_since=T0 - 1000))
     assert decide(signals(T0, **demand), state, SETTINGS).action == expected
 
 
@@ -143,7 +158,29 @@ def test_should_respect_the_training_floor(nodes: tuple[FlexNode, ...], floor: i
     assert decision.nodes == expected
     if not expected:
         assert (decision.action, decision.reason) == (Action.HOLD, Reason.NOTHING_LENDABLE)
-        assert decision.detail.endswith(f"no flex node is lendable above the training floor of {floor}")
+        assert f"no flex node is lendable above the training floor of {floor} with a GPU" in decision.detail
+
+
+def test_should_lend_only_nodes_whose_gpu_a_replica_past_the_pool_can_use() -> None:
+    """An idle RTX 4090 flex node is passed over for a busy A800 one when only an A800 model may use lent nodes; with
+    no model that may, nothing is lent at all."""
+    nodes = (idle("flex-4090", gpu="RTX-4090"), running("flex-a800", ("train_preemptible", True, 60.0)),
+             idle("flex-spare", gpu="RTX-4090"))
+    state = flex_pool(nodes, Memory(peak_since=T0))
+    assert decide(signals(T0 + SETTINGS.peak_s, **PEAK), state, SETTINGS).nodes == ("flex-a800",)
+    nobody = decide(signals(T0 + SETTINGS.peak_s, **PEAK), flex_pool(nodes, Memory(peak_since=T0), frozenset()),
+                    SETTINGS)
+    assert (nobody.action, nobody.reason) == (Action.HOLD, Reason.NOTHING_LENDABLE)
+    assert nobody.detail.endswith("with a GPU the replicas past the kubernetes pool use (none)")
+
+
+def test_should_want_the_gpus_of_the_models_with_lent_replicas() -> None:
+    site = parse(prod_values())
+    assert lent_gpu_models(site) == {"A800-SXM4-80GB"}
+    qwen, llama = site.inference.models
+    both = [qwen, llama.model_copy(update={"lent_replicas": 8})]
+    assert lent_gpu_models(site.model_copy(update={"inference": site.inference.model_copy(
+        update={"models": both})})) == {"A800-SXM4-80GB", "RTX-4090"}
 
 
 def test_should_lend_idle_nodes_first_then_the_least_work_lost() -> None:
@@ -167,14 +204,14 @@ def test_should_never_lend_a_node_running_work_the_table_protects(protected: str
 
 def test_should_finish_a_lend_under_way_without_waiting_for_the_cooldown() -> None:
     nodes = (idle("flex-1", Owner.LENDING), idle("flex-2"))
-    decision = decide(signals(T0, **STEADY), State(nodes, Memory(last_move_at=T0 - 5)), SETTINGS)
+    decision = decide(signals(T0, **STEADY), flex_pool(nodes, Memory(last_move_at=T0 - 5)), SETTINGS)
     assert (decision.action, decision.nodes, decision.reason) == (Action.LEND, ("flex-1",), Reason.FINISH_LEND)
     assert decision.memory.last_move_at == T0 - 5  # the same move, not a new one
 
 
 def test_should_wait_for_a_trough_to_last_before_reclaiming() -> None:
     nodes = (idle("flex-1", Owner.LENT), idle("flex-2"))
-    first = decide(signals(T0, **TROUGH), State(nodes), SETTINGS)
+    first = decide(signals(T0, **TROUGH), flex_pool(nodes), SETTINGS)
     assert (first.action, first.reason, first.memory.trough_since) == (Action.HOLD, Reason.TROUGH_TOO_SHORT, T0)
     back = after_trough(nodes)
     assert (back.action, back.nodes, back.reason) == (Action.RECLAIM, ("flex-1",), Reason.TROUGH)
@@ -194,7 +231,7 @@ def test_should_hold_in_a_trough_with_nothing_lent() -> None:
 
 def test_should_not_call_a_trough_while_a_pod_is_pending() -> None:
     nodes = (idle("flex-1", Owner.LENT), idle("flex-2"))
-    decision = decide(signals(T0 + 5000, **{**TROUGH, "pending_pods": 1.0}), State(nodes, Memory(trough_since=T0)),
+    decision = decide(signals(T0 + 5000, **{**TROUGH, "pending_pods": 1.0}), flex_pool(nodes, Memory(trough_since=T0)),
                       SETTINGS)
     assert decision.memory.trough_since is None and decision.action != Action.RECLAIM
 
@@ -209,22 +246,22 @@ SLO = tuned(ttft_objective_s=2.0)
                  id="should read no first token in the window as nothing slow"),
 ])
 def test_should_read_a_peak_from_the_latency_objective(demand: dict[str, float], expected: Action) -> None:
-    decision = decide(signals(T0, **demand), State(POOL, Memory(peak_since=T0 - 1000)), SLO)
+    decision = decide(signals(T0, **demand), flex_pool(POOL, Memory(peak_since=T0 - 1000)), SLO)
     assert decision.action == expected, decision.detail
 
 
 def test_should_not_call_a_trough_while_the_latency_objective_is_missed() -> None:
     nodes = (idle("flex-1", Owner.LENT), idle("flex-2"))
-    slow = decide(signals(T0, **{**TROUGH, "ttft_p95_s": 3.0}), State(nodes, Memory(trough_since=T0 - 5000)), SLO)
+    slow = decide(signals(T0, **{**TROUGH, "ttft_p95_s": 3.0}), flex_pool(nodes, Memory(trough_since=T0 - 5000)), SLO)
     assert slow.action != Action.RECLAIM and slow.memory.trough_since is None
     assert slow.detail.startswith("2 waiting over 4 replicas (0.5 each), 0 inference pods pending, p95 time to first "
                                   "token 3.00 s (objective 2 s): ")
-    fast = decide(signals(T0, **{**TROUGH, "ttft_p95_s": 0.4}), State(nodes, Memory(trough_since=T0 - 5000)), SLO)
+    fast = decide(signals(T0, **{**TROUGH, "ttft_p95_s": 0.4}), flex_pool(nodes, Memory(trough_since=T0 - 5000)), SLO)
     assert (fast.action, fast.nodes) == (Action.RECLAIM, ("flex-1",))
 
 
 def test_should_hold_when_the_latency_it_needs_is_unreadable_and_ignore_it_without_an_objective() -> None:
-    state = State(POOL, Memory(peak_since=T0 - 1000))
+    state = flex_pool(POOL, Memory(peak_since=T0 - 1000))
     held = decide(signals(T0, **PEAK, ttft_p95_s=None), state, SLO)
     assert (held.action, held.detail) == (Action.HOLD, "no data for ttft_p95_s: holding")
     assert decide(signals(T0, **PEAK, ttft_p95_s=None), state, SETTINGS).action == Action.LEND
@@ -243,8 +280,8 @@ def test_should_hold_the_floor_and_space_moves_whatever_the_demand(
     memory, moves = Memory(), []
     for i, demand in enumerate(curve):
         at = T0 + i * interval
-        nodes = tuple(FlexNode(n, o) for n, o in owners.items())
-        decision = decide(signals(at, **demand), State(nodes, memory), lending)
+        nodes = tuple(FlexNode(n, o, gpu_model=GPU) for n, o in owners.items())
+        decision = decide(signals(at, **demand), flex_pool(nodes, memory), lending)
         memory = decision.memory
         if decision.action != Action.HOLD:
             assert demand != {"waiting": None}  # never on missing data
@@ -263,8 +300,8 @@ def test_should_move_no_more_than_the_hysteresis_allows_on_a_fast_oscillation() 
     memory, moves = Memory(), 0
     for minute in range(24 * 60):
         demand = PEAK if (minute // 4) % 2 == 0 else TROUGH
-        nodes = tuple(FlexNode(n, o) for n, o in owners.items())
-        decision = decide(signals(T0 + minute * 60, **demand), State(nodes, memory), SETTINGS)
+        nodes = tuple(FlexNode(n, o, gpu_model=GPU) for n, o in owners.items())
+        decision = decide(signals(T0 + minute * 60, **demand), flex_pool(nodes, memory), SETTINGS)
         memory, moves = decision.memory, moves + (decision.action != Action.HOLD)
     assert moves == 0
 
@@ -276,8 +313,8 @@ def test_should_move_once_per_peak_and_once_per_trough_on_a_slow_oscillation() -
     memory, moves = Memory(), []
     for minute in range(24 * 60):
         demand = PEAK if (minute // 120) % 2 == 0 else TROUGH
-        nodes = tuple(FlexNode(n, o) for n, o in owners.items())
-        decision = decide(signals(T0 + minute * 60, **demand), State(nodes, memory), Lending())
+        nodes = tuple(FlexNode(n, o, gpu_model=GPU) for n, o in owners.items())
+        decision = decide(signals(T0 + minute * 60, **demand), flex_pool(nodes, memory), Lending())
         memory = decision.memory
         if decision.action != Action.HOLD:
             moves.append((minute, decision.action))
@@ -295,6 +332,18 @@ def test_should_move_once_per_peak_and_once_per_trough_on_a_slow_oscillation() -
     pytest.param({"lending": {"training_floor_nodes": 2}},
                  "lending.training_floor_nodes: a floor of 2 keeps all 2 flex nodes in Slurm: the controller could "
                  "never lend one", id="should refuse a floor that keeps the whole flex pool"),
+    pytest.param({"inference__models__0__lent_replicas": 0},
+                 "inference.models[].lent_replicas: 1 of the 2 A800-SXM4-80GB flex nodes can be lent (8 GPUs above "
+                 "lending.training_floor_nodes 1), but no served A800-SXM4-80GB model has lent_replicas over 0: a "
+                 "lend would serve no one", id="should refuse a flex pool no model may use once lent"),
+    pytest.param({"inference__models__0__lent_replicas": 3},
+                 "inference.models[0].lent_replicas: 3 replicas of 4 A800-SXM4-80GB GPUs need more than the 2 that "
+                 "fit on the 1 of 2 A800-SXM4-80GB flex nodes the controller may lend",
+                 id="should refuse lent replicas past the lendable flex nodes"),
+    pytest.param({"inference__models__1__lent_replicas": 1},
+                 "inference.models[1].lent_replicas: 1 replicas of 1 RTX-4090 GPUs need more than the 0 that fit on "
+                 "the 0 of 0 RTX-4090 flex nodes the controller may lend",
+                 id="should refuse lent replicas of a gpu with no flex node"),
     pytest.param({"lending": {"max_step_nodes": True}},
                  "lending.max_step_nodes: Value error, a boolean is not a number",
                  id="should refuse a boolean step"),

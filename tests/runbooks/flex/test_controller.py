@@ -43,7 +43,7 @@ class PoolDouble:
     def pool(self) -> tuple[FlexNode, ...]:
         if self.broken:
             raise CommandError("scontrol --oneliner show node gpu-a800-09 did not answer within 30 s")
-        return tuple(FlexNode(name, owner) for name, owner in self.owners.items())
+        return tuple(FlexNode(name, owner, gpu_model="A800-SXM4-80GB") for name, owner in self.owners.items())
 
     def lend(self, nodes: tuple[str, ...], wait_s: float, poll_s: float = 2.0) -> list[NodeOutcome]:
         self.calls.append(("lend", tuple(nodes)))

@@ -470,8 +470,8 @@ def test_should_place_model_servers_as_inference_on_the_kubernetes_pool_or_lent_
         # KEDA owns the replica count, on the queue depth the engines export, within the spec's bounds.
         assert "replicas" not in engine["spec"]
         (scaler,) = objects(rendered["vllm"], "ScaledObject", f"vllm-{model.name}-scaledobject")
-        assert (scaler["spec"]["minReplicaCount"], scaler["spec"]["maxReplicaCount"]) == (model.replicas.min,
-                                                                                           model.replicas.max)
+        assert (scaler["spec"]["minReplicaCount"], scaler["spec"]["maxReplicaCount"]) == (
+            model.replicas.min, model.replicas.max + model.lent_replicas)
         (trigger,) = scaler["spec"]["triggers"]
         assert trigger["metadata"]["query"] == (
             f'sum(vllm:num_requests_waiting{{namespace="inference", model_name="{model.name}"}})')

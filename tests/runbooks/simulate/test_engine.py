@@ -71,9 +71,10 @@ def test_static_slice_runs_the_gang_narrower_for_longer() -> None:
 
 # Two 8-GPU preemptible jobs fill the Slurm node and the flex node; inference (4 GPUs a replica, 8 GPUs of flavor)
 # has 2.4 replicas' worth of load from 1200 s to 3000 s, 0.4 otherwise; the autoscaler keeps each replica at most
-# 5/6 busy (5 waiting), so it asks 3 replicas, then 1.
+# 5/6 busy (5 waiting), so it asks 3 replicas, then 1: two of them on the flavor (replicas.max), the third only on a
+# lent node (lent_replicas 2).
 LENDING = Lending(peak_s=60, trough_s=600, cooldown_s=0, interval_s=30, max_step_nodes=1, training_floor_nodes=0)
-MODEL = InferenceDemand("m", "A800", 4, 1, 4, 5, 600, [0.4, 0.4, 2.4, 2.4, 2.4, 0.4, 0.4])
+MODEL = InferenceDemand("m", "A800", 4, 1, 2, 2, 5, 600, [0.4, 0.4, 2.4, 2.4, 2.4, 0.4, 0.4])
 LEND_WORKLOAD = Workload([job(0, "a", 0, 8, 10, "train_preemptible"), job(1, "a", 0, 8, 10, "train_preemptible")],
                          [MODEL], 4200, 1.0)
 FLEX_SITE = [SlurmNode("s1", Pool.SLURM, "A800", 8), SlurmNode("f1", Pool.FLEX, "A800", 8)]
@@ -126,7 +127,11 @@ def test_static_with_room_for_everything_never_queues(prod_site: Site) -> None:
     outcome = simulate(big, workload, Policy.STATIC, prod_site.lending, 1800, slices)
     assert len(outcome.runs) == len(workload.jobs) > 20
     assert all(r.first_start == r.job.arrival_s and r.gpus == r.job.gpus for r in outcome.runs)
-    assert figures(outcome).inference_covered_pct == 100
+    # Every request is served (the peak offers replicas.max's worth), but at the peak qwen's 4 replicas are more
+    # than 10/11 busy, past the autoscaler's target: not served in full then.
+    result = figures(outcome)
+    assert result.inference_served_pct == 100
+    assert result.model_covered_pct["llama-3-1-8b"] == 100 > result.model_covered_pct["qwen2-5-72b"]
 
 
 @pytest.mark.parametrize("policy", list(Policy))
@@ -138,7 +143,8 @@ def test_gpu_hours_are_conserved_on_prod(prod_site: Site, policy: Policy) -> Non
     outcome = simulate(model, workload, policy, prod_site.lending, 1800, static_slices(model, prod_site))
     conserved(outcome)
     inference = sum(outcome.allocated_gpu_s.values()) - outcome.training_gpu_s
-    assert 0 < inference <= 40 * outcome.window_s  # prod's models ask at most 4 x 4 A800s and 24 RTX 4090s
+    # prod's models ask at most (4 + 2 lent) x 4 A800s and 24 RTX 4090s
+    assert 0 < inference <= 48 * outcome.window_s
     if policy == Policy.STACK:
         assert figures(outcome).lost_gpu_h > 0  # inference evicted Kubernetes jobs at its peaks
 
@@ -149,7 +155,7 @@ def test_lent_gpus_serve_only_models_of_their_gpu() -> None:
     site = small_site(FLEX_SITE, 8)
     site = replace(site, flavors={**site.flavors, "rtx4090-kubernetes": ("RTX-4090", 4)},
                    quota={**site.quota, ("a", "rtx4090-kubernetes"): 0, ("b", "rtx4090-kubernetes"): 0})
-    small = InferenceDemand("small", "RTX-4090", 1, 1, 4, 5, 600, [1.5] * 7)
+    small = InferenceDemand("small", "RTX-4090", 1, 1, 4, 0, 5, 600, [1.5] * 7)
     workload = replace(LEND_WORKLOAD, inference=[MODEL, small])
     outcome = simulate(site, workload, Policy.STACK, LENDING, 600, StaticSlices({}, {}, {}))
     assert outcome.covered_s == {"m": 4140, "small": 4200, "all": 4140}

@@ -66,7 +66,16 @@ def test_inference_peak_asks_the_share_of_max_replicas(prod_site: Site) -> None:
     qwen, llama = by_model["qwen2-5-72b"], by_model["llama-3-1-8b"]
     assert max(qwen.load) == pytest.approx(0.5 * 4) and max(llama.load) == pytest.approx(0.5 * 24)
     assert len(qwen.load) == 14 * 144  # ServeGen's 10-minute windows
-    assert min(qwen.asked(s) for s in range(len(qwen.load))) == 1  # replicas.min holds at the series' gaps
+    assert min(qwen.asked(s, True) for s in range(len(qwen.load))) == 1  # replicas.min holds at the series' gaps
+
+
+def test_the_autoscaler_asks_past_replicas_max_only_where_nodes_are_lent(prod_site: Site) -> None:
+    """At twice replicas.max's worth of load qwen needs 10 replicas (at most 5 waiting each): the stack's autoscaler
+    asks 4 + 2 lent, the static world's 4, and neither hides the 10 needed."""
+    workload = build(prod_site, site_model(prod_site).teams, TRACES, Mapping(Trace.GAVEL, days=1, inference_peak=2))
+    qwen = next(d for d in workload.inference if d.model == "qwen2-5-72b")
+    peak = qwen.load.index(max(qwen.load))
+    assert (qwen.needed(peak), qwen.asked(peak, True), qwen.asked(peak, False)) == (10, 6, 4)
 
 
 def test_a_malformed_trace_names_file_line_and_column(tmp_path: Path) -> None:
