@@ -106,7 +106,7 @@ def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[s
     """The campaign over the targets file's nodes and loads, at the measured (or declared) peak."""
     spec = site.acceptance
     try:
-        where = placed(site, targets)
+        where = placed(site, targets, context.state_dir / "switches")
         directory = hot_dir(targets)
     except TargetsError as error:
         raise _fail(f"targets: {error}", ExitCode.INVALID) from None

@@ -18,6 +18,7 @@ The inference load's key is GPUCTL_ACCEPTANCE_KEY's (the platform team's gateway
 """
 
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from components.spec.acceptance import DrillKind
 from components.spec.site import Node, Site
+from hosts import drill_node
 from runbooks.acceptance.faults import Fault, bmc_power, link_down, netem_delay, storage_delay, version_swap
 
 INTERFACE = re.compile(r"^[A-Za-z0-9._-]{1,15}$")
@@ -72,7 +74,9 @@ def on_node(fault: Fault, ssh: Sequence[str], revert_after_s: float, unit: str) 
                  (*((*ssh, *argv) for argv in fault.undo), (*ssh, "systemctl", "stop", f"{unit}.timer")))
 
 
-def placed(site: Site, targets: dict[str, Any]) -> dict[DrillKind, Placed]:
+def placed(site: Site, targets: dict[str, Any], state_dir: Path) -> dict[DrillKind, Placed]:
+    """Each drill's fault where the targets file puts it; `state_dir` (root-only: the switches' directory) keeps what
+    a fault must give back (a node's drain before its power loss)."""
     drills = {d.kind: d for d in site.acceptance.drills}
     found: dict[DrillKind, Placed] = {}
     for kind, drill in drills.items():
@@ -94,9 +98,12 @@ def placed(site: Site, targets: dict[str, Any]) -> dict[DrillKind, Placed]:
             if not isinstance(password, str) or not password.startswith("/"):
                 raise TargetsError(f"{key}.bmc_password_file: an absolute path to a root-only file is required")
             power = bmc_power(key, node.name, node.bmc_host, site.bmc_user, password)
-            # Back on, the node stays DOWN in Slurm until resumed (slurm-nodes-unavailable.md): the undo resumes it.
-            fault = Fault(key, node.name, power.inject,
-                          (*power.undo, ("scontrol", "update", f"nodename={node.name}", "state=resume")))
+            # Back on, the node stays DOWN in Slurm until resumed (slurm-nodes-unavailable.md): the undo resumes it,
+            # and drains it again if someone else had (a lent node stays lent: hosts/drill_node.py).
+            slurm_side = (sys.executable, drill_node.__file__)
+            saved = str(state_dir / f"{node.name}.slurm-state.json")
+            fault = Fault(key, node.name, ((*slurm_side, "save", node.name, saved), *power.inject),
+                          (*power.undo, (*slurm_side, "restore", node.name, saved)))
         elif kind == DrillKind.NETWORK_PARTITION:
             fault = on_node(link_down(key, _interface(entry.get("interface"), key)), ssh, revert, unit)
         else:
