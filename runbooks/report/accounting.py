@@ -4,6 +4,7 @@ Queue wait is Start - Submit of each job's allocation, from the accounting recor
 that resets when its process restarts, no sampling.
 """
 
+import math
 import os
 import subprocess
 from collections.abc import Iterable
@@ -19,6 +20,10 @@ GPU_TRES = "gres/gpu"
 """The GPU TRES the stack's slurm.conf accounts (AccountingStorageTRES=gres/gpu, components/slurm/conf.py)."""
 NOT_YET = {"Unknown", "None", ""}
 """What sacct prints for a start or end that has not happened."""
+MAX_ROWS = 2_000_000
+"""Job allocations one report reads at most (a month of a busy cluster is a few hundred thousand)."""
+MAX_GPUS = 100_000
+"""GPUs of one allocation at most: past any cluster the report measures."""
 
 
 class AccountingError(Exception):
@@ -57,33 +62,44 @@ def _time(text: str, field: str, line: str) -> float | None:
     if text in NOT_YET:
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise AccountingError(f"sacct printed {field}={text!r}, not epoch seconds, in {line!r}") from None
+        value = math.nan
+    if not math.isfinite(value):
+        raise AccountingError(f"sacct printed {field}={text[:40]!r}, not epoch seconds, in {line[:200]!r}") from None
+    return value
 
 
-def _gpus(tres: str) -> int:
+def _gpus(tres: str, line: str) -> int:
     """GPUs of an AllocTRES such as `billing=8,cpu=8,gres/gpu=8,mem=64G,node=1` (typed counts are not summed)."""
     counts = dict(part.split("=", 1) for part in tres.split(",") if "=" in part)
-    return int(counts.get(GPU_TRES, "0"))
+    text = counts.get(GPU_TRES, "0")
+    if not (text.isascii() and text.isdecimal() and int(text) <= MAX_GPUS):
+        raise AccountingError(f"sacct printed AllocTRES {GPU_TRES}={text[:40]!r}, not a count of at most {MAX_GPUS:,} "
+                              f"GPUs, in {line[:200]!r}")
+    return int(text)
 
 
 def parse_sacct(text: str) -> list[Job]:
     """`sacct --parsable2 --noheader --format=<FIELDS>` with SLURM_TIME_FORMAT=%s."""
     jobs = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        if number > MAX_ROWS:
+            raise AccountingError(f"sacct printed over {MAX_ROWS:,} lines, the limit of one report: measure a shorter "
+                                  "window")
         values = line.split("|")
         if len(values) != len(FIELDS):
-            raise AccountingError(f"sacct printed {len(values)} fields, not {len(FIELDS)} ({','.join(FIELDS)}): "
-                                  f"{line!r}")
+            raise AccountingError(f"sacct printed {len(values)} fields, not {len(FIELDS)} ({','.join(FIELDS)}), on "
+                                  f"line {number}: {line[:200]!r}")
         row = dict(zip(FIELDS, values, strict=True))
         submit = _time(row["Submit"], "Submit", line)
         if submit is None:
-            raise AccountingError(f"sacct printed no Submit time in {line!r}")
+            raise AccountingError(f"sacct printed no Submit time in {line[:200]!r}")
         jobs.append(Job(row["JobIDRaw"], row["Account"], row["User"], row["Partition"], submit,
-                        _time(row["Start"], "Start", line), _time(row["End"], "End", line), _gpus(row["AllocTRES"])))
+                        _time(row["Start"], "Start", line), _time(row["End"], "End", line),
+                        _gpus(row["AllocTRES"], line)))
     return jobs
 
 
@@ -94,7 +110,8 @@ def sacct_jobs(since: datetime, until: datetime) -> list[Job]:
     args = ["sacct", "--allusers", "--allocations", "--noheader", "--parsable2", f"--format={','.join(FIELDS)}",
             f"--starttime={since.astimezone().strftime(local)}", f"--endtime={until.astimezone().strftime(local)}"]
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=SACCT_TIMEOUT_S,
+        # Names are any administrator's bytes: what is no UTF-8 is replaced, never a traceback.
+        done = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=SACCT_TIMEOUT_S,
                               env={**os.environ, "SLURM_TIME_FORMAT": "%s"})
     except FileNotFoundError:
         raise AccountingError("sacct is not installed here: run the report where Slurm's client commands "
