@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components.spec.acceptance import Acceptance, Drill, DrillKind, Peak
-from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, alert_sop, sop_exists
+from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, alert_sop, sop_missing
 from runbooks.acceptance.faults import Fault, FaultError, Switches, run_commands
 from runbooks.acceptance.store import FAILED, PASSED, RUNNING, AlertSpan, Campaign, CampaignStore, Failure
 from runbooks.acceptance.verdict import Measurements, judge, loaded_s
@@ -121,8 +121,8 @@ class Runbook:
 
     def plan(self) -> list[tuple[str, float, str]]:
         """(step, scaled seconds, what it does), or CampaignRefusedError naming every missing SOP or target."""
-        missing = [f"drills[{i}].sop: docs/sop/{d.sop}.md does not exist" for i, d in enumerate(self.spec.drills)
-                   if not sop_exists(d.sop, self.sop_dir)]
+        missing = [f"drills[{i}].sop: {lacks}" for i, d in enumerate(self.spec.drills)
+                   if (lacks := sop_missing(d.sop, self.sop_dir)) is not None]
         missing += [f"drills[{i}]: no target for {d.kind.value} (where its fault lands)"
                     for i, d in enumerate(self.spec.drills) if d.kind not in self.targets]
         if missing:

@@ -201,9 +201,9 @@ def _drills(measured: Measurements) -> list[Criterion]:
                 if name.startswith("drill:") and finished is not None]
     orphans = sorted({f.mode for f in measured.failures if f.sop is None})
     criteria.append(Criterion("failures with an SOP", "campaign", not orphans,
-                              f"fired with no SOP: {', '.join(orphans)}" if orphans else
+                              f"fired with no SOP (or one without its sections): {', '.join(orphans)}" if orphans else
                               f"{len(measured.failures)} failures logged, each with its SOP",
-                              "every failure has docs/sop/<sop>.md", "the failure log"))
+                              "every failure has docs/sop/<sop>.md with its sections", "the failure log"))
     blind = len(measured.samples.get("alertmanager_unreadable", []))
     criteria.append(Criterion("alertmanager read", "campaign", not blind, f"unreadable {blind} times",
                               "read at every look (an alert may have fired unlogged)", "the campaign's watcher"))

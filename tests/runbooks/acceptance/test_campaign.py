@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from components.spec.acceptance import Acceptance, DrillKind
-from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert
+from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, sop_missing
 from runbooks.acceptance.campaign import CampaignRefusedError, Load, Reaction, Runbook, Target, terminated_as_exit
 from runbooks.acceptance.faults import Fault, Switches
 from runbooks.acceptance.load import RateLoad
@@ -175,18 +175,31 @@ def test_should_fail_the_campaign_when_an_alert_fires_with_no_sop(world: World) 
     campaign = runbook.run("sha256:deployed", "canary")
     assert campaign.verdict == FAILED
     assert failing(store, campaign.id) == ["campaign failures with an SOP"]
-    assert "fired with no SOP: NothingDocumentsThis" in (campaign.reason or "")
+    assert "fired with no SOP (or one without its sections): NothingDocumentsThis" in (campaign.reason or "")
     fired = {f.mode: f.sop for f in store.failures(campaign.id) if f.source == "fired"}
     assert fired == {"NothingDocumentsThis": None, "SlurmNodesUnavailable": "slurm-nodes-unavailable"}
 
 
-def test_should_refuse_to_plan_a_drill_whose_sop_is_missing(world: World, tmp_path: Path) -> None:
+def test_should_refuse_to_plan_a_drill_whose_sop_is_missing_or_lacks_its_sections(world: World, tmp_path: Path
+                                                                                 ) -> None:
     sops = tmp_path / "sop"
     sops.mkdir()
-    (sops / "network-partition.md").write_text("# Network partition\n")
+    (sops / "network-partition.md").write_text("")  # an empty SOP is no SOP
+    sections = (REPO / "docs" / "sop" / "storage-jitter.md").read_text()
+    (sops / "storage-jitter.md").write_text(sections)
+    (sops / "model-hot-swap.md").write_text(sections.replace("## Recovery", "## Notes"))
     runbook, _ = world.runbook(sop_dir=sops)
-    with pytest.raises(CampaignRefusedError, match=r"drills\[1\].sop: docs/sop/node-power-loss.md does not exist"):
+    with pytest.raises(CampaignRefusedError) as refused:
         runbook.run("sha256:deployed", "canary")
+    assert str(refused.value) == (
+        "drills[0].sop: docs/sop/network-partition.md lacks the sections Detection, Impact, Immediate action, "
+        "Recovery, Escalation; drills[1].sop: docs/sop/node-power-loss.md does not exist; "
+        "drills[3].sop: docs/sop/model-hot-swap.md lacks the sections Recovery")
+
+
+def test_should_find_every_section_in_every_sop() -> None:
+    assert {path.stem: sop_missing(path.stem, path.parent) for path in (REPO / "docs" / "sop").glob("*.md")} == {
+        path.stem: None for path in (REPO / "docs" / "sop").glob("*.md")}
 
 
 def test_should_revert_and_log_the_fault_a_run_killed_mid_drill_left(world: World) -> None:
