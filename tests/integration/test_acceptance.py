@@ -348,7 +348,9 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
                        for k, v in drills.items()) + f"; Slurm saw node B silent after {node_failure['measured_s']} s "
                    f"(SlurmdTimeout {SLURMD_TIMEOUT_S} s), {node_failure['reactions'][0]['detail']}: "
                    f"{node_failure['reactions'][1]['detail']}; "
-                   f"failures logged: {len(failures)}; report {report}")
+                   f"failures logged: {len(failures)}; report {report}; the verdict measured: " + "; ".join(
+                       f"{c['phase']} {c['name']} {c['measured']}" for c in steps["verdict"][2]["criteria"]
+                       if not c["name"].startswith("drill:")))
 
 
 def netns_qdisc(world: World) -> str:
