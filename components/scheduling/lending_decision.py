@@ -87,12 +87,25 @@ class State:
     wanted_gpu_models: frozenset[str] = field(kw_only=True)
     """The GPU models replicas past the kubernetes pool run on (lent_gpu_models): a lent node of any other GPU would
     serve no one."""
+    pool_replicas: float = field(kw_only=True)
+    """Replicas of the models the signals count that the kubernetes pool holds (pool_replicas): with no more serving
+    and none pending, the lent nodes hold nothing the pool could not."""
+
+
+def lent_models(site: Site) -> list[str]:
+    """The served models that may add replicas on lent flex nodes (inference.models[].lent_replicas over 0): the
+    signals count their demand alone."""
+    return [m.name for m in site.inference.models if m.lent_replicas > 0]
 
 
 def lent_gpu_models(site: Site) -> frozenset[str]:
-    """The GPU models of the served models that may add replicas on lent flex nodes (inference.models[].lent_replicas
-    over 0)."""
+    """The GPU models of lent_models."""
     return frozenset(m.gpu_model for m in site.inference.models if m.lent_replicas > 0)
+
+
+def pool_replicas(site: Site) -> int:
+    """The replicas of lent_models the kubernetes pool is sized for: their replicas.max summed."""
+    return sum(m.replicas.max for m in site.inference.models if m.lent_replicas > 0)
 
 
 class Action(StrEnum):
@@ -143,7 +156,10 @@ def decide(signals: Signals, state: State, settings: Lending) -> Decision:
     if objective is not None:
         demand += f", p95 time to first token {signals.ttft_p95_s:.2f} s (objective {objective:g} s)"
     peak = signals.pending_pods > 0 or per_replica >= settings.lend_waiting_per_replica or slow
-    trough = signals.pending_pods == 0 and per_replica <= settings.reclaim_waiting_per_replica and not slow
+    # The autoscaler keeps each replica near its own target (5 waiting by default), over the reclaim threshold: once
+    # it asks no more replicas than the pool holds, that is a trough too, or a lend would outlast its peak by days.
+    trough = not peak and (per_replica <= settings.reclaim_waiting_per_replica
+                           or signals.replicas <= state.pool_replicas)
     memory = replace(memory, peak_since=_since(memory.peak_since, at) if peak else None,
                      trough_since=_since(memory.trough_since, at) if trough else None)
 

@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from components.scheduling.lending_decision import Signals
+from components.scheduling.lending_decision import Signals, lent_models
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.flex.controller import LOCK, MOVES_LOCK, Controller, Store
@@ -155,7 +155,8 @@ def control(ctx: typer.Context, dry_run: Annotated[bool, typer.Option(help="Deci
     metrics = Metrics()
     serve(metrics, listen or flex.site.lending.metrics_address, port or flex.site.lending.metrics_port)
     lending = flex.site.lending
-    reader = PrometheusDemand(lending.prometheus_url, latency=lending.ttft_objective_s is not None)
+    reader = PrometheusDemand(lending.prometheus_url, latency=lending.ttft_objective_s is not None,
+                              models=lent_models(flex.site))
 
     def demand() -> Signals:
         signals = reader.read()

@@ -31,6 +31,7 @@ from components.scheduling.lending_decision import (
     State,
     decide,
     lent_gpu_models,
+    pool_replicas,
 )
 from components.spec.site import Site
 from runbooks.flex.lease import Lease, holder_line
@@ -135,8 +136,9 @@ class Controller:
     def step(self) -> Decision:
         signals = self.demand()
         nodes = self._pool()
-        decision = decide(signals, State(nodes, self.memory, wanted_gpu_models=lent_gpu_models(self.site)),
-                          self.site.lending)
+        state = State(nodes, self.memory, wanted_gpu_models=lent_gpu_models(self.site),
+                      pool_replicas=pool_replicas(self.site))
+        decision = decide(signals, state, self.site.lending)
         paused = self.store.paused()
         mode = "paused" if paused else "dry-run" if self.dry_run else "live"
         held_by = self.moves.try_acquire(holder_line("the lending controller")) if mode == "live" else None

@@ -9,9 +9,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
-from components.inference.demand import DEMAND_QUERIES, LATENCY_QUERY
+from components.inference.demand import LATENCY_QUERY, demand_queries
 from components.scheduling.lending_decision import Signals
 
 QUERY_TIMEOUT_S = 5.0
@@ -19,10 +19,12 @@ QUERY_TIMEOUT_S = 5.0
 
 
 class PrometheusDemand:
-    def __init__(self, url: str, latency: bool = False, clock: Callable[[], float] = time.time) -> None:
-        """latency: read the p95 time to first token too (the spec sets lending.ttft_objective_s)."""
+    def __init__(self, url: str, latency: bool = False, clock: Callable[[], float] = time.time,
+                 models: Collection[str] | None = None) -> None:
+        """latency: read the p95 time to first token too (the spec sets lending.ttft_objective_s); models: the served
+        models whose queues and pending engines count (lending_decision.lent_models), every model when None."""
         self.url = url.rstrip("/")
-        self.queries = {**DEMAND_QUERIES, **({"ttft_p95_s": LATENCY_QUERY} if latency else {})}
+        self.queries = {**demand_queries(models), **({"ttft_p95_s": LATENCY_QUERY} if latency else {})}
         self.clock = clock
         self.errors: list[str] = []
         """Why each signal of the last read is missing."""

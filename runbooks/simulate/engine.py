@@ -161,7 +161,12 @@ class Simulation:
         self.runs: list[Run] = []
         self.served = [Served(d) for d in workload.inference]
         self.memory = Memory()
-        self.wanted_gpus = frozenset(d.gpu_model for d in workload.inference if d.lent_replicas > 0)
+        self.borrowers = [s for s in self.served if s.demand.lent_replicas > 0]
+        """The models that may add replicas on lent nodes: decide() reads their demand alone, as the live controller
+        does (components/inference/demand.py)."""
+        self.wanted_gpus = frozenset(s.demand.gpu_model for s in self.borrowers)
+        self.pool_replicas = sum(s.demand.max_replicas for s in self.borrowers)
+        """As lending_decision.pool_replicas reads the spec."""
         """As lending_decision.lent_gpu_models reads the spec: the GPUs of models that may add replicas on lent
         nodes."""
         self.wake: simpy.Event | None = None
@@ -283,14 +288,15 @@ class Simulation:
         self._record()
 
     def _pending(self) -> int:
-        return sum(s.replicas - s.served_replicas for s in self.served if s.replicas > s.served_replicas)
+        return sum(s.replicas - s.served_replicas for s in self.borrowers if s.replicas > s.served_replicas)
 
     def _waiting(self) -> float:
-        """Requests waiting at the model servers, summed: each served model's replicas as M/M/1 queues sharing its
+        """Requests waiting at the model servers of the models that may use lent nodes, summed (as the controller's
+        queries read them): each such model's replicas as M/M/1 queues sharing its
         load, L = rho / (1 - rho) per replica at utilization rho (so the spec's defaults, lend at 10 waiting per replica
         and reclaim at 1, are 91 % and 50 % busy); a model with more load than replicas counts MAX_WAITING each."""
         waiting = 0.0
-        for s in self.served:
+        for s in self.borrowers:
             replicas = s.served_replicas
             rho = s.load / replicas if replicas else (math.inf if s.load > 0 else 0.0)
             waiting += MAX_WAITING * max(replicas, 1) if rho >= 1 else replicas * rho / (1 - rho)
@@ -308,9 +314,10 @@ class Simulation:
             pending = self._pending()
             # No latency in the model: with an objective set, no window is slow (NaN, as a window without a first
             # token reads to decide()).
-            signals = Signals(self.env.now, self._waiting(), float(sum(s.served_replicas for s in self.served)),
+            signals = Signals(self.env.now, self._waiting(), float(sum(s.served_replicas for s in self.borrowers)),
                               float(pending), math.nan if self.lending.ttft_objective_s is not None else None)
-            decision = decide(signals, State(self._flex_nodes(), self.memory, wanted_gpu_models=self.wanted_gpus),
+            decision = decide(signals, State(self._flex_nodes(), self.memory, wanted_gpu_models=self.wanted_gpus,
+                                                pool_replicas=self.pool_replicas),
                               self.lending)
             self.memory = decision.memory
             if decision.action != Action.HOLD:

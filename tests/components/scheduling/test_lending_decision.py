@@ -21,6 +21,8 @@ from components.scheduling.lending_decision import (
     State,
     decide,
     lent_gpu_models,
+    lent_models,
+    pool_replicas,
 )
 from components.spec.lending import Lending
 from tests.builders import parse, problems, prod_values, with_changes
@@ -52,11 +54,13 @@ def idle(name: str, owner: Owner = Owner.SLURM, usable: bool = True, gpu: str = 
 
 
 NO_MEMORY = Memory()
+POOL_REPLICAS = 2.0
+"""Replicas the kubernetes pool holds: fewer than the 4 of PEAK, TROUGH and STEADY."""
 
 
 def flex_pool(nodes: tuple[FlexNode, ...] | None, memory: Memory = NO_MEMORY,
               wanted: frozenset[str] = WANTED) -> State:
-    return State(nodes, memory, wanted_gpu_models=wanted)
+    return State(nodes, memory, wanted_gpu_models=wanted, pool_replicas=POOL_REPLICAS)
 
 
 def running(name: str, *jobs: tuple[str, bool, float]) -> FlexNode:
@@ -174,9 +178,24 @@ def test_should_lend_only_nodes_whose_gpu_a_replica_past_the_pool_can_use() -> N
     assert nobody.detail.endswith("with a GPU the replicas past the kubernetes pool use (none)")
 
 
+def test_should_reclaim_once_the_models_ask_no_more_replicas_than_the_pool_holds() -> None:
+    """Two replicas at the autoscaler's own target (5 waiting each, over the reclaim threshold of 1) fit the pool's 2:
+    a trough, so the lent node goes back after trough_s instead of waiting for the queues to empty; three replicas
+    at the same queue length are not one."""
+    lent = (idle("flex-1", Owner.LENT), idle("flex-2"))
+    at_target = {"waiting": 10.0, "replicas": 2.0, "pending_pods": 0.0}
+    state = flex_pool(lent, Memory(trough_since=T0))
+    decision = decide(signals(T0 + SETTINGS.trough_s, **at_target), state, SETTINGS)
+    assert (decision.action, decision.nodes, decision.reason) == (Action.RECLAIM, ("flex-1",), Reason.TROUGH)
+    past_pool = {"waiting": 15.0, "replicas": 3.0, "pending_pods": 0.0}
+    held = decide(signals(T0 + SETTINGS.trough_s, **past_pool), state, SETTINGS)
+    assert (held.action, held.reason, held.memory.trough_since) == (Action.HOLD, Reason.STEADY, None)
+
+
 def test_should_want_the_gpus_of_the_models_with_lent_replicas() -> None:
     site = parse(prod_values())
     assert lent_gpu_models(site) == {"A800-SXM4-80GB"}
+    assert (lent_models(site), pool_replicas(site)) == (["qwen2-5-72b"], 4)
     qwen, llama = site.inference.models
     both = [qwen, llama.model_copy(update={"lent_replicas": 8})]
     assert lent_gpu_models(site.model_copy(update={"inference": site.inference.model_copy(

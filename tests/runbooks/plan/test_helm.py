@@ -15,9 +15,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.inference.demand import DEMAND_QUERIES
+from components.inference.demand import DEMAND_QUERIES, demand_queries
 from components.inference.values import NAMESPACE, gateway_config
 from components.monitoring.prometheus import COLD_DATASOURCE, metrics_volumes
+from components.scheduling.lending_decision import lent_models
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from components.supplied import operator_supplied
 from runbooks.cli import app
@@ -629,7 +630,10 @@ def test_should_count_as_pending_only_the_model_servers_that_request_gpus(
     (tmp_path / "test.yml").write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": series, "promql_expr_test": [
             {"expr": DEMAND_QUERIES["pending_pods"], "eval_time": "2m",
-             "exp_samples": [{"labels": "{}", "value": len(engines)}]}]}]}))
+             "exp_samples": [{"labels": "{}", "value": len(engines)}]},
+            # The controller counts only the models that may add replicas on lent nodes: qwen on prod.
+            {"expr": demand_queries(lent_models(parse(prod_values())))["pending_pods"], "eval_time": "2m",
+             "exp_samples": [{"labels": "{}", "value": 1}]}]}]}))
     run = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
