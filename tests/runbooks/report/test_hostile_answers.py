@@ -30,23 +30,30 @@ class Answers:
     range_answer: bytes = b""
 
 
-@pytest.fixture
-def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def double() -> Iterator[str]:
+    """The Prometheus double, one for the module: stopping one takes half a second (serve_forever's poll)."""
+
     class Handler(JsonHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             self.answer(200, Answers.range_answer if self.path.startswith("/api/v1/query_range") else ONE)
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    # No jobs, or the answer the test wrote.
-    (bin_dir / "sacct").write_text("#!/bin/sh\n[ -z \"$SACCT_ANSWER\" ] || cat \"$SACCT_ANSWER\"\n")
-    (bin_dir / "sacct").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     served = Served(Handler)
     try:
         yield served.url
     finally:
         served.stop()
+
+
+@pytest.fixture
+def hostile(double: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The double's URL, with an sacct on PATH that prints no jobs, or the answer the test wrote."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text("#!/bin/sh\n[ -z \"$SACCT_ANSWER\" ] || cat \"$SACCT_ANSWER\"\n")
+    (bin_dir / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return double
 
 
 def report(tmp_path: Path, url: str) -> tuple[int, str]:
