@@ -88,7 +88,9 @@ def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, m
     workload = comparison.workload
     table = Table("figure", "static", "this stack", "difference",
                   title=f"gpuctl simulate --stack {stack}: {mapping.trace}, {mapping.days:g} days, "
-                        f"{len(workload.jobs):,} training jobs (x{workload.scale:.2f} of the trace)")
+                        f"{len(workload.jobs):,} training jobs (x{workload.scale:.2f} of the trace), training load "
+                        f"offered {workload.offered_load:.2f} of the site's GPU-hours (--training-load "
+                        f"{mapping.training_load:g}), seed {mapping.seed}")
 
     def row(name: str, a: float, b: float, unit: str, digits: int = 1, points: bool = False) -> None:
         # A difference of percentages is in points.
@@ -98,15 +100,20 @@ def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, m
     row("GPU utilization", static.utilization_pct, ours.utilization_pct, " %", points=True)
     for pool in static.pool_utilization_pct:
         row(f"  {pool} pool", static.pool_utilization_pct[pool], ours.pool_utilization_pct[pool], " %", points=True)
+    # A job still waiting at the window's end counts its wait up to the end: a lower bound, so each team's count of
+    # them is printed beside its percentiles.
     for team in sorted(static.waits, key=lambda t: t != "all"):
         a, b = static.waits[team], ours.waits[team]
         name = "all teams" if team == "all" else team
         row(f"queue wait p50, {name}", a.p50_h, b.p50_h, " h")
         row(f"queue wait p95, {name}", a.p95_h, b.p95_h, " h")
-    row("jobs never started", static.waits["all"].never_started, ours.waits["all"].never_started, "", 0)
+        row(f"  still waiting at the end, {name}", a.never_started, b.never_started, "", 0)
     row("jobs finished", static.jobs_done, ours.jobs_done, "", 0)
+    row("inference requests served", static.inference_served_pct, ours.inference_served_pct, " %", points=True)
     row("inference served in full (% of time)", static.inference_covered_pct, ours.inference_covered_pct, " %",
         points=True)
     row("GPU-hours lost to preemption", static.lost_gpu_h, ours.lost_gpu_h, "")
     row("GPUs lent at peak", static.lent_peak_gpus, ours.lent_peak_gpus, "", 0)
+    row("GPU-hours lent", static.lent_gpu_h, ours.lent_gpu_h, "")
+    row("  of them serving inference", static.lent_serving_pct, ours.lent_serving_pct, " %", points=True)
     return table

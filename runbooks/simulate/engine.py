@@ -126,6 +126,10 @@ class Outcome:
     served_replica_s: dict[str, float]
     """Model -> of those, replica-seconds served: a replica serves at most 1.0, the rest is not served."""
     lent_peak_gpus: int
+    lent_gpu_s: float
+    """GPU-seconds of flex nodes lent to inference."""
+    lent_serving_gpu_s: float
+    """Of those, GPU-seconds that held a replica."""
     timeline: list[tuple[float, int, int, int]]
     """(s, GPUs allocated on slurm, flex and kubernetes pools) at every change."""
     coverage_timeline: list[tuple[float, bool]]
@@ -183,6 +187,8 @@ class Simulation:
         self.last = 0.0
         self.allocated = {"slurm": 0.0, "flex": 0.0, "kubernetes": 0.0}
         self.training_gpu_s = 0.0
+        self.lent_gpu_s = 0.0
+        self.lent_serving_gpu_s = 0.0
         self.covered = {**{s.demand.model: 0.0 for s in self.served}, "all": 0.0}
         self.offered = {s.demand.model: 0.0 for s in self.served}
         self.served_load = {s.demand.model: 0.0 for s in self.served}
@@ -211,6 +217,8 @@ class Simulation:
             self.allocated["flex"] += flex * dt
             self.allocated["kubernetes"] += kube * dt
             self.training_gpu_s += training * dt
+            self.lent_gpu_s += sum(self.lent.values()) * dt
+            self.lent_serving_gpu_s += sum(s.held.get("flex", 0) for s in self.served) * dt
             covered = [s.served_replicas >= s.needed for s in self.served]
             for s, ok in zip(self.served, covered, strict=True):
                 self.covered[s.demand.model] += dt * ok
@@ -250,7 +258,8 @@ class Simulation:
                     "flex": sum(n.gpus for n in self.nodes if n.pool == Pool.FLEX),
                     "kubernetes": sum(g for _, g in self.model.flavors.values())}
         return Outcome(self.policy, self.workload.window_s, capacity, self.allocated, self.training_gpu_s, self.runs,
-                       self.covered, self.offered, self.served_load, self.lent_peak, self.timeline, self.coverage,
+                       self.covered, self.offered, self.served_load, self.lent_peak, self.lent_gpu_s,
+                       self.lent_serving_gpu_s, self.timeline, self.coverage,
                        self.inference, self.unrunnable)
 
     def _arrivals(self) -> Generator[simpy.Event, Any, None]:

@@ -21,6 +21,9 @@ class Figures:
     model_covered_pct: dict[str, float]
     lost_gpu_h: float
     lent_peak_gpus: int
+    lent_gpu_h: float
+    lent_serving_pct: float
+    """Of the GPU-hours lent, the share that held a replica (100 when nothing was lent)."""
     jobs_done: int
     unrunnable: int
 
@@ -47,6 +50,8 @@ def figures(outcome: Outcome) -> Figures:
         model_covered_pct={m: 100 * s / window for m, s in outcome.covered_s.items() if m != "all"},
         lost_gpu_h=sum(r.lost_gpu_s for r in outcome.runs) / 3600,
         lent_peak_gpus=outcome.lent_peak_gpus,
+        lent_gpu_h=outcome.lent_gpu_s / 3600,
+        lent_serving_pct=100 * outcome.lent_serving_gpu_s / outcome.lent_gpu_s if outcome.lent_gpu_s else 100.0,
         jobs_done=sum(r.finished is not None for r in outcome.runs),
         unrunnable=outcome.unrunnable,
     )

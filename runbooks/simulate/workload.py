@@ -98,6 +98,9 @@ class Workload:
     window_s: float
     scale: float
     """Copies of each trace job offered, on average (under 1: thinned)."""
+    offered_load: float
+    """Training GPU-hours of the jobs offered over the site's GPU-hours in the window: what --training-load asked for,
+    up to the randomness of the thinning and copying."""
 
 
 MAX_COPIES = 1_000
@@ -112,6 +115,9 @@ def build(site: Site, teams: list[str], traces: Path, mapping: Mapping) -> Workl
     trace = [j for j in training_jobs(traces, mapping.trace) if j.arrival_s < window_s]
     if not trace:
         raise TraceError(f"{traces / mapping.trace}: no job arrives in the first {mapping.days:g} days")
+    owners = _owners(teams, sorted({j.group for j in trace}), mapping.team_map)
+    # Scaled on the groups some team takes: the jobs of the others are never offered.
+    trace = [j for j in trace if j.group in owners]
     site_gpus = sum(len(g.nodes) * g.gpus_per_node for g in site.node_groups)
     offered = sum(j.gpus * j.duration_s for j in trace)
     scale = mapping.training_load * site_gpus * window_s / offered
@@ -122,14 +128,11 @@ def build(site: Site, teams: list[str], traces: Path, mapping: Mapping) -> Workl
             f"first {mapping.days:g} days; --training-load {mapping.training_load:g} of {site_gpus} GPUs needs "
             f"{scale:.3g} copies of each ({scale * len(trace):.3g} jobs), over the limit of {MAX_COPIES:,} copies and "
             f"{MAX_JOBS:,} jobs: replay more days, lower --training-load, or give a fuller trace")
-    owners = _owners(teams, sorted({j.group for j in trace}), mapping.team_map)
     slurm_class, kubernetes_class = _classes(site)
     rng, dealt = random.Random(mapping.seed), dict.fromkeys(owners, 0)
     jobs: list[SimJob] = []
     for job in trace:
         copies = int(scale) + (rng.random() < scale - int(scale))
-        if job.group not in owners:
-            continue
         for _ in range(copies):
             group = owners[job.group]
             team = group[dealt[job.group] % len(group)]
@@ -137,7 +140,8 @@ def build(site: Site, teams: list[str], traces: Path, mapping: Mapping) -> Workl
             side = Side.KUBERNETES if job.duration_s <= mapping.short_job_hours * 3600 else Side.SLURM
             jobs.append(SimJob(len(jobs), team, job.arrival_s, job.gpus, job.duration_s, side,
                                slurm_class[job.qos], kubernetes_class[job.qos]))
-    return Workload(jobs, inference_demand(site, traces, mapping, window_s), window_s, scale)
+    load = sum(j.gpus * j.duration_s for j in jobs) / (site_gpus * window_s)
+    return Workload(jobs, inference_demand(site, traces, mapping, window_s), window_s, scale, load)
 
 
 def _owners(teams: list[str], groups: list[str], team_map: dict[str, str]) -> dict[str, list[str]]:

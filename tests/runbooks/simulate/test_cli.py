@@ -23,9 +23,12 @@ def test_prints_both_policies_and_writes_real_pngs(tmp_path: Path) -> None:
     assert code == ExitCode.DONE, output
     assert "static" in output and "this stack" in output and "difference" in output
     for figure in ("GPU utilization", "slurm pool", "flex pool", "kubernetes pool", "queue wait p50, all teams",
-                   "queue wait p95, speech", "inference served in full", "GPU-hours lost to preemption",
-                   "GPUs lent at peak"):
+                   "queue wait p95, speech", "still waiting at the end, speech", "inference requests served",
+                   "inference served in full", "GPU-hours lost to preemption", "GPUs lent at peak", "GPU-hours lent",
+                   "of them serving inference"):
         assert figure in output
+    # The title says what was offered, as replayed (rich may wrap it).
+    assert "training load offered 0." in " ".join(output.split()) and "seed 0" in output
     for name in FILES:
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 10_000, name  # a drawn figure, not an empty canvas

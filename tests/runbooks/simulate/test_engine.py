@@ -46,7 +46,8 @@ def conserved(outcome: Outcome) -> None:
 
 
 # Team a holds 4 of 8 GPUs for 2 h; team b's 8-GPU gang arrives at 0.5 h, its 4-GPU 3-h job at 1 h.
-GANG = Workload([job(0, "a", 0, 4, 2), job(1, "b", 0.5, 8, 1), job(2, "b", 1, 4, 3)], [], 48 * HOUR, 1.0)
+GANG = Workload([job(0, "a", 0, 4, 2), job(1, "b", 0.5, 8, 1), job(2, "b", 1, 4, 3)], [], 48 * HOUR, 1.0,
+                0.0)
 ONE_NODE = [SlurmNode("s1", Pool.SLURM, "A800", 8)]
 
 
@@ -76,7 +77,7 @@ def test_static_slice_runs_the_gang_narrower_for_longer() -> None:
 LENDING = Lending(peak_s=60, trough_s=600, cooldown_s=0, interval_s=30, max_step_nodes=1, training_floor_nodes=0)
 MODEL = InferenceDemand("m", "A800", 4, 1, 2, 2, 5, 600, [0.4, 0.4, 2.4, 2.4, 2.4, 0.4, 0.4])
 LEND_WORKLOAD = Workload([job(0, "a", 0, 8, 10, "train_preemptible"), job(1, "a", 0, 8, 10, "train_preemptible")],
-                         [MODEL], 4200, 1.0)
+                         [MODEL], 4200, 1.0, 0.0)
 FLEX_SITE = [SlurmNode("s1", Pool.SLURM, "A800", 8), SlurmNode("f1", Pool.FLEX, "A800", 8)]
 
 
@@ -90,6 +91,9 @@ def test_lending_serves_the_peak_with_the_flex_node_and_gives_it_back() -> None:
     result = figures(outcome)
     assert outcome.covered_s == {"m": 4140, "all": 4140}  # uncovered 1200-1260 s
     assert result.lent_peak_gpus == 8
+    # f1 lent from 1260 s to 3600 s, its third replica on 4 of its 8 GPUs until the load falls at 3000 s.
+    assert result.lent_gpu_h == pytest.approx(8 * 2340 / HOUR)
+    assert result.lent_serving_pct == pytest.approx(100 * 4 * 1740 / (8 * 2340))
     assert result.lost_gpu_h == pytest.approx(480 / HOUR)
     requeued = next(r for r in outcome.runs if r.job.id == 1)
     assert requeued.started == 3600 and requeued.lost_gpu_s == 480
@@ -149,6 +153,19 @@ def test_gpu_hours_are_conserved_on_prod(prod_site: Site, policy: Policy) -> Non
         assert figures(outcome).lost_gpu_h > 0  # inference evicted Kubernetes jobs at its peaks
 
 
+def test_demand_past_every_replica_the_site_allows_is_reported_unserved(prod_site: Site) -> None:
+    """Three times replicas.max's worth of load at the peak: more than replicas.max plus lent_replicas can serve, so
+    neither world serves every request, and the stack, with its lent replicas, serves more of them."""
+    model = site_model(prod_site)
+    workload = build(prod_site, model.teams, TRACES, Mapping(Trace.GAVEL, days=2, inference_peak=3))
+    served = {policy: figures(simulate(model, workload, policy, prod_site.lending, 1800,
+                                       static_slices(model, prod_site)))
+              for policy in Policy}
+    assert served[Policy.STATIC].inference_served_pct < served[Policy.STACK].inference_served_pct < 100
+    assert served[Policy.STACK].inference_covered_pct < 100
+    assert served[Policy.STACK].lent_gpu_h > 0 and served[Policy.STACK].lent_serving_pct > 0
+
+
 def test_lent_gpus_serve_only_models_of_their_gpu() -> None:
     """A second model on another GPU, served from its own flavor, keeps every replica while the A800 model uses the
     lent A800 node: lent GPUs are counted per GPU model."""
@@ -195,7 +212,7 @@ def test_a_team_reclaims_its_guarantee_from_a_lower_priority_borrower() -> None:
                    class_priority={"inference": 10_000_000, "production": 1_000_000, "dev": 1000},
                    class_preempts={"inference": {"production", "dev"}, "production": {"dev"}, "dev": set()})
     workload = Workload([kube_job(0, "b", 0, 8, 10, "dev"), kube_job(1, "a", 1, 4, 2, "production")], [], 24 * HOUR,
-                        1.0)
+                        1.0, 0.0)
     outcome = simulate(site, workload, Policy.STACK, Lending(), 1500, StaticSlices({}, {}, {}))
     borrower = next(r for r in outcome.runs if r.job.id == 0)
     assert waits_h(outcome) == {0: 0.0, 1: 0.0}

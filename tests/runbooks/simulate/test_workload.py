@@ -43,6 +43,16 @@ def test_gavel_vcs_go_to_teams_in_turn_and_load_is_scaled(prod_site: Site) -> No
     assert all((j.side == Side.KUBERNETES) == (j.duration_s <= 3600) for j in workload.jobs)
 
 
+def test_the_load_offered_is_the_load_asked_when_teams_take_only_some_groups(prod_site: Site) -> None:
+    """One team takes one Philly VC: the trace is scaled on that VC's jobs, not on the VCs no team takes (which
+    offered 7.7 % of the site instead of the 50 % asked), and the workload says what it offers."""
+    mapping = Mapping(Trace.GAVEL, days=10, training_load=0.5, team_map={"speech": "2869ce"})
+    workload = build(prod_site, site_model(prod_site).teams, TRACES, mapping)
+    offered = sum(j.gpus * j.duration_s for j in workload.jobs) / (128 * 10 * DAY_S)
+    assert workload.offered_load == pytest.approx(offered)
+    assert offered == pytest.approx(0.5, rel=0.2)
+
+
 def test_team_map_routes_a_group_to_the_named_team(prod_site: Site) -> None:
     teams = site_model(prod_site).teams
     workload = build(prod_site, teams, TRACES, Mapping(Trace.GAVEL, days=5, team_map={"speech": "2869ce"}))
