@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.slurm.conf import LENDING_UNIT, render_lending_unit
+from components.slurm.health_unit import HEALTH_UNIT, render_health_unit
 from components.slurm.install import SYSTEMD_UNIT_DIR, install_script
 from components.spec.site import Site
 
@@ -60,9 +61,9 @@ def release(stack: str, project_dir: Path = PROJECT_DIR) -> Release:
 
 
 def release_command(site: Site, stack: str, digest: str) -> str:
-    """Writes the lending controller's unit, installs the release read from stdin unless it already is, points
-    `current` at it and (re)starts the unit, then removes the releases before it. Run as root on the Slurm
-    controller."""
+    """Writes the lending and health controllers' units, installs the release read from stdin unless it already
+    is, points `current` at it and (re)starts both units, then removes the releases before it. Run as root on the
+    Slurm controller."""
     lending = site.lending
     root = shlex.quote(lending.project_dir)
     directory = shlex.quote(f"{lending.project_dir}/releases/{digest}")
@@ -71,11 +72,13 @@ def release_command(site: Site, stack: str, digest: str) -> str:
                f"&& python3 -m venv {directory}/.venv "
                f"&& {directory}/.venv/bin/pip install --quiet --index-url {shlex.quote(lending.package_index)} "
                f"{directory} && touch {directory}/{INSTALLED_MARKER}")
-    unit = {f"{SYSTEMD_UNIT_DIR}/{LENDING_UNIT}": (render_lending_unit(site, stack), 0o644)}
+    unit = {f"{SYSTEMD_UNIT_DIR}/{LENDING_UNIT}": (render_lending_unit(site, stack), 0o644),
+            f"{SYSTEMD_UNIT_DIR}/{HEALTH_UNIT}": (render_health_unit(site, stack), 0o644)}
+    units = f"{LENDING_UNIT} {HEALTH_UNIT}"
     return install_script(unit, " && ".join([
         f"{{ test -e {directory}/{INSTALLED_MARKER} || {{ {install}; }}; }}",
         f"ln -sfn releases/{digest} {root}/current.new && mv -T {root}/current.new {root}/current",
-        f"systemctl daemon-reload && systemctl enable {LENDING_UNIT} && systemctl restart {LENDING_UNIT}",
+        f"systemctl daemon-reload && systemctl enable {units} && systemctl restart {units}",
         # Only once the unit runs the new release: a failed install or start leaves the one before in place.
         f"find {root}/releases -mindepth 1 -maxdepth 1 ! -name {digest} -exec rm -rf {{}} +",
     ]))

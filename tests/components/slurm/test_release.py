@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from components.slurm.conf import LENDING_UNIT
+from components.slurm.health_unit import HEALTH_UNIT
 from components.slurm.install import installed_files
 from components.slurm.release import INSTALLED_MARKER, PACKAGES, PROJECT_DIR, release, release_command
 from components.spec.site import Site
@@ -107,7 +108,7 @@ def test_the_unit_runs_gpuctl_from_the_installed_release_reading_the_stack_there
     assert pip[:4] == ["install", "--quiet", "--index-url", "https://pypi.mirror.example/simple"]
     assert Path(pip[4]).resolve() == current.resolve()
     assert (tmp_path / "log" / "systemctl.log").read_text().splitlines() == [
-        "daemon-reload", f"enable {LENDING_UNIT}", f"restart {LENDING_UNIT}"]
+        "daemon-reload", f"enable {LENDING_UNIT} {HEALTH_UNIT}", f"restart {LENDING_UNIT} {HEALTH_UNIT}"]
     unit = (tmp_path / "units" / LENDING_UNIT).read_text()
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     gpuctl, *args = exec_start.removeprefix("ExecStart=").split()
