@@ -16,6 +16,8 @@ Source metrics, and where their names come from:
 - the lending controller (`gpuctl flex control`) on the Slurm controller: gpucluster_flex_nodes{owner},
   gpucluster_flex_moves_total{action}, gpucluster_flex_last_decision_timestamp_seconds
   (components/monitoring/lending_metrics.py).
+- the node health controller (`gpuctl health control`) on the Slurm controller: gpucluster_health_node_phase{node,
+  phase}, gpucluster_health_last_decision_timestamp_seconds (components/monitoring/health_metrics.py).
 - LiteLLM proxy 1.80.5, the one gateway of LLM traffic (litellm/types/integrations/prometheus.py, checked against the
   running proxy: ../shared/notes/litellm-offline.md): litellm_input_tokens_metric_total and
   litellm_output_tokens_metric_total, labels team (LiteLLM's team id), team_alias, model (the backend's name) and
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from components.monitoring import health_metrics
 from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
 from components.spec.derived import once_per_site
 from components.spec.site import Pool, Site
@@ -300,6 +303,28 @@ def lending_alerts(site: Site) -> list[dict[str, Any]]:
     ]
 
 
+HEALTH_STALE_INTERVALS = 5
+"""Health decision intervals without a decision on fresh inputs after which the health controller counts as down."""
+
+
+def health_alerts(site: Site) -> list[dict[str, Any]]:
+    """On the node health controller's own metrics (runbooks/health/metrics.py, scraped on the Slurm controller)."""
+    health = site.health
+    stale_s = HEALTH_STALE_INTERVALS * health.interval_s
+    last = health_metrics.LAST_DECISION
+    return [
+        _alert(site, "NodeHandedToAHuman", f'max by (node) ({health_metrics.NODE_PHASE}{{phase="handed"}}) > 0',
+               Severity.WARNING, f"{{{{ $labels.node }}}} failed {health.failures_before_handoff} diagnoses (or "
+                                 f"relapsed) within {health.failure_window_h} h: the health controller keeps it "
+                                 "drained and cordoned until a human acts"),
+        # A paused controller (Prometheus, Slurm or kubectl unreadable, every DCGM sample stale) decides nothing
+        # either: LAST_DECISION moves only on fresh inputs.
+        _alert(site, "HealthControllerDown", f"time() - max({last}) > {stale_s}\nor absent({last})",
+               Severity.WARNING, f"The node health controller has not decided on fresh inputs for over {stale_s} s: "
+                                 "failing GPUs are not drained", "5m"),
+    ]
+
+
 TOKEN_COUNTERS = {"prompt": "litellm_input_tokens_metric_total", "completion": "litellm_output_tokens_metric_total"}
 """The gateway's token counters by token type (LiteLLM does not split cached prompt tokens)."""
 UNATTRIBUTED = "None"
@@ -350,6 +375,7 @@ def render_rule_groups(site: Site, timing: Timing = PRODUCTION_TIMING) -> dict[s
         {"name": "pool-alerts", "interval": every, "rules": pool_alerts(site)},
         {"name": "storage-alerts", "interval": every, "rules": storage_alerts(site)},
         {"name": "lending-alerts", "interval": every, "rules": lending_alerts(site)},
+        {"name": "health-alerts", "interval": every, "rules": health_alerts(site)},
         {"name": "llm-cost", "interval": every, "rules": llm_cost_rules(site)},
     ]}
 

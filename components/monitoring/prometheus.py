@@ -53,6 +53,7 @@ DCGM_SCRAPE_INTERVAL = f"{defaults.DCGM_SCRAPE_INTERVAL_S}s"
 
 SLURM_SCRAPE_JOB = "slurm"
 LENDING_SCRAPE_JOB = "flex-controller"
+HEALTH_SCRAPE_JOB = "health-controller"
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ def prometheus_values(site: Site) -> dict[str, Any]:
             "ruleSelectorNilUsesHelmValues": False,
             "serviceMonitorSelectorNilUsesHelmValues": False,
             # The Slurm controller is no Kubernetes node: its exporter is a static target.
-            "additionalScrapeConfigs": [slurm_scrape_config(site), lending_scrape_config(site)],
+            "additionalScrapeConfigs": [slurm_scrape_config(site), lending_scrape_config(site),
+                                        health_scrape_config(site)],
         }},
         "alertmanager": {
             "config": render_alertmanager_config(site),
@@ -163,3 +165,9 @@ def dcgm_service_monitor(site: Site) -> dict[str, Any]:
             "endpoints": [{"port": "gpu-metrics", "interval": DCGM_SCRAPE_INTERVAL, "honorLabels": True}],
         },
     }
+
+
+def health_scrape_config(site: Site) -> dict[str, Any]:
+    """Prometheus scrape_config for the node health controller on the Slurm controller (runbooks/health)."""
+    return {"job_name": HEALTH_SCRAPE_JOB, "scrape_interval": f"{site.health.interval_s}s",
+            "static_configs": [{"targets": [f"{site.slurm.controller_host}:{site.health.metrics_port}"]}]}

@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from components.monitoring import lending_metrics
+from components.monitoring import health_metrics, lending_metrics
 from components.slurm.conf import EXPORTER_UNIT, LENDING_UNIT
+from components.slurm.health_unit import HEALTH_UNIT
 from components.supplied import Supplied
 from hosts import checkpoint_mover, slurm_exporter
 
@@ -116,8 +117,8 @@ class Producer:
 
 def producers(deployed: Deployed) -> list[Producer]:
     return [maker(deployed) for maker in (_prometheus, _recording_rules, _dcgm_exporter, _kube_state_metrics,
-                                          _textfile, _slurm_exporter, _lending_controller, _gateway,
-                                          _model_servers)]
+                                          _textfile, _slurm_exporter, _lending_controller, _health_controller,
+                                          _gateway, _model_servers)]
 
 
 def _meta(obj: dict[str, Any], key: str) -> Any:
@@ -270,6 +271,11 @@ def _slurm_exporter(deployed: Deployed) -> Producer:
 def _lending_controller(deployed: Deployed) -> Producer:
     return _controller_service(deployed, "lending controller (gpuctl flex control)", frozenset(lending_metrics.METRICS),
                                LENDING_UNIT)
+
+
+def _health_controller(deployed: Deployed) -> Producer:
+    return _controller_service(deployed, "node health controller (gpuctl health control)",
+                               frozenset(health_metrics.METRICS), HEALTH_UNIT)
 
 
 def _controller_service(deployed: Deployed, name: str, metrics: frozenset[str], unit_name: str) -> Producer:

@@ -48,15 +48,19 @@ def test_should_scrape_the_exporter_in_the_operators_namespace(prod: dict[str, A
     assert dcgm_service_monitor(site)["spec"]["namespaceSelector"] == {"matchNames": ["nvidia"]}
 
 
-def test_should_scrape_the_slurm_exporter_and_the_lending_controller_on_the_controller(prod: dict[str, Any]) -> None:
+def test_should_scrape_the_slurm_exporter_and_the_lending_and_health_controllers_on_the_controller(
+        prod: dict[str, Any]) -> None:
     site = parse(with_changes(prod, slurm__controller_host="slurmctl-01.dc1.internal", slurm__exporter_port=9400,
-                              lending={"metrics_port": 9401, "interval_s": 15}))
+                              lending={"metrics_port": 9401, "interval_s": 15},
+                              health={"metrics_port": 9402, "interval_s": 20}))
     spec = prometheus_values(site)["prometheus"]["prometheusSpec"]
     assert spec["additionalScrapeConfigs"] == [
         {"job_name": "slurm", "scrape_interval": "30s",
          "static_configs": [{"targets": ["slurmctl-01.dc1.internal:9400"]}]},
         {"job_name": "flex-controller", "scrape_interval": "15s",
-         "static_configs": [{"targets": ["slurmctl-01.dc1.internal:9401"]}]}]
+         "static_configs": [{"targets": ["slurmctl-01.dc1.internal:9401"]}]},
+        {"job_name": "health-controller", "scrape_interval": "20s",
+         "static_configs": [{"targets": ["slurmctl-01.dc1.internal:9402"]}]}]
 
 
 def test_should_export_the_flex_lent_node_label_and_the_model_servers_pod_label(prod: dict[str, Any]) -> None:
