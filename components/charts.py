@@ -1,6 +1,9 @@
-"""Every Helm chart the stack installs, pinned in one place: chart, version and repository."""
+"""Every Helm chart the stack installs, pinned in one place: chart, version, repository and, where known, the
+archive's sha256."""
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -10,6 +13,15 @@ class Chart:
     version: str
     repo: str | None = None
     """The Helm repository; None for an `oci://` chart, whose reference names its registry."""
+    sha256: str | None = None
+    """sha256 of the archive `helm pull` fetches (the repository index's `digest`), where the upstream's own archive
+    is the one pinned; None where the mirror's archive was packaged from the release's source (../shared/charts/
+    SOURCES.md: `helm package` stamps the time, so only the chart inside matches)."""
+
+    @property
+    def archive(self) -> str:
+        """The file `helm pull` writes: `<name>-<version>.tgz`, an OCI chart named by its last part."""
+        return f"{self.name.rstrip('/').rsplit('/', 1)[-1]}-{self.version}.tgz"
 
 
 KUBE_PROMETHEUS_STACK = Chart("kube-prometheus-stack", "77.5.0", "https://prometheus-community.github.io/helm-charts")
@@ -28,8 +40,10 @@ LOCAL_STATIC_PROVISIONER = Chart(
 )
 """Local NVMe tier: one PersistentVolume per NVMe filesystem a node mounts, no extra data path (docs/storage.md)."""
 
+# The upstream's packaged archive, byte for byte (../shared/charts/SOURCES.md).
 CSI_DRIVER_NFS = Chart(
-    "csi-driver-nfs", "4.11.0", "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts"
+    "csi-driver-nfs", "4.11.0", "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts",
+    "e44bcd7f6934fe6cb07194a1b6e780ca4a428c5d37330a9db2bfa7a9300c8da5",
 )
 """NFS hot tier: the nfs.csi.k8s.io driver behind the per-team StorageClasses."""
 
@@ -49,7 +63,9 @@ VLLM_STACK = Chart("vllm-stack", "0.1.12", "https://vllm-project.github.io/produ
 LITELLM = Chart("oci://ghcr.io/berriai/litellm-helm", "0.4.8")
 """The LLM gateway: LiteLLM proxy 1.80.5-stable.1, the one entry of LLM traffic, metered per team and model."""
 
-KEDA = Chart("keda", "2.20.2", "https://kedacore.github.io/charts")
+# The upstream's packaged archive, byte for byte (../shared/charts/SOURCES.md).
+KEDA = Chart("keda", "2.20.2", "https://kedacore.github.io/charts",
+             "db60b1fa60f0565fefa4ce2f87e855b6a8854363ee82962fbe28a12a70d64c4c")
 """Autoscaling of the model servers on their queue depth (a Prometheus query), not on CPU."""
 
 CLOUDNATIVE_PG = Chart("cloudnative-pg", "0.29.0", "https://cloudnative-pg.github.io/charts")
@@ -57,6 +73,24 @@ CLOUDNATIVE_PG = Chart("cloudnative-pg", "0.29.0", "https://cloudnative-pg.githu
 
 CLOUDNATIVE_PG_CLUSTER = Chart("cluster", "0.8.1", "https://cloudnative-pg.github.io/charts")
 """The gateway's PostgreSQL cluster (a CloudNativePG Cluster: a primary, streaming replicas, failover)."""
+
+CHARTS = (KUBE_PROMETHEUS_STACK, VICTORIA_METRICS_SINGLE, GPU_OPERATOR, LOCAL_STATIC_PROVISIONER, CSI_DRIVER_NFS,
+          ROOK_CEPH, ROOK_CEPH_CLUSTER, KUEUE, VLLM_STACK, LITELLM, KEDA, CLOUDNATIVE_PG, CLOUDNATIVE_PG_CLUSTER)
+"""Every chart above."""
+
+
+def pinned(archive: str) -> Chart | None:
+    """The pinned chart whose archive has this file name, if any."""
+    return next((chart for chart in CHARTS if chart.archive == archive), None)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
 
 # Container images the stack runs itself, pinned by tag (never `latest`).
 BUSYBOX_IMAGE = "busybox:1.36.1"

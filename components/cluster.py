@@ -34,7 +34,8 @@ class GpuCluster(pulumi.ComponentResource):
         # Observability first: nothing admits a node or serves a GPU before the monitoring stack exists. Its metric
         # volumes are of the cold tier's StorageClass, so that tier alone comes before it (a release waiting on a
         # claim whose class does not exist yet fails, and everything behind monitoring with it).
-        cold_tier = ColdTier(f"{name}-cold-tier", f"{name}-storage", pulumi.ResourceOptions(parent=self))
+        cold_tier = ColdTier(f"{name}-cold-tier", f"{name}-storage", site.mirror,
+                             pulumi.ResourceOptions(parent=self))
         self.monitoring = MonitoringStack(f"{name}-monitoring", site, after(self, cold_tier))
         after_monitoring = after(self, self.monitoring)
         self.gpu_operator = GpuOperator(f"{name}-gpu-operator", site, after_monitoring)

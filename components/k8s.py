@@ -8,21 +8,25 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import Chart
+from components.mirror.charts import chart_reference, image_values, merged
+from components.spec.mirror import Mirror
 
 
 def release(name: str, chart: Chart, namespace: str, values: dict[str, Any], parent: pulumi.Resource,
-            after: list[pulumi.Resource], release_name: str | None = None, timeout_s: int | None = None,
-            aliases: list[pulumi.Alias] | None = None) -> kubernetes.helm.v3.Release:
-    """timeout_s: how long the release waits for its workloads to be ready (pulumi-kubernetes' Release `timeout`,
+            after: list[pulumi.Resource], *, mirror: Mirror, release_name: str | None = None,
+            timeout_s: int | None = None, aliases: list[pulumi.Alias] | None = None) -> kubernetes.helm.v3.Release:
+    """mirror: the site's (site.mirror): the chart and the images it names by default come from there when set;
+    timeout_s: how long the release waits for its workloads to be ready (pulumi-kubernetes' Release `timeout`,
     300 s when unset); aliases: the URNs the release had before it moved."""
+    reference, repo = chart_reference(chart, mirror)
     return kubernetes.helm.v3.Release(
         name,
         name=release_name or chart.name,
-        chart=chart.name,
+        chart=reference,
         version=chart.version,
-        repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repo) if chart.repo else None,
+        repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=repo) if repo else None,
         namespace=namespace,
-        values=values,
+        values=merged(values, image_values(chart, mirror)),
         timeout=timeout_s,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=after, aliases=aliases),
     )

@@ -24,6 +24,8 @@ EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.+-]+)?$")
 """`1.2.3`, `v25.3.3`, `1.2.3-rc.1`: one release, never a range (`^1.2`, `~1`, `>=1`, `1.x`) or `latest`."""
 OCI_PREFIX = "oci://"
 """An OCI chart reference carries its registry; other charts need repositoryOpts.repo."""
+ARCHIVE_SUFFIX = ".tgz"
+"""A chart named as an archive file (the site's chart mirror folder, mirror.charts) carries its version in its name."""
 SECRET_KEY_ENDINGS = ("password", "passwd", "token", "privatekey", "secret", "apikey")
 ENVIRONMENT_REFERENCE = "os.environ/"
 """Input keys, lower-cased without `_`/`-`, that hold credentials: `bmcPassword`, `slack_token`, `private_key`."""
@@ -37,7 +39,11 @@ def check_release_pinned(args: ResourceValidationArgs, report: ReportViolation) 
         version = fact(args, "version", None)
         if not isinstance(version, str) or not EXACT_VERSION.match(version):
             raise ViolationError(f"{describe(args)}: chart {chart} has version {version!r}; pin one exact release")
-        if not chart.startswith(OCI_PREFIX):
+        if chart.endswith(ARCHIVE_SUFFIX):
+            # A chart archive of the site's mirror folder: Helm installs the file, so its name must be the version's.
+            if not chart.endswith(f"-{version}{ARCHIVE_SUFFIX}"):
+                raise ViolationError(f"{describe(args)}: chart archive {chart} is not the pinned version {version}")
+        elif not chart.startswith(OCI_PREFIX):
             text(args, "repositoryOpts.repo")
     except ViolationError as problem:
         report(str(problem), None)

@@ -101,8 +101,10 @@ def validate_present(args: StackValidationArgs, report: ReportViolation) -> None
 
 
 def release(args: StackValidationArgs, chart: str) -> PolicyResource:
-    """The one Helm release of a chart (named as in the repository or as an OCI reference's last part)."""
-    found = [r for r in of_type(args, RELEASE_TYPE) if text(r, "chart").rstrip("/").rsplit("/", 1)[-1] == chart]
+    """The one Helm release of a chart (named as in the repository, as an OCI reference's last part, or as the
+    archive `<chart>-<version>.tgz` of a site's chart mirror folder)."""
+    found = [r for r in of_type(args, RELEASE_TYPE) if text(r, "chart").rstrip("/").rsplit("/", 1)[-1]
+             .removesuffix(f"-{fact(r, 'version', '')}.tgz") == chart]
     if len(found) != 1:
         raise ViolationError(f"the stack installs {len(found)} {chart} releases; the policy needs exactly one")
     return found[0]

@@ -35,5 +35,6 @@ class GpuOperator(pulumi.ComponentResource):
             data={"dcgm-metrics.csv": render_counters_csv()},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
         )
-        release(f"{name}-release", GPU_OPERATOR, namespace, operator_values(site), self, [ns, counters])
+        release(f"{name}-release", GPU_OPERATOR, namespace, operator_values(site), self, [ns, counters],
+                mirror=site.mirror)
         self.register_outputs(facts)

@@ -44,18 +44,20 @@ class InferencePath(pulumi.ComponentResource):
         super().__init__(INFERENCE_TYPE, name, outputs, opts)
         ns = _namespace(f"{name}-namespace", NAMESPACE, self)
         keda = release(f"{name}-keda", KEDA, KEDA_NAMESPACE, KEDA_VALUES, self,
-                       [_namespace(f"{name}-keda-namespace", KEDA_NAMESPACE, self)])
+                       [_namespace(f"{name}-keda-namespace", KEDA_NAMESPACE, self)], mirror=site.mirror)
         operator = release(f"{name}-database-operator", CLOUDNATIVE_PG, DATABASE_OPERATOR_NAMESPACE, {}, self,
-                           [_namespace(f"{name}-database-operator-namespace", DATABASE_OPERATOR_NAMESPACE, self)])
+                           [_namespace(f"{name}-database-operator-namespace", DATABASE_OPERATOR_NAMESPACE, self)],
+                           mirror=site.mirror)
         database = release(f"{name}-database", CLOUDNATIVE_PG_CLUSTER, NAMESPACE, database_values(site), self,
-                           [ns, operator], release_name=DATABASE_RELEASE)
+                           [ns, operator], mirror=site.mirror, release_name=DATABASE_RELEASE)
         secret = kubernetes.core.v1.Secret(
             f"{name}-gateway-master-key", metadata={"name": MASTER_KEY_SECRET, "namespace": NAMESPACE},
             string_data={"master-key": master_key}, opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
         engines = release(f"{name}-model-servers", VLLM_STACK, NAMESPACE, vllm_values(site), self, [ns, keda],
-                          release_name=ENGINE_RELEASE, timeout_s=ENGINE_RELEASE_TIMEOUT_S)
+                          mirror=site.mirror, release_name=ENGINE_RELEASE, timeout_s=ENGINE_RELEASE_TIMEOUT_S)
         gateway = release(f"{name}-gateway", LITELLM, NAMESPACE, gateway_values(site), self,
-                          [ns, database, secret, engines], release_name=GATEWAY_RELEASE)
+                          [ns, database, secret, engines], mirror=site.mirror,
+                          release_name=GATEWAY_RELEASE)
         kubernetes.apiextensions.CustomResource(f"{name}-gateway-scrape", **custom(gateway_service_monitor()),
                                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]))
         kubernetes.apps.v1.DeploymentPatch(f"{name}-gateway-priority", **fields(gateway_priority_patch(site)),

@@ -9,6 +9,7 @@ with the real Helm, and tests/components/inference reads the rendered objects, n
 from typing import Any
 
 from components.charts import BUSYBOX_IMAGE
+from components.mirror.images import pulled, pulled_repository
 from components.monitoring.prometheus import PROMETHEUS_URL
 from components.spec.inference import ExternalApi, Resources, ServedModel
 from components.spec.site import Pool, Site, Workload
@@ -126,7 +127,7 @@ def _model_spec(site: Site, model: ServedModel) -> dict[str, Any]:
     waiting = f'sum({WAITING}{{namespace="{NAMESPACE}", model_name="{model.name}"}})'
     return {
         "name": model.name,
-        "repository": VLLM_IMAGE[0], "tag": VLLM_IMAGE[1],
+        "repository": pulled_repository(VLLM_IMAGE[0], site.mirror), "tag": VLLM_IMAGE[1],
         # The weights come from the node's NVMe cache, never the network: a local path, and the hub offline.
         "modelURL": model_dir(model),
         "replicaCount": model.replicas.min,
@@ -142,7 +143,7 @@ def _model_spec(site: Site, model: ServedModel) -> dict[str, Any]:
                           "hostPath": {"path": site.storage.nvme.cache_path, "type": "Directory"}}],
         "extraVolumeMounts": [cache],
         # The pod starts once the prefetch has finished this model on its node (storage.tiers.prefetch_daemonset).
-        "initContainer": {"name": "wait-for-prefetch", "image": BUSYBOX_IMAGE,
+        "initContainer": {"name": "wait-for-prefetch", "image": pulled(BUSYBOX_IMAGE, site.mirror),
                           "command": ["sh", "-c", f"until [ -f {model_dir(model)}/{PREFETCHED_MARKER} ]; "
                                                   "do echo waiting for the NVMe prefetch; sleep 10; done"],
                           "extraVolumeMounts": [cache]},
@@ -230,7 +231,8 @@ def pod_resources(resources: Resources) -> dict[str, Any]:
 def gateway_values(site: Site) -> dict[str, Any]:
     gateway = site.inference.gateway
     return {
-        "image": {"repository": LITELLM_IMAGE[0], "tag": LITELLM_IMAGE[1], "pullPolicy": "IfNotPresent"},
+        "image": {"repository": pulled_repository(LITELLM_IMAGE[0], site.mirror), "tag": LITELLM_IMAGE[1],
+                  "pullPolicy": "IfNotPresent"},
         "replicaCount": gateway.replicas,
         "resources": pod_resources(gateway.resources),
         # The schema migration runs the same proxy image against the same database.
@@ -260,7 +262,7 @@ def gateway_priority_patch(site: Site) -> dict[str, Any]:
 
 def database_values(site: Site) -> dict[str, Any]:
     db = site.inference.gateway.database
-    return {"cluster": {"instances": db.instances, "imageName": POSTGRES_IMAGE,
+    return {"cluster": {"instances": db.instances, "imageName": pulled(POSTGRES_IMAGE, site.mirror),
                         "resources": pod_resources(db.resources),
                         # The gateway answers every team's LLM traffic only while its database does.
                         "priorityClassName": inference_class(site),

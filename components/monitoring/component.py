@@ -28,9 +28,9 @@ class MonitoringStack(pulumi.ComponentResource):
         ns = kubernetes.core.v1.Namespace(f"{name}-namespace", metadata={"name": NAMESPACE},
                                           opts=pulumi.ResourceOptions(parent=self))
         cold = release(f"{name}-cold-tier", VICTORIA_METRICS_SINGLE, NAMESPACE, cold_tier_values(site), self, [ns],
-                       release_name=COLD_RELEASE)
+                       mirror=site.mirror, release_name=COLD_RELEASE)
         stack = release(f"{name}-prometheus", KUBE_PROMETHEUS_STACK, NAMESPACE, prometheus_values(site), self,
-                        [ns, cold], release_name=PROMETHEUS_RELEASE)
+                        [ns, cold], mirror=site.mirror, release_name=PROMETHEUS_RELEASE)
         # The CRDs come with the chart: custom resources wait for it.
         after_stack = pulumi.ResourceOptions(parent=self, depends_on=[stack])
         kubernetes.apiextensions.CustomResource(f"{name}-gpu-rules", **custom(prometheus_rule_manifest(site)),

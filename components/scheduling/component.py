@@ -44,7 +44,8 @@ class Scheduling(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[pools]))
         ns = kubernetes.core.v1.Namespace(f"{name}-kueue-namespace", metadata={"name": NAMESPACE},
                                           opts=pulumi.ResourceOptions(parent=self))
-        kueue = release(f"{name}-kueue", KUEUE, NAMESPACE, chart_values(site), self, [ns], release_name=KUEUE_RELEASE)
+        kueue = release(f"{name}-kueue", KUEUE, NAMESPACE, chart_values(site), self, [ns], mirror=site.mirror,
+                        release_name=KUEUE_RELEASE)
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[kueue])
         made = [kubernetes.apiextensions.CustomResource(f"{name}-flavor-{f.name}", **custom(resource_flavor(f)),
                                                         opts=after_kueue) for f in flavors(site)]

@@ -19,6 +19,7 @@ from components.spec.endpoints import REAL_HOST, SiteUrl
 from components.spec.health import Health
 from components.spec.inference import Inference
 from components.spec.lending import Lending
+from components.spec.mirror import Mirror
 from components.spec.types import (
     AbsolutePath,
     Float,
@@ -573,6 +574,8 @@ class Site(Spec):
     """When the node health controller drains, diagnoses and returns GPU nodes, or hands them to a human."""
     acceptance: Acceptance = Acceptance()
     """The acceptance campaign (soak, shock, drills) that must pass before any team is onboarded."""
+    mirror: Mirror = Mirror()
+    """Where an air-gapped site keeps the charts and images (each optional; none by default)."""
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+$")] = defaults.KUBERNETES_VERSION
     """Minor version of the cluster's Kubernetes (`1.30`): charts are rendered and their objects validated for it."""
 

@@ -15,6 +15,7 @@ from components.charts import (
     ROOK_CEPH_CLUSTER,
 )
 from components.k8s import fields, release
+from components.spec.mirror import Mirror
 from components.spec.site import Site
 from components.spec.wellknown import COLD_TIER_TYPE, STORAGE_TYPE
 from components.storage.tiers import (
@@ -37,8 +38,8 @@ class ColdTier(pulumi.ComponentResource):
     """Ceph's operator, then the cluster with its CephFS and the cold StorageClass. Its own component because the
     monitoring stack's volumes are of that class: it comes before monitoring, the rest of the storage after."""
 
-    def __init__(self, name: str, tiers_name: str, opts: pulumi.ResourceOptions) -> None:
-        """tiers_name: the StorageTiers' name, under which these resources were first created."""
+    def __init__(self, name: str, tiers_name: str, mirror: Mirror, opts: pulumi.ResourceOptions) -> None:
+        """tiers_name: the StorageTiers' name, under which these resources were first created; mirror: the site's."""
         super().__init__(COLD_TIER_TYPE, name, None, opts)
         # Created under the StorageTiers component until the cold tier came first: the aliases keep their URNs, so
         # an existing stack adopts them instead of uninstalling the Ceph cluster and installing it again.
@@ -51,9 +52,9 @@ class ColdTier(pulumi.ComponentResource):
             f"{name}-ceph-namespace", metadata={"name": CEPH_NAMESPACE},
             opts=pulumi.ResourceOptions(parent=self, aliases=moved("ceph-namespace")))
         operator = release(f"{name}-ceph-operator", ROOK_CEPH, CEPH_NAMESPACE, {}, self, [ceph_ns],
-                           aliases=moved("ceph-operator"))
+                           mirror=mirror, aliases=moved("ceph-operator"))
         self.cluster = release(f"{name}-ceph-cluster", ROOK_CEPH_CLUSTER, CEPH_NAMESPACE, ceph_cluster_values(), self,
-                               [operator], aliases=moved("ceph-cluster"))
+                               [operator], mirror=mirror, aliases=moved("ceph-cluster"))
         """The release that creates the cold StorageClass: what a claim of that class waits for."""
         self.register_outputs({})
 
@@ -70,11 +71,11 @@ class StorageTiers(pulumi.ComponentResource):
         # NVMe: the provisioner turns each mounted disk into a PV of our StorageClass.
         kubernetes.storage.v1.StorageClass(f"{name}-nvme-class", **fields(nvme_storage_class()), opts=after())
         release(f"{name}-nvme-provisioner", LOCAL_STATIC_PROVISIONER, NAMESPACE, local_provisioner_values(site),
-                self, [ns])
+                self, [ns], mirror=site.mirror)
         kubernetes.apps.v1.DaemonSet(f"{name}-model-prefetch", **fields(prefetch_daemonset(site)), opts=after(ns))
         # NFS hot: the CSI driver; each team's StorageClass belongs to its Team (components.teams.component), and
         # the API server keeps every team to its own.
-        nfs = release(f"{name}-nfs-driver", CSI_DRIVER_NFS, "kube-system", {}, self, [])
+        nfs = release(f"{name}-nfs-driver", CSI_DRIVER_NFS, "kube-system", {}, self, [], mirror=site.mirror)
         isolation = kubernetes.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-team-isolation", **fields(team_isolation_policy(site)), opts=after())
         kubernetes.admissionregistration.v1.ValidatingAdmissionPolicyBinding(

@@ -13,6 +13,7 @@ from components.charts import (
     BUSYBOX_IMAGE,
     PYTHON_IMAGE,
 )
+from components.mirror.images import pulled
 from components.spec.derived import mover_args, mover_stop_after_s
 from components.spec.site import Site
 from components.spec.wellknown import (
@@ -140,13 +141,14 @@ def prefetch_daemonset(site: Site) -> dict[str, Any]:
                     "nodeSelector": {"nvidia.com/gpu.present": "true"},
                     "tolerations": GPU_NODE_TOLERATIONS,
                     "initContainers": [{
-                        "name": "prefetch", "image": BUSYBOX_IMAGE,
+                        "name": "prefetch", "image": pulled(BUSYBOX_IMAGE, site.mirror),
                         "command": ["sh", "-c", prefetch_script(site)],
                         "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True},
                                          {"name": "cache", "mountPath": "/cache"}],
                     }],
                     # The pod stays up so the DaemonSet reports the cache as ready on every node.
-                    "containers": [{"name": "hold", "image": BUSYBOX_IMAGE, "command": ["sleep", "2147483647"],
+                    "containers": [{"name": "hold", "image": pulled(BUSYBOX_IMAGE, site.mirror),
+                                    "command": ["sleep", "2147483647"],
                                     "resources": {"requests": {"cpu": "1m", "memory": "4Mi"}}}],
                     "volumes": [
                         {"name": "models",
@@ -185,7 +187,7 @@ def mover_cronjob(site: Site, server: str, index: int) -> dict[str, Any]:
                                      "template": {"spec": {
                 "restartPolicy": "Never",
                 "containers": [{
-                    "name": "mover", "image": PYTHON_IMAGE, "command": args,
+                    "name": "mover", "image": pulled(PYTHON_IMAGE, site.mirror), "command": args,
                     "volumeMounts": [{"name": "mover", "mountPath": "/mover", "readOnly": True},
                                      {"name": "hot", "mountPath": "/hot"}, {"name": "cold", "mountPath": "/cold"},
                                      {"name": "metrics", "mountPath": "/metrics"}],

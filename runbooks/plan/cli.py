@@ -40,6 +40,10 @@ def plan(
         Path | None, typer.Option(help="Folder of pinned chart archives (`helm pull`); with --out, every release is "
                                        "rendered from it by the real Helm and its objects validated.")
     ] = None,
+    plain_http: Annotated[
+        bool, typer.Option(help="The site's OCI chart mirror (mirror.charts) speaks HTTP without TLS, as a test "
+                                "registry on loopback does (Helm's --plain-http; `pulumi up` needs TLS).")
+    ] = False,
 ) -> None:
     """Render the stack offline (no cluster, no Pulumi CLI), judge it with the policy pack, summarize it."""
     project = project_dir or find_project_dir(Path.cwd())
@@ -48,7 +52,8 @@ def plan(
         with err.status("planning") as status:
             site, graph = planning.run(project, stack, progress=lambda step: status.update(step))
             # The charts render while the policy pack judges (0.8 s of wall time on prod), on the cores it leaves.
-            rendering = _in_background(_render_charts, site, graph, chart_mirror) if out_dir is not None else None
+            rendering = _in_background(_render_charts, site, graph, chart_mirror, plain_http) \
+                if out_dir is not None else None
             result = planning.judge(site, graph, project, policy_config, progress=lambda step: status.update(step))
     except (OSError, json.JSONDecodeError, PolicyConfigError, StackConfigError) as error:
         err.print(f"[red]error:[/] {escape(str(error))}")
@@ -218,14 +223,15 @@ def _in_background(work: Callable[..., ChartsOutcome], *args: Any) -> Future[Cha
     return started
 
 
-def _render_charts(site: Site, graph: ResourceGraph, mirror: Path | None) -> ChartsOutcome:
+def _render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_http: bool = False) -> ChartsOutcome:
     helm_binary = helm.find_helm()
-    if mirror is None:
-        return ChartsOutcome(skipped="no --chart-mirror given")
+    if mirror is None and site.mirror.charts is None:
+        return ChartsOutcome(skipped="no --chart-mirror given and no mirror.charts in the spec")
     if helm_binary is None:
         return ChartsOutcome(skipped="helm is not installed (`make plan` installs it in .venv/bin)")
     try:
-        releases = helm.render_releases(graph, mirror, site.kubernetes_version, helm_binary)
+        releases = helm.render_releases(graph, mirror, site.kubernetes_version, helm_binary,
+                                        helm.ChartSource(site.mirror.charts, plain_http))
     except helm.HelmError as error:
         return ChartsOutcome(error=str(error))
     streams = helm.streams(releases)  # written by the YAML workers while this thread validates

@@ -34,6 +34,7 @@ from kubernetes_validate.utils import (  # type: ignore[import-untyped]
     schema_contents,
 )
 
+from components.charts import pinned, sha256_of
 from runbooks.children import exit_status, tail
 from runbooks.offline.engine import Resource, ResourceGraph
 from runbooks.plan.yaml_stream import dump_pickled, parse
@@ -98,7 +99,55 @@ def chart_archive(mirror: Path, chart: str, version: str) -> Path:
     return archive
 
 
-def render_releases(graph: ResourceGraph, mirror: Path, kube_version: str, helm: str) -> list[RenderedRelease]:
+@dataclass(frozen=True)
+class ChartSource:
+    """Where `pulumi up` installs the charts from, as rendering needs to know it."""
+
+    charts: str | None = None
+    """The site's chart mirror (site.mirror.charts): a release whose chart it names is rendered from there."""
+    plain_http: bool = False
+    """Its OCI registry speaks HTTP without TLS (a test registry; Helm's --plain-http)."""
+
+
+PINNED_ONLY = ChartSource()
+"""No site chart mirror: every chart from the --chart-mirror folder."""
+
+
+def fetch(chart: str, version: str, mirror: Path | None, source: ChartSource, helm: str, scratch: Path) -> Path:
+    """The archive of a release's chart: what the site's chart mirror (site.mirror.charts) holds where the release
+    names it (`helm pull` from its OCI registry, or its folder's file), else the pinned chart in the --chart-mirror
+    folder; its sha256 checked against the pin where components/charts.py knows it."""
+    if source.charts and chart.startswith(source.charts):
+        if chart.startswith("oci://"):
+            into = Path(tempfile.mkdtemp(dir=scratch))
+            argv = [helm, "pull", chart, "--version", version, "-d", str(into),
+                    *(["--plain-http"] if source.plain_http else [])]
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise HelmError(f"helm pull {chart} did not finish within {TIMEOUT_S} s") from None
+            if done.returncode != 0:
+                raise HelmError("\n  ".join([f"helm pull {chart} --version {version} {exit_status(done.returncode)}",
+                                             *tail(done.stderr)]))
+            (archive,) = into.iterdir()
+        else:
+            archive = Path(chart)
+            if not archive.is_file():
+                raise HelmError(f"chart {archive.name} is not in the site's chart mirror {source.charts}: "
+                                f"copy it there (`gpuctl mirror bundle` carries it)")
+    elif mirror is None:
+        raise HelmError(f"chart {chart} {version} is in no chart mirror: give --chart-mirror, or set mirror.charts")
+    else:
+        archive = chart_archive(mirror, chart, version)
+    pin = pinned(archive.name)
+    if pin is not None and pin.sha256 and sha256_of(archive) != pin.sha256:
+        raise HelmError(f"chart archive {archive} has sha256 {sha256_of(archive)}, not the {pin.sha256} that "
+                        f"components/charts.py pins for {pin.name} {pin.version}")
+    return archive
+
+
+def render_releases(graph: ResourceGraph, mirror: Path | None, kube_version: str, helm: str,
+                    source: ChartSource = PINNED_ONLY) -> list[RenderedRelease]:
     """Each registered Helm release rendered as `helm template` renders it, CRDs included.
 
     The charts render concurrently, each Helm a process of its own, and each output is parsed in a worker process as
@@ -108,7 +157,7 @@ def render_releases(graph: ResourceGraph, mirror: Path, kube_version: str, helm:
     workers = _yaml_workers()
 
     def render(resource: Resource, scratch: Path) -> tuple[Path, list[dict[str, Any]]]:
-        archive, printed = template(resource, mirror, kube_version, helm, scratch)
+        archive, printed = template(resource, mirror, kube_version, helm, scratch, source)
         return archive, workers.submit(parse, printed).result()
 
     rendered = []
@@ -134,12 +183,13 @@ def _yaml_workers() -> ProcessPoolExecutor:
     return ProcessPoolExecutor(os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn"))
 
 
-def template(release: Resource, mirror: Path, kube_version: str, helm: str, scratch: Path) -> tuple[Path, str]:
+def template(release: Resource, mirror: Path | None, kube_version: str, helm: str, scratch: Path,
+             source: ChartSource = PINNED_ONLY) -> tuple[Path, str]:
     """A Helm release's chart archive, and what `helm template` printed for it (its values file written in
     scratch)."""
     inputs = release.inputs
     name, namespace = inputs.get("name") or release.name, inputs.get("namespace", "default")
-    archive = chart_archive(mirror, inputs["chart"], inputs["version"])
+    archive = fetch(inputs["chart"], inputs["version"], mirror, source, helm, scratch)
     values = scratch / f"{name}.yaml"
     # Secrets never reach a values file: the plan holds only their marker.
     values.write_text(json.dumps(inputs.get("values") or {}, default=str))

@@ -169,6 +169,11 @@ OPERATOR, PROMETHEUS, COLD = "Release prod-gpu-operator", "Release prod-kube-pro
                  [f"{OPERATOR}: values.dcgmExporter.enabled is not true; GPUs would go unwatched"],
                  id="should deny the DCGM exporter disabled in the operator's values"),
     pytest.param(obs.DCGM_EXPORTER_ENABLED, {}, None, [], id="should admit the DCGM exporter enabled"),
+    pytest.param(obs.DCGM_EXPORTER_ENABLED, {"gpu-operator": {
+        "chart": "/srv/charts/gpu-operator-v25.10.1.tgz", "version": "v25.10.1",
+        "values__dcgmExporter__enabled": False}}, None,
+        [f"{OPERATOR}: values.dcgmExporter.enabled is not true; GPUs would go unwatched"],
+        id="should judge the release of a chart the site mirrors as an archive"),
     pytest.param(obs.DCGM_EXPORTER_ENABLED, {"gpu-operator": {"values__dcgmExporter": {}}}, None, [],
                  id="should admit the chart's default, which enables the exporter"),
     pytest.param(obs.DCGM_EXPORTER_ENABLED, {"gpu-operator": {"values__dcgmExporter__enabled": UNKNOWN_BOOLEAN_VALUE}},
