@@ -33,6 +33,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
+from components.monitoring import health_metrics
 from components.monitoring.alerts import GPU, GPU_MATCH, KSM_FLEX_LENT, UNATTRIBUTED, Record, llm_cost_rules
 from components.spec.derived import once_per_site
 from components.spec.site import Pool, Site
@@ -304,7 +305,19 @@ def _pools_board(site: Site) -> dashboard_builders.Dashboard:
                 Query(f"avg by (pool) ({_label_by_hostname(Record.GPU_UTIL, 'pool', pools)})", "{{pool}}")]))
             .with_panel(_timeseries(6, "Flex nodes lent to inference", "short", [
                 Query(f'count(kube_node_labels{{{KSM_FLEX_LENT}="true"}}) or vector(0)', "lent")],
-                                    "Set by gpuctl flex lend, cleared by gpuctl flex reclaim.")))
+                                    "Set by gpuctl flex lend, cleared by gpuctl flex reclaim."))
+            # The node health controller (runbooks/health): what it holds, what it did, what waits for its budget.
+            .with_panel(_timeseries(7, "Nodes held by the health controller", "short", [
+                Query(f"count by (phase) ({health_metrics.NODE_PHASE})", "{{phase}}")],
+                                    "Drained and cordoned on a DCGM finding (suspect: draining, diagnosing or about "
+                                    "to return) or handed to a human after repeated failures."))
+            .with_panel(_timeseries(8, "Health controller moves per hour", "short", [
+                Query(f"sum by (action) (increase({health_metrics.ACTIONS}[1h]))", "{{action}}")],
+                                    "Drains, diagnoses, returns and hand-offs carried out."))
+            .with_panel(_timeseries(9, "Suspect nodes waiting for the drain budget", "short", [
+                Query(health_metrics.BUDGET_WAITING, "waiting")],
+                                    "Nodes with a finding left in service because health.max_drained_pct of the GPU "
+                                    "nodes are already held.")))
 
 
 def token_types(site: Site) -> list[str]:
