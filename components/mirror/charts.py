@@ -32,46 +32,63 @@ class ImageValue:
     source: str
     """What the value names at the chart's default, written out with its host (Docker Hub's `docker.io` too): the
     value becomes `<mirror>/<source>`."""
+    image: str
+    """The image it leads to, host and path without the tag (`quay.io/thanos/thanos`): how a rendered reference is
+    traced back to the value that names it."""
 
 
-def _values(*pairs: tuple[str, str]) -> tuple[ImageValue, ...]:
-    return tuple(ImageValue(path, source) for path, source in pairs)
+def _values(*entries: tuple[str, str] | tuple[str, str, str]) -> tuple[ImageValue, ...]:
+    """(path, source[, image]): the image is the source itself, without a tag, unless the value is only a part."""
+    return tuple(ImageValue(entry[0], entry[1], entry[2] if len(entry) == 3 else entry[1].split(":")[0])
+                 for entry in entries)
 
 
-# Operands the GPU Operator deploys from its ClusterPolicy, each with a `repository` value (gpu-operator v25.10.1
-# values.yaml). Sandbox and vGPU operands too: the operator runs them when a site turns sandbox workloads on.
-_GPU_OPERANDS = (("validator", "nvcr.io/nvidia"), ("operator", "nvcr.io/nvidia"),
-                 ("operator.initContainer", "nvcr.io/nvidia"), ("driver", "nvcr.io/nvidia"),
-                 ("driver.manager", "nvcr.io/nvidia/cloud-native"), ("toolkit", "nvcr.io/nvidia/k8s"),
-                 ("devicePlugin", "nvcr.io/nvidia"), ("dcgm", "nvcr.io/nvidia/cloud-native"),
-                 ("dcgmExporter", "nvcr.io/nvidia/k8s"), ("gfd", "nvcr.io/nvidia"),
-                 ("migManager", "nvcr.io/nvidia/cloud-native"), ("nodeStatusExporter", "nvcr.io/nvidia"),
-                 ("gds", "nvcr.io/nvidia/cloud-native"), ("gdrcopy", "nvcr.io/nvidia/cloud-native"),
-                 ("vgpuManager.driverManager", "nvcr.io/nvidia/cloud-native"),
-                 ("vgpuDeviceManager", "nvcr.io/nvidia/cloud-native"), ("vfioManager", "nvcr.io/nvidia"),
-                 ("vfioManager.driverManager", "nvcr.io/nvidia/cloud-native"),
-                 ("kataManager", "nvcr.io/nvidia/cloud-native"), ("sandboxDevicePlugin", "nvcr.io/nvidia"),
-                 ("ccManager", "nvcr.io/nvidia/cloud-native"))
+# Operands the GPU Operator deploys from its ClusterPolicy, each with a `repository` and an `image` value (gpu-operator
+# v25.10.1 values.yaml). Sandbox and vGPU operands too: the operator runs them when a site turns sandbox workloads on.
+_GPU_OPERANDS = (("validator", "nvcr.io/nvidia", "gpu-operator"), ("operator", "nvcr.io/nvidia", "gpu-operator"),
+                 ("operator.initContainer", "nvcr.io/nvidia", "cuda"), ("driver", "nvcr.io/nvidia", "driver"),
+                 ("driver.manager", "nvcr.io/nvidia/cloud-native", "k8s-driver-manager"),
+                 ("toolkit", "nvcr.io/nvidia/k8s", "container-toolkit"),
+                 ("devicePlugin", "nvcr.io/nvidia", "k8s-device-plugin"),
+                 ("dcgm", "nvcr.io/nvidia/cloud-native", "dcgm"),
+                 ("dcgmExporter", "nvcr.io/nvidia/k8s", "dcgm-exporter"),
+                 ("gfd", "nvcr.io/nvidia", "k8s-device-plugin"),
+                 ("migManager", "nvcr.io/nvidia/cloud-native", "k8s-mig-manager"),
+                 ("nodeStatusExporter", "nvcr.io/nvidia", "gpu-operator"),
+                 ("gds", "nvcr.io/nvidia/cloud-native", "nvidia-fs"),
+                 ("gdrcopy", "nvcr.io/nvidia/cloud-native", "gdrdrv"),
+                 ("vgpuManager.driverManager", "nvcr.io/nvidia/cloud-native", "k8s-driver-manager"),
+                 ("vgpuDeviceManager", "nvcr.io/nvidia/cloud-native", "vgpu-device-manager"),
+                 ("vfioManager", "nvcr.io/nvidia", "cuda"),
+                 ("vfioManager.driverManager", "nvcr.io/nvidia/cloud-native", "k8s-driver-manager"),
+                 ("kataManager", "nvcr.io/nvidia/cloud-native", "k8s-kata-manager"),
+                 ("sandboxDevicePlugin", "nvcr.io/nvidia", "kubevirt-gpu-device-plugin"),
+                 ("ccManager", "nvcr.io/nvidia/cloud-native", "k8s-cc-manager"))
 
 CHART_IMAGES: dict[Chart, tuple[ImageValue, ...]] = {
     # kube-prometheus-stack 77.5.0 values.yaml and its subcharts' (grafana 9.4.4, kube-state-metrics 6.3.0,
     # prometheus-node-exporter 4.47.3): each image's `registry`. global.imageRegistry would put every image under one
     # prefix and lose which registry each came from.
     KUBE_PROMETHEUS_STACK: _values(
-        ("alertmanager.alertmanagerSpec.image.registry", "quay.io"),
-        ("prometheus.prometheusSpec.image.registry", "quay.io"),
-        ("prometheusOperator.image.registry", "quay.io"),
-        ("prometheusOperator.prometheusConfigReloader.image.registry", "quay.io"),
-        ("prometheusOperator.thanosImage.registry", "quay.io"),
-        ("prometheusOperator.admissionWebhooks.patch.image.registry", "registry.k8s.io"),
-        ("grafana.image.registry", "docker.io"),
-        ("grafana.sidecar.image.registry", "quay.io"),
-        ("kube-state-metrics.image.registry", "registry.k8s.io"),
-        ("prometheus-node-exporter.image.registry", "quay.io")),
+        ("alertmanager.alertmanagerSpec.image.registry", "quay.io", "quay.io/prometheus/alertmanager"),
+        ("prometheus.prometheusSpec.image.registry", "quay.io", "quay.io/prometheus/prometheus"),
+        ("prometheusOperator.image.registry", "quay.io", "quay.io/prometheus-operator/prometheus-operator"),
+        ("prometheusOperator.prometheusConfigReloader.image.registry", "quay.io",
+         "quay.io/prometheus-operator/prometheus-config-reloader"),
+        ("prometheusOperator.thanosImage.registry", "quay.io", "quay.io/thanos/thanos"),
+        ("prometheusOperator.admissionWebhooks.patch.image.registry", "registry.k8s.io",
+         "registry.k8s.io/ingress-nginx/kube-webhook-certgen"),
+        ("grafana.image.registry", "docker.io", "docker.io/grafana/grafana"),
+        ("grafana.sidecar.image.registry", "quay.io", "quay.io/kiwigrid/k8s-sidecar"),
+        ("kube-state-metrics.image.registry", "registry.k8s.io",
+         "registry.k8s.io/kube-state-metrics/kube-state-metrics"),
+        ("prometheus-node-exporter.image.registry", "quay.io", "quay.io/prometheus/node-exporter")),
     # victoria-metrics-single 0.12.2: server.image.registry is empty, which Docker reads as Docker Hub.
-    VICTORIA_METRICS_SINGLE: _values(("server.image.registry", "docker.io")),
-    GPU_OPERATOR: (*_values(*((f"{operand}.repository", source) for operand, source in _GPU_OPERANDS)),
-                   ImageValue("node-feature-discovery.image.repository", "registry.k8s.io/nfd/node-feature-discovery")),
+    VICTORIA_METRICS_SINGLE: _values(
+        ("server.image.registry", "docker.io", "docker.io/victoriametrics/victoria-metrics")),
+    GPU_OPERATOR: _values(*((f"{operand}.repository", source, f"{source}/{image}") for operand, source, image in
+                            _GPU_OPERANDS),
+                          ("node-feature-discovery.image.repository", "registry.k8s.io/nfd/node-feature-discovery")),
     # local-static-provisioner 2.8.0 names the whole reference, its tag from the chart's appVersion.
     LOCAL_STATIC_PROVISIONER: _values(("image", "registry.k8s.io/sig-storage/local-volume-provisioner:v2.8.0")),
     CSI_DRIVER_NFS: _values(*((f"image.{part}.repository", f"registry.k8s.io/sig-storage/{name}") for part, name in (
@@ -90,7 +107,8 @@ CHART_IMAGES: dict[Chart, tuple[ImageValue, ...]] = {
     # rook-ceph-cluster v1.17.5: the Ceph daemons' image, a whole reference.
     ROOK_CEPH_CLUSTER: _values(("cephClusterSpec.cephVersion.image", "quay.io/ceph/ceph:v19.2.2")),
     KUEUE: _values(("controllerManager.manager.image.repository", "registry.k8s.io/kueue/kueue")),
-    KEDA: _values(*((f"image.{part}.registry", "ghcr.io") for part in ("keda", "metricsApiServer", "webhooks"))),
+    KEDA: _values(*((f"image.{part}.registry", "ghcr.io", f"ghcr.io/kedacore/{name}") for part, name in (
+        ("keda", "keda"), ("metricsApiServer", "keda-metrics-apiserver"), ("webhooks", "keda-admission-webhooks")))),
     CLOUDNATIVE_PG: _values(("image.repository", "ghcr.io/cloudnative-pg/cloudnative-pg")),
 }
 """Per chart, every value that names an image the chart deploys by default. The model servers', the gateway's and

@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from components.mirror.images import parse
 from components.spec.problems import SiteSpecError
 from components.spec.site import Site
 from components.supplied import operator_supplied
@@ -23,6 +24,7 @@ from runbooks.options import StackOption, find_project_dir, print_spec_problems
 from runbooks.plan import converge, helm
 from runbooks.plan import plan as planning
 from runbooks.plan.consumers import run_checks
+from runbooks.plan.images import ImageUse, images_pulled
 from runbooks.plan.invariants import Invariant, check_invariants
 from runbooks.plan.producers import Deployed
 
@@ -209,6 +211,9 @@ class ChartsOutcome:
     invariants: list[Invariant] = field(default_factory=list)
     streams: list[str] = field(default_factory=list)
     """Each release's objects as helm/<release>.yaml holds them."""
+    images: dict[str, list[ImageUse]] = field(default_factory=dict)
+    """Every image the stack pulls, by its source reference, with the objects that name it."""
+    image_mirror: str | None = None
     skipped: str = ""
     """Why nothing was rendered (no mirror, no helm); never reported as passed."""
     error: str = ""
@@ -239,9 +244,9 @@ def _render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_
     registered = list(by_urn.values())
     deployed = Deployed([o for r in releases for o in r.objects] + registered, registered,
                         planning.host_installs(graph), converge.installs(graph, releases, by_urn),
-                        operator_supplied(site))
+                        operator_supplied(site), site.mirror.images)
     return ChartsOutcome(releases, helm.validate(releases, site.kubernetes_version), check_invariants(deployed),
-                         list(streams))
+                         list(streams), images_pulled(deployed.objects, site.mirror.images), site.mirror.images)
 
 
 def _charts_valid(charts: ChartsOutcome) -> bool:
@@ -262,6 +267,7 @@ def _charts_valid(charts: ChartsOutcome) -> bool:
     count = sum(len(r.objects) for r in charts.releases)
     out.print(f"{count} rendered objects in {len(charts.releases)} releases, {len(charts.invalid)} invalid",
               highlight=False)
+    _print_images(charts)
     checks = Table("invariant", "result", title="Invariants over the rendered stack")
     for invariant in charts.invariants:
         checks.add_row(invariant.name, f"[red]{len(invariant.violations)} violation(s)[/]"
@@ -271,3 +277,16 @@ def _charts_valid(charts: ChartsOutcome) -> bool:
         for violation in invariant.violations:
             out.print(f"  {invariant.name}: {escape(violation)}", highlight=False)
     return not charts.invalid
+
+
+def _print_images(charts: ChartsOutcome) -> None:
+    """Every image the stack pulls, with its tag (or digest), and from where when the site mirrors images."""
+    where = f"pulled from the mirror {charts.image_mirror}" if charts.image_mirror else "pulled from their sources"
+    table = Table("image", "tag", "digest", "named by", title=f"Images the stack pulls ({where})")
+    for reference, uses in charts.images.items():
+        image = parse(reference)
+        objects = sorted({u.obj for u in uses})
+        table.add_row(image.name, image.tag or "-", image.digest or "-",
+                      objects[0] + (f" and {len(objects) - 1} more" if len(objects) > 1 else ""))
+    out.print(table)
+

@@ -91,6 +91,8 @@ class Deployed:
     """Which resource creates which objects, in the program's dependency graph (runbooks/plan/converge.py)."""
     supplied: tuple[Supplied, ...] = ()
     """What the site's operators create before `pulumi up` (components/supplied.py)."""
+    image_mirror: str | None = None
+    """The registry every image must come from (site.mirror.images), if the site has one."""
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.objects if o.get("kind") == kind]

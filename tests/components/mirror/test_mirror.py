@@ -84,9 +84,14 @@ def test_should_name_values_the_chart_has_with_the_default_it_gives(chart: Chart
     values, app_version = _chart_values(chart)
     for value in CHART_IMAGES[chart]:
         node: Any = values
+        parent: dict[str, Any] = {}
         for key in value.path.split("."):
             assert isinstance(node, dict) and key in node, f"{chart.archive} has no value {value.path}"
-            node = node[key]
+            parent, node = node, node[key]
+        if value.image != value.source.split(":")[0]:
+            # A registry (or a GPU operand's repository): the rest of the image is its sibling value.
+            rest = parent["repository"] if value.path.endswith(".registry") else parent["image"]
+            assert f"{value.source}/{rest}" == value.image, f"{chart.archive} {value.path} leads to {rest}"
         default = re.sub(r"\{\{\s*\.Chart\.AppVersion\s*\}\}", app_version, str(node or ""))
         assert value.source in (default, f"docker.io/{default}") or (default == "" and value.source == "docker.io"), \
             f"{chart.archive} {value.path} defaults to {default!r}, not {value.source}"

@@ -1,0 +1,106 @@
+"""A site with a chart and image mirror: every release renders from the mirror's archives by the real Helm, every
+image the render names comes from the mirror registry, and images-from-mirror fails (alone) when one does not."""
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.mirror.images import in_mirror
+from components.spec.site import Site
+from runbooks.offline.engine import ResourceGraph
+from runbooks.plan import helm
+from runbooks.plan import plan as planning
+from runbooks.plan.cli import ChartsOutcome, _render_charts
+from runbooks.plan.helm import RELEASE_TYPE, find_helm
+from runbooks.plan.images import images_from_mirror, images_pulled
+from runbooks.plan.producers import Deployed
+from tests.builders import REPO, copy_project
+
+CHART_MIRROR = REPO.parent / "shared" / "charts"
+REGISTRY = "registry.site:5000"
+pytestmark = pytest.mark.skipif(find_helm() is None or not CHART_MIRROR.is_dir(),
+                                reason="needs helm (make test installs it in .venv/bin) and the chart mirror "
+                                       "../shared/charts")
+
+
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Site, ResourceGraph]:
+    def change(config: dict[str, Any]) -> None:
+        config["gpu-cluster:mirror"] = {"charts": str(CHART_MIRROR), "images": REGISTRY}
+
+    return planning.run(copy_project(tmp_path_factory.mktemp("mirrored"), change), "prod")
+
+
+@pytest.fixture(scope="module")
+def charts(mirrored: tuple[Site, ResourceGraph]) -> ChartsOutcome:
+    # No --chart-mirror: the spec's mirror is where the releases' charts are.
+    return _render_charts(*mirrored, None)
+
+
+def test_should_install_every_release_from_the_mirror_and_pull_every_image_from_it(
+        mirrored: tuple[Site, ResourceGraph], charts: ChartsOutcome) -> None:
+    _, graph = mirrored
+    assert not charts.error and not charts.skipped, charts.error or charts.skipped
+    releases = graph.of_type(RELEASE_TYPE)
+    assert len(releases) == len(charts.releases) == 13
+    assert {r.name: Path(r.inputs["chart"]).parent for r in releases} == {r.name: CHART_MIRROR for r in releases}
+    assert all("repositoryOpts" not in r.inputs for r in releases)
+    assert [(i.name, i.violations) for i in charts.invariants if i.violations] == []
+    pulled = [u.reference for uses in charts.images.values() for u in uses]
+    assert len(charts.images) >= 40 and all(in_mirror(r, REGISTRY) for r in pulled)
+    # Listed by their sources: what `gpuctl mirror bundle` copies into the mirror.
+    assert "quay.io/thanos/thanos:v0.39.2" in charts.images
+    assert "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.2-4.7.0-distroless" in charts.images
+
+
+def without(values: dict[str, Any], path: str) -> dict[str, Any]:
+    changed = copy.deepcopy(values)
+    *parents, leaf = path.split(".")
+    node = changed
+    for key in parents:
+        node = node[key]
+    del node[leaf]
+    return changed
+
+
+def test_should_break_only_images_from_mirror_naming_the_object_and_value_when_one_image_stays_public(
+        mirrored: tuple[Site, ResourceGraph], charts: ChartsOutcome, monkeypatch: pytest.MonkeyPatch) -> None:
+    site, graph = mirrored
+    (prometheus,) = [dataclasses.replace(r, inputs=dict(r.inputs)) for r in graph.of_type(RELEASE_TYPE)
+                     if r.inputs["name"] == "kube-prometheus-stack"]
+    prometheus.inputs["values"] = without(prometheus.inputs["values"], "prometheusOperator.thanosImage.registry")
+    # Only the mutated release is rendered again, by the real Helm; the other twelve are as rendered above.
+    (again,) = helm.render_releases(ResourceGraph(graph.project, graph.stack, {prometheus.urn: prometheus}), None,
+                                    site.kubernetes_version, str(find_helm()), helm.ChartSource(site.mirror.charts))
+    monkeypatch.setattr(helm, "render_releases", lambda *_: [again if r.release == again.release else r
+                                                             for r in charts.releases])
+    charts = _render_charts(site, graph, None)
+    broken = {i.name: i.violations for i in charts.invariants if i.violations}
+    assert broken == {"images-from-mirror": [
+        "Deployment monitoring/kube-prometheus-stack-operator spec.template.spec.containers[0].args[9] pulls "
+        f"quay.io/thanos/thanos:v0.39.2, not from the mirror {REGISTRY}: set kube-prometheus-stack-77.5.0 value "
+        f"prometheusOperator.thanosImage.registry to {REGISTRY}/quay.io"]}
+
+
+def test_should_name_an_image_the_program_registers_and_an_image_without_a_tag(
+        mirrored: tuple[Site, ResourceGraph]) -> None:
+    _, graph = mirrored
+    (prefetch,) = [o for o in planning.kubernetes_objects(graph).values() if o["kind"] == "DaemonSet"]
+    prefetch = copy.deepcopy(prefetch)
+    prefetch["spec"]["template"]["spec"]["containers"][0]["image"] = "busybox"
+    deployed = Deployed([prefetch], [prefetch], {}, image_mirror=REGISTRY)
+    assert images_from_mirror(deployed) == [
+        "DaemonSet storage/model-cache-prefetch spec.template.spec.containers[0].image: busybox names no tag or digest "
+        "but latest: pin it",
+        "DaemonSet storage/model-cache-prefetch spec.template.spec.containers[0].image pulls busybox, not from the "
+        f"mirror {REGISTRY}: the program registers it: name the image through components.mirror.images.pulled"]
+    # Without a mirror only the pin counts.
+    assert images_from_mirror(dataclasses.replace(deployed, image_mirror=None)) == [
+        "DaemonSet storage/model-cache-prefetch spec.template.spec.containers[0].image: busybox names no tag or digest "
+        "but latest: pin it"]
+    # Listed by source: the mirrored init container's image and the public one are the same image, tagged or not.
+    assert list(images_pulled([prefetch], REGISTRY)) == ["docker.io/library/busybox",
+                                                         "docker.io/library/busybox:1.36.1"]
