@@ -54,6 +54,7 @@ from tests.harness.daemons import PROMETHEUS, free_ports, wait_for
 from tests.harness.figures import FIGURES
 from tests.harness.gateway import LITELLM, Backend, EngineService, plan_gateway, running_gateway
 from tests.harness.slurm_cluster import Cluster, slurm_marks
+from tests.harness.switches import disarmed
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "tests" / "harness" / "node_agent.py"
@@ -314,8 +315,15 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
 
     runbook, store, _ = build(world, state)
     started = time.monotonic()
-    campaign = runbook.run("sha256:deployed", "canary")
+    try:
+        campaign = runbook.run("sha256:deployed", "canary")
+    finally:
+        # Whatever happened, no switch of this campaign may fire after the test cluster is gone (issue 36 saw one
+        # start a stray slurmd against a deleted configuration); a passed campaign leaves none armed (asserted below).
+        left_armed = sorted(p.name for p in (state / "switches").glob("*.json"))
+        left_watching = disarmed(state / "switches")
     took = time.monotonic() - started
+    assert (left_armed, left_watching) == ([], []), "a dead-man's switch outlived its drill"
     report = write_report(store, campaign, tmp_path / "report")
 
     failures = store.failures(campaign.id)

@@ -12,7 +12,7 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,11 +29,14 @@ from runbooks.acceptance.verdict import loaded_s
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.lock import StackLock
 from runbooks.rollout.machine import ACCEPTANCE_RECORD, REQUIRED_CRITERIA
+from tests.harness.switches import disarmed
 
 REPO = Path(__file__).resolve().parents[3]
 KEY = b"k" * 32
 DRILL = {"hold_s": 250, "detect_within_s": 200, "recover_within_s": 200, "revert_after_s": 20000}
-SPEC = Acceptance(time_scale=0.0002, soak_h=2, shock_minutes=10, peak_source="declared", drills=[
+# A run killed mid-drill loses what it ran of that drill: 4 s of interruption (scaled) absorb it on a loaded machine.
+SPEC = Acceptance(time_scale=0.0002, soak_h=2, shock_minutes=10, max_interruption_s=20000, peak_source="declared",
+                  drills=[
     {"kind": "network_partition", "sop": "network-partition", **DRILL},
     {"kind": "node_failure", "sop": "node-power-loss", **DRILL},
     {"kind": "storage_jitter", "sop": "storage-jitter", "delay_ms": 100, **DRILL},
@@ -124,8 +127,9 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
-    return World(tmp_path)
+def world(tmp_path: Path) -> Iterator[World]:
+    yield World(tmp_path)
+    disarmed(tmp_path / "state" / "sw", timeout_s=0)  # a switch a failed test left must not fire after it
 
 
 def failing(store: CampaignStore, campaign_id: str) -> list[str]:
@@ -220,6 +224,10 @@ def test_should_revert_and_log_the_fault_a_run_killed_mid_drill_left(world: Worl
     reverted = [f for f in store.faults(campaign.id) if f.drill == "network_partition"]
     assert [f.reverted_by for f in reverted] == ["resume", "drill"]
     assert not partition.marker.exists()
+    # The killed run's switch was disarmed by the resume, every drill's by its revert: no watcher outlives the test.
+    switches = world.tmp / "state" / "sw"
+    assert not list(switches.glob("*.json")), "a switch is still armed"
+    assert disarmed(switches, timeout_s=3) == [], "a switch's watcher outlived its drill"
 
 
 def test_should_fail_a_campaign_that_could_not_read_alertmanager(world: World) -> None:
