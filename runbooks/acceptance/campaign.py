@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,11 +109,14 @@ class Runbook:
     def __init__(self, spec: Acceptance, store: CampaignStore, log: AuditLog, rollout_log: AuditLog,
                  switches: Switches, sop_dir: Path, alerts: Callable[[], list[FiringAlert]],
                  targets: dict[DrillKind, Target], loads: list[Load], lock: StackLock,
+                 training_jobs: Callable[[Sequence[str]], dict[str, str]],
                  peak: tuple[Peak, str] | None = None, clock: Callable[[], float] = time.time,
                  poll_s: float = POLL_S) -> None:
         self.spec, self.store, self.log, self.rollout_log = spec, store, log, rollout_log
         self.switches, self.sop_dir, self.alerts, self.targets, self.loads = switches, sop_dir, alerts, targets, loads
         self.lock, self.clock, self.poll_s = lock, clock, poll_s
+        self.training_jobs = training_jobs
+        """The state of each of the training load's jobs now, by id (runbooks.acceptance.load.job_states)."""
         self.peak = peak or (spec.peak, "declared")
         """The peak the loads were built at, and where it came from (runbooks.acceptance.peak)."""
 
@@ -372,9 +375,12 @@ class Runbook:
     def _verdict(self, campaign: Campaign) -> Campaign:
         ended = self.clock()
         steps = self.store.steps(campaign.id)
+        samples = self.store.samples(campaign.id)
+        jobs = sorted({str(int(v)) for _, v in samples.get("training_job", [])})
         criteria = judge(self.spec, Measurements(
-            campaign.started_at, ended, steps, self.store.samples(campaign.id), self.store.faults(campaign.id),
-            self.store.alert_spans(campaign.id), self.store.failures(campaign.id), self.poll_s))
+            campaign.started_at, ended, steps, samples, self.store.faults(campaign.id),
+            self.store.alert_spans(campaign.id), self.store.failures(campaign.id), self.poll_s,
+            self.training_jobs(jobs)))
         failing = [c for c in criteria if not c.passed]
         verdict = FAILED if failing else PASSED
         reason = ("; ".join(f"{c.phase} {c.name}: {c.measured} (objective {c.objective})" for c in failing)

@@ -28,6 +28,7 @@ from runbooks.acceptance.load import (
     PrometheusSampler,
     QueueWaitSampler,
     inference_load,
+    job_states,
     storage_load,
     training_load,
 )
@@ -151,7 +152,8 @@ def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[s
     return Runbook(spec, CampaignStore(context.state_dir / "acceptance.sqlite"), log, rollout_log,
                    Switches(context.state_dir / "switches"), context.project_dir / "docs" / "sop",
                    lambda: firing_alerts(spec.alertmanager_url), runbook_targets, loads,
-                   StackLock(context.state_dir / f"{context.stack}.lock", "gpuctl acceptance"), (peak, source))
+                   StackLock(context.state_dir / f"{context.stack}.lock", "gpuctl acceptance"),
+                   job_states(("sacct",), {}), (peak, source))
 
 
 def _delay_ms(site: Site) -> int | None:

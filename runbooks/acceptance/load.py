@@ -2,7 +2,8 @@
 stopped at once by an event: inference through the gateway, checkpoint writes to the hot tier and reads back, and a
 Slurm job mix with the teams' accounts and every training QoS (gang jobs included).
 
-Each records samples the report plots: `<name>_latency_s` per request, `<name>_error` (1 or 0) per request.
+Each records samples the report plots: `<name>_latency_s` per request, `<name>_error` (1 or 0) per request; the
+training load also `training_job`, the id of each job Slurm accepted, whose end the verdict asks Slurm for.
 """
 
 import hashlib
@@ -187,9 +188,35 @@ def training_load(sbatch: Sequence[str], env: Mapping[str, str], accounts: Seque
                                f"--job-name={TRAINING_JOB_NAMES}", "--wrap", f"sleep {job_seconds:g}"],
                               env={**os.environ, **env}, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
                               check=False)
-        return done.returncode == 0, {}
+        job = done.stdout.strip().split(";")[0]  # --parsable: `<id>` or `<id>;<cluster>`
+        return done.returncode == 0, {"job": float(job)} if done.returncode == 0 and job.isdigit() else {}
 
     return RateLoad("training", peak_per_h / 3600, bound_jobs, request)
+
+
+LOST_STATES = ("BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT")
+"""sacct states of a job that ended without completing and was not requeued (sacct(1), JOB STATE CODES): its work is
+lost. PENDING, RUNNING, REQUEUED and COMPLETED are not."""
+
+
+def job_states(sacct: Sequence[str], env: Mapping[str, str]) -> Callable[[Sequence[str]], dict[str, str]]:
+    """Job id -> its state now (one word, `CANCELLED by 0` reads CANCELLED), from sacct's allocation records; a job
+    sacct does not know yet is absent."""
+
+    def states(jobs: Sequence[str]) -> dict[str, str]:
+        if not jobs:
+            return {}
+        done = subprocess.run([*sacct, "-X", "-n", "-P", "--format=JobID,State", "-j", ",".join(jobs)],
+                              env={**os.environ, **env}, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
+                              check=True)
+        found = {}
+        for line in done.stdout.splitlines():
+            job, _, state = line.partition("|")
+            if job.strip() in jobs and state.split():
+                found[job.strip()] = state.split()[0]
+        return found
+
+    return states
 
 
 @dataclass

@@ -11,6 +11,8 @@ shock_factor x the peak; campaign: both).
 - duration: the monotonic time the steps ran under load (a step a dead run left is run again and counted once),
   against soak_h and shock_minutes, and the wall time the campaign spent without load (resumes) within
   max_interruption_s; all scaled by time_scale, nothing else;
+- training: every sbatch of the load accepted, and no job of it lost (ended without completing or a requeue, as
+  sacct tells at the verdict); a campaign that submitted no job fails;
 - the drills' own verdicts, every failure with its SOP, and Alertmanager read at every look.
 
 Pure: the runbook hands in what its store holds (runbooks.acceptance.campaign).
@@ -22,6 +24,7 @@ from statistics import quantiles
 from typing import Any
 
 from components.spec.acceptance import Acceptance
+from runbooks.acceptance.load import LOST_STATES
 from runbooks.acceptance.store import FAILED, AlertSpan, Failure, FaultRecord
 
 LOADED_STEPS = ("drill:", "shock", "soak")
@@ -63,6 +66,9 @@ class Measurements:
     failures: list[Failure]
     poll_s: float
     """s between two looks of the watcher."""
+    training_states: dict[str, str]
+    """The training load's jobs (runbooks.acceptance.load `training_job` samples) by id: their sacct state at the
+    verdict; a job Slurm has no record of is absent."""
 
 
 def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
@@ -71,6 +77,7 @@ def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
     for phase, intervals in _phases(measured.steps).items():
         criteria += _inference(spec, phase, intervals, measured.samples, [(s, e) for _, s, e in windows])
     criteria += _health(spec, measured, windows)
+    criteria += _training(measured)
     criteria += _duration(spec, measured)
     criteria += _drills(measured)
     return criteria
@@ -161,6 +168,27 @@ def _health(spec: Acceptance, measured: Measurements, windows: list[tuple[str, f
         criteria.append(Criterion(f"critical alert {alert.name}{where}", "campaign", fired <= allowed,
                                   f"fired {fired:.1f} s", f"<= {allowed:.1f} s ({why})", source))
     return criteria
+
+
+def _training(measured: Measurements) -> list[Criterion]:
+    refused = [v for _, v in measured.samples.get("training_error", [])]
+    jobs = sorted({str(int(v)) for _, v in measured.samples.get("training_job", [])})
+    source = "the training load's sbatch exits"
+    if not refused:
+        submitted = Criterion("training jobs refused", "campaign", False, "no job submitted", "none refused", source)
+    else:
+        submitted = Criterion("training jobs refused", "campaign", not any(refused),
+                              f"{sum(refused):g} of {len(refused)} submissions refused", "none refused", source)
+    lost = sorted(j for j in jobs if measured.training_states.get(j) in LOST_STATES)
+    unknown = [j for j in jobs if j not in measured.training_states]
+    done = sum(measured.training_states.get(j) == "COMPLETED" for j in jobs)
+    ended = Criterion(
+        "training jobs lost", "campaign", bool(jobs) and not lost,
+        (f"{len(lost)} of {len(jobs)} lost ({', '.join(f'{j} {measured.training_states[j]}' for j in lost[:5])})"
+         if lost else f"none of {len(jobs)} lost") + f"; {done} completed"
+        + (f"; {len(unknown)} not yet in sacct" if unknown else ""),
+        "none ended without completing or a requeue", "sacct's allocation records of the load's jobs at the verdict")
+    return [submitted, ended]
 
 
 def _duration(spec: Acceptance, measured: Measurements) -> list[Criterion]:

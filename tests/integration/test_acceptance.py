@@ -39,6 +39,7 @@ from runbooks.acceptance.load import (
     PrometheusSampler,
     QueueWaitSampler,
     inference_load,
+    job_states,
     storage_load,
     training_load,
 )
@@ -185,7 +186,7 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
     runbook = Runbook(spec, store, AuditLog(state / "failures.jsonl", key),
                       AuditLog(rollout_state / "audit.jsonl", key), Switches(state / "switches"), REPO / "docs" / "sop",
                       lambda: firing_alerts(world.alertmanager), {d.kind: targets[d.kind.value] for d in spec.drills},
-                      loads, StackLock(state / "campaign.lock", "gpuctl acceptance"))
+                      loads, StackLock(state / "campaign.lock", "gpuctl acceptance"), job_states(("sacct",), slurm))
     return runbook, store, loads
 
 

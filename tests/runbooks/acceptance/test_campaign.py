@@ -12,7 +12,7 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,11 +98,29 @@ class Gateway:
 
 
 @dataclass
+class Slurm:
+    """The training path as the load and the verdict see it: sbatch accepts every job (numbered as submitted); sacct
+    says each completed, except the ones in `ended`."""
+
+    ended: dict[str, str] = field(default_factory=dict)
+
+    def sbatch(self, number: int) -> tuple[bool, dict[str, float]]:
+        return True, {"job": float(number)}
+
+    def sacct(self, jobs: Sequence[str]) -> dict[str, str]:
+        return {job: self.ended.get(job, "COMPLETED") for job in jobs}
+
+    def load(self) -> RateLoad:
+        return RateLoad("training", 20, 1000, self.sbatch)
+
+
+@dataclass
 class World:
     tmp: Path
     alerts: list[FiringAlert] = field(default_factory=list)
     probes: dict[DrillKind, MarkerProbe] = field(default_factory=dict)
     gateway: Gateway = field(default_factory=Gateway)
+    slurm: Slurm = field(default_factory=Slurm)
 
     def __post_init__(self) -> None:
         for kind in DrillKind:
@@ -117,8 +135,8 @@ class World:
         runbook = Runbook(spec, store, AuditLog(self.tmp / "state" / "failures.jsonl", KEY),
                           AuditLog(self.tmp / "rollout" / "audit.jsonl", KEY), Switches(self.tmp / "state" / "sw"),
                           sop_dir, firing or (lambda: list(self.alerts)), targets,
-                          [self.gateway.load()] if loads is None else loads,
-                          StackLock(self.tmp / "state" / "lock", "gpuctl acceptance"), poll_s=0.02)
+                          [self.gateway.load(), self.slurm.load()] if loads is None else loads,
+                          StackLock(self.tmp / "state" / "lock", "gpuctl acceptance"), self.slurm.sacct, poll_s=0.02)
         return runbook, store
 
     def rollout_records(self) -> list[dict[str, Any]]:
@@ -282,9 +300,19 @@ def test_should_pass_on_measurements_and_print_each_criterion_with_its_value_obj
 def test_should_fail_inference_when_the_load_generator_does_nothing(world: World) -> None:
     runbook, store = world.runbook(loads=[])
     campaign = runbook.run("sha256:deployed", "canary")
-    assert failing(store, campaign.id) == [f"{phase} {name}" for phase in ("soak", "shock", "campaign")
-                                           for name in INFERENCE]
-    assert "no request measured" in (campaign.reason or "") and world.rollout_records() == []
+    assert failing(store, campaign.id) == [*(f"{phase} {name}" for phase in ("soak", "shock", "campaign")
+                                             for name in INFERENCE),
+                                           "campaign training jobs refused", "campaign training jobs lost"]
+    assert "no request measured" in (campaign.reason or "") and "no job submitted" in (campaign.reason or "")
+    assert world.rollout_records() == []
+
+
+def test_should_fail_training_when_a_job_of_the_load_is_lost(world: World) -> None:
+    world.slurm.ended = {"3": "NODE_FAIL", "5": "REQUEUED"}  # a requeued job is not lost
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["campaign training jobs lost"]
+    assert "1 of " in (campaign.reason or "") and "lost (3 NODE_FAIL)" in (campaign.reason or "")
 
 
 def test_should_fail_the_error_budget_when_every_inference_request_fails(world: World) -> None:
