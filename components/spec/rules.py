@@ -2,6 +2,7 @@
 finds. The rules that need a planner's figures (rack power and cooling, team quotas against Kueue flavors, the
 preemption table) live beside their planners and are composed with these in components.validate."""
 
+import ipaddress
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -273,6 +274,21 @@ def check_lent_replicas(site: Site) -> list[Problem]:
     return problems
 
 
+def check_scraped_listeners(site: Site) -> list[Problem]:
+    """Prometheus scrapes the controller's exporters from the cluster at slurm.controller_host
+    (components.monitoring.prometheus): one that binds a loopback address answers nobody there, and its Down alert
+    fires for good."""
+    listeners = (("slurm.exporter_address", site.slurm.exporter_address, site.slurm.exporter_port, "Slurm exporter"),
+                 ("lending.metrics_address", site.lending.metrics_address, site.lending.metrics_port,
+                  "lending controller"),
+                 ("health.metrics_address", site.health.metrics_address, site.health.metrics_port,
+                  "health controller"))
+    return [Problem(path, f"{address} is a loopback address, but Prometheus scrapes the {what} from the cluster at "
+                    f"{site.slurm.controller_host}:{port}: set the address the controller has there",
+                    "listeners-scraped")
+            for path, address, port, what in listeners if ipaddress.ip_address(address).is_loopback]
+
+
 SPEC_RULES: tuple[Rule, ...] = (
     rule(check_unique_rooms, "rooms"),
     rule(check_unique_racks, "racks"),
@@ -293,5 +309,6 @@ SPEC_RULES: tuple[Rule, ...] = (
     rule(check_served_models_fit, "inference", "node_groups"),
     rule(check_training_floor, "lending", "node_groups"),
     rule(check_lent_replicas, "inference", "lending", "node_groups"),
+    rule(check_scraped_listeners, "slurm", "lending", "health"),
 )
 """Rules that read the spec alone; components.validate adds those that need a planner (racks, quotas, preemption)."""

@@ -344,7 +344,7 @@ def test_should_write_units_systemd_accepts(prod: dict[str, Any], tmp_path: Path
 
 def test_should_run_the_exporter_unprivileged_on_the_spec_address_and_port(prod: dict[str, Any]) -> None:
     unit = render_exporter_unit(parse(with_changes(prod, slurm__exporter_port=9400)))
-    assert ("ExecStart=/usr/bin/python3 /usr/local/lib/gpucluster/slurm_exporter.py --listen 127.0.0.1 --port 9400 "
+    assert ("ExecStart=/usr/bin/python3 /usr/local/lib/gpucluster/slurm_exporter.py --listen 10.20.1.2 --port 9400 "
             "--interval 30") in unit
     unit = render_exporter_unit(parse(with_changes(prod, slurm__exporter_address="10.20.0.5")))
     assert "slurm_exporter.py --listen 10.20.0.5 --port" in unit

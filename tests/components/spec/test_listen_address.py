@@ -4,6 +4,9 @@ from typing import Any
 
 import pytest
 
+from components.spec.health import Health
+from components.spec.lending import Lending
+from components.spec.site import SlurmSettings
 from tests.builders import parse, problems, prod_values, with_changes
 
 LISTENERS = ("lending__metrics_address", "slurm__exporter_address", "slack__receiver_address")
@@ -15,10 +18,23 @@ def with_address(key: str, address: str) -> dict[str, Any]:
     return with_changes(values, **{key: address})
 
 
-def test_should_listen_on_loopback_by_default() -> None:
-    site = parse(prod_values())
-    assert (site.lending.metrics_address, site.slurm.exporter_address, site.slack.receiver_address) == (
-        "127.0.0.1", "127.0.0.1", "127.0.0.1")
+def test_should_listen_on_loopback_unless_the_site_names_an_address() -> None:
+    # A scraped listener must be given the controller's address (the rule below); the receiver stays on loopback.
+    assert Lending().metrics_address == Health().metrics_address == "127.0.0.1"
+    assert SlurmSettings.model_fields["exporter_address"].default == "127.0.0.1"
+    assert parse(prod_values()).slack.receiver_address == "127.0.0.1"
+
+
+@pytest.mark.parametrize(("key", "what", "port"), [
+    pytest.param("slurm__exporter_address", "Slurm exporter", 9341, id="the Slurm exporter"),
+    pytest.param("lending__metrics_address", "lending controller", 9342, id="the lending controller"),
+    pytest.param("health__metrics_address", "health controller", 9343, id="the health controller"),
+])
+def test_should_refuse_a_loopback_listener_that_prometheus_scrapes_from_the_cluster(key: str, what: str,
+                                                                                   port: int) -> None:
+    assert problems(with_address(key, "127.0.0.1")) == [
+        f"{key.replace('__', '.')}: 127.0.0.1 is a loopback address, but Prometheus scrapes the {what} from the "
+        f"cluster at slurm-controller:{port}: set the address the controller has there"]
 
 
 @pytest.mark.parametrize("key", LISTENERS)
