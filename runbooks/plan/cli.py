@@ -54,7 +54,7 @@ def plan(
         with err.status("planning") as status:
             site, graph = planning.run(project, stack, progress=lambda step: status.update(step))
             # The charts render while the policy pack judges (0.8 s of wall time on prod), on the cores it leaves.
-            rendering = _in_background(_render_charts, site, graph, chart_mirror, plain_http) \
+            rendering = _in_background(render_charts, site, graph, chart_mirror, plain_http) \
                 if out_dir is not None else None
             result = planning.judge(site, graph, project, policy_config, progress=lambda step: status.update(step))
     except (OSError, json.JSONDecodeError, PolicyConfigError, StackConfigError) as error:
@@ -228,7 +228,7 @@ def _in_background(work: Callable[..., ChartsOutcome], *args: Any) -> Future[Cha
     return started
 
 
-def _render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_http: bool = False) -> ChartsOutcome:
+def render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_http: bool = False) -> ChartsOutcome:
     helm_binary = helm.find_helm()
     if mirror is None and site.mirror.charts is None:
         return ChartsOutcome(skipped="no --chart-mirror given and no mirror.charts in the spec")

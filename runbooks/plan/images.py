@@ -23,8 +23,9 @@ _REFERENCE = re.compile(r"(?<![\w./:@-])((?:[a-z0-9-]+\.)+[a-z0-9-]+(?::\d+)?(?:
 _OPERAND_KEYS = ("repository", "image", "version")
 SANDBOX_OPERANDS = frozenset({"sandboxDevicePlugin", "vfioManager", "vgpuDeviceManager", "vgpuManager", "kataManager",
                               "ccManager"})
-"""ClusterPolicy operands the GPU Operator deploys only with sandboxWorkloads.enabled (gpu-operator
-controllers/state_manager.go: the sandbox states run for nodes of the vm-passthrough and vm-vgpu workload configs)."""
+"""ClusterPolicy operands for sandbox workloads (VMs): their DaemonSets (gpu-operator assets/state-sandbox-*,
+state-vfio-manager, ...) select nodes labelled `nvidia.com/gpu.deploy.<operand>=true`, which the operator sets only
+on nodes of a vm-passthrough or vm-vgpu workload config, and those exist only with sandboxWorkloads.enabled."""
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,26 @@
 """A site with a chart and image mirror: every release renders from the mirror's archives by the real Helm, every
-image the render names comes from the mirror registry, and images-from-mirror fails (alone) when one does not."""
+image the render names comes from the mirror registry, and images-from-mirror fails (alone) when one does not; the
+bundle made from that render, checked, and a tampered one refused. One module, so the stack renders once."""
 
 import copy
 import dataclasses
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from components.mirror.images import in_mirror
 from components.spec.site import Site
+from runbooks.cli import app
+from runbooks.exit_codes import ExitCode
+from runbooks.mirror.bundle import write_bundle
 from runbooks.offline.engine import ResourceGraph
 from runbooks.plan import helm
 from runbooks.plan import plan as planning
-from runbooks.plan.cli import ChartsOutcome, _render_charts
+from runbooks.plan.cli import ChartsOutcome, render_charts
 from runbooks.plan.helm import RELEASE_TYPE, find_helm
 from runbooks.plan.images import images_from_mirror, images_pulled
 from runbooks.plan.producers import Deployed
@@ -21,9 +28,10 @@ from tests.builders import REPO, copy_project
 
 CHART_MIRROR = REPO.parent / "shared" / "charts"
 REGISTRY = "registry.site:5000"
-pytestmark = pytest.mark.skipif(find_helm() is None or not CHART_MIRROR.is_dir(),
-                                reason="needs helm (make test installs it in .venv/bin) and the chart mirror "
-                                       "../shared/charts")
+ARTIFACTS = REPO / "build" / "artifacts"
+pytestmark = pytest.mark.skipif(find_helm() is None or not CHART_MIRROR.is_dir() or not ARTIFACTS.is_dir(),
+                                reason="needs helm (make test installs it in .venv/bin), the chart mirror "
+                                       "../shared/charts and Slurm's host artifacts (make artifacts)")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +45,7 @@ def mirrored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Site, ResourceGr
 @pytest.fixture(scope="module")
 def charts(mirrored: tuple[Site, ResourceGraph]) -> ChartsOutcome:
     # No --chart-mirror: the spec's mirror is where the releases' charts are.
-    return _render_charts(*mirrored, None)
+    return render_charts(*mirrored, None)
 
 
 def test_should_install_every_release_from_the_mirror_and_pull_every_image_from_it(
@@ -77,7 +85,7 @@ def test_should_break_only_images_from_mirror_naming_the_object_and_value_when_o
                                     site.kubernetes_version, str(find_helm()), helm.ChartSource(site.mirror.charts))
     monkeypatch.setattr(helm, "render_releases", lambda *_: [again if r.release == again.release else r
                                                              for r in charts.releases])
-    charts = _render_charts(site, graph, None)
+    charts = render_charts(site, graph, None)
     broken = {i.name: i.violations for i in charts.invariants if i.violations}
     assert broken == {"images-from-mirror": [
         "Deployment monitoring/kube-prometheus-stack-operator spec.template.spec.containers[0].args[9] pulls "
@@ -104,3 +112,41 @@ def test_should_name_an_image_the_program_registers_and_an_image_without_a_tag(
     # Listed by source: the mirrored init container's image and the public one are the same image, tagged or not.
     assert list(images_pulled([prefetch], REGISTRY)) == ["docker.io/library/busybox",
                                                          "docker.io/library/busybox:1.36.1"]
+
+
+@pytest.fixture(scope="module")
+def bundle(mirrored: tuple[Site, ResourceGraph], charts: ChartsOutcome,
+           tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site, graph = mirrored
+    out = tmp_path_factory.mktemp("bundle") / "bundle"
+    write_bundle(out, site, graph, charts.images, None, helm.ChartSource(site.mirror.charts), str(find_helm()),
+                 ARTIFACTS)
+    return out
+
+
+def test_should_bundle_what_the_render_needs_and_pass_its_check(charts: ChartsOutcome, bundle: Path) -> None:
+    assert sorted(p.name for p in (bundle / "charts").iterdir()) == sorted(f"{r.chart}.tgz" for r in charts.releases)
+    assert sorted(p.name for p in (bundle / "host-artifacts").iterdir()) == sorted(
+        p.name for p in ARTIFACTS.glob("*.deb"))
+    listed = [line.split("\t") for line in (bundle / "images.txt").read_text().splitlines() if line[0] != "#"]
+    assert [source for source, _ in listed] == list(charts.images)
+    assert ["quay.io/thanos/thanos:v0.39.2", f"{REGISTRY}/quay.io/thanos/thanos:v0.39.2"] in listed
+    assert "meta-llama/Llama-3.1-8B-Instruct/v1\t" in (bundle / "models.txt").read_text()
+    checked = CliRunner().invoke(app, ["mirror", "check", str(bundle)])
+    assert checked.exit_code == 0, checked.output
+    # sha256sum(1) reads the same manifest.
+    assert subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=bundle).returncode == 0
+
+
+def test_should_refuse_a_bundle_with_a_changed_a_missing_and_an_unlisted_file(bundle: Path, tmp_path: Path) -> None:
+    tampered = Path(shutil.copytree(bundle, tmp_path / "tampered"))
+    with (tampered / "charts" / "kueue-0.14.1.tgz").open("ab") as archive:
+        archive.write(b"\0")
+    (tampered / "host-artifacts" / "enroot_4.1.2-1_amd64.deb").unlink()
+    (tampered / "charts" / "extra-1.0.0.tgz").write_bytes(b"")
+    checked = CliRunner().invoke(app, ["mirror", "check", str(tampered)])
+    assert checked.exit_code == ExitCode.INVALID
+    lines = checked.output.splitlines()
+    assert any(line.startswith("  charts/kueue-0.14.1.tgz: sha256 ") for line in lines), checked.output
+    assert "  host-artifacts/enroot_4.1.2-1_amd64.deb: missing" in lines
+    assert "  charts/extra-1.0.0.tgz: not in the manifest" in lines
