@@ -46,14 +46,15 @@ def test_should_answer_metrics_and_keep_deciding_while_2000_idle_connections_are
         (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
         (bin_dir / name).chmod(0o755)
     port, closed = free_ports(2)
-    project = copy_project(tmp_path, lambda config: config.update({"gpu-cluster:lending": {
-        "interval_s": 1, "prometheus_url": f"http://127.0.0.1:{closed}"}}))
+    project = copy_project(tmp_path, lambda config: config["gpu-cluster:lending"].update({
+        "interval_s": 1, "prometheus_url": f"http://127.0.0.1:{closed}"}))
     state = tmp_path / "state"
     gpuctl = Path(sys.executable).parent / "gpuctl"
     log = (tmp_path / "controller.log").open("w")
     controller = subprocess.Popen(
-        [str(gpuctl), "flex", "--project-dir", str(project), "control", "--dry-run", "--port", str(port),
-         "--state-dir", str(state)],
+        # The site's address (lending.metrics_address) is the controller's on the cluster network: here, loopback.
+        [str(gpuctl), "flex", "--project-dir", str(project), "control", "--dry-run", "--listen", "127.0.0.1",
+         "--port", str(port), "--state-dir", str(state)],
         # The code of this tree, whatever checkout the virtual environment was installed from.
         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)},
         stdout=log, stderr=subprocess.STDOUT, preexec_fn=as_a_service, start_new_session=True)
@@ -72,7 +73,7 @@ def test_should_answer_metrics_and_keep_deciding_while_2000_idle_connections_are
                       f"{answered_s * 1000:.0f} ms, {decisions(state) - seen} decisions meanwhile")
         assert f"{LAST_DECISION} " in body and json.loads((state / AUDIT).read_text().splitlines()[-1])["mode"] == (
             "dry-run")
-        # The spec's default address: loopback, not every interface.
+        # The one address given, not every interface.
         assert f"127.0.0.1:{port}" in subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True,
                                                      text=True, timeout=10).stdout
     finally:
