@@ -9,8 +9,11 @@ PLAN_DIR ?= build/plan
 # iproute2's ip and tc make the acceptance drills' network namespaces, partitions and storage delay.
 # Slurm's container path: what builds enroot and Pyxis (libslurm-dev, libbsd-dev, makeself, dpkg-dev), what enroot
 # needs to run (curl, jq, parallel, squashfs-tools, zstd, bsdmainutils) and busybox-static for the tests' image.
+# An air-gapped site's registry: docker-registry (distribution 2.8) serves the charts over OCI and the images, skopeo
+# copies an image into it and reads it back, umoci builds that image without a container engine.
 APT_TEST_PACKAGES := prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics slurmctld slurmd slurm-client slurmdbd munge mariadb-server systemd iproute2 \
-	libslurm-dev libbsd-dev makeself dpkg-dev curl jq parallel squashfs-tools zstd bsdmainutils busybox-static
+	libslurm-dev libbsd-dev makeself dpkg-dev curl jq parallel squashfs-tools zstd bsdmainutils busybox-static \
+	docker-registry skopeo umoci
 
 .PHONY: plan test bench artifacts clean
 
