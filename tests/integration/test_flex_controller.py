@@ -168,8 +168,8 @@ def test_should_let_one_of_two_controllers_act_while_the_other_waits(
     (bin_dir / "kubectl").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "kubectl").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    project = copy_project(tmp_path, lambda config: config.update(
-        {"gpu-cluster:lending": {**SCALED, "prometheus_url": world.prometheus.url}}))
+    project = copy_project(tmp_path, lambda config: config["gpu-cluster:lending"].update(
+        {**SCALED, "prometheus_url": world.prometheus.url}))
     state = tmp_path / "state"
     ports = free_ports(2)
     gpuctl = Path(sys.executable).parent / "gpuctl"

@@ -116,7 +116,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         shutil.copy(ARTIFACTS / deb, mirror / deb)
 
     def test_stack(config: dict[str, Any]) -> None:
-        config["gpu-cluster:slurm"] = {"containers": containers(mirror, ARTIFACTS / PYXIS_DEB)}
+        config["gpu-cluster:slurm"]["containers"] = containers(mirror, ARTIFACTS / PYXIS_DEB)
 
     (tmp / "project").mkdir()
     project, out = copy_project(tmp / "project", test_stack), tmp / "plan"
@@ -125,7 +125,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     step = (out / "slurm" / "install-containers.sh").read_text()
 
     broken = broken_pyxis(tmp)
-    broken_site = parse(with_changes(prod_values(), slurm={"containers": containers(broken.parent, broken)}))
+    broken_site = parse(with_changes(prod_values(), slurm__containers=containers(broken.parent, broken)))
     given = tmp / "given"
     for path in node_container_files():  # what the install script writes before the step: never the Pyxis line
         (given / f"node{path}").parent.mkdir(parents=True, exist_ok=True)

@@ -51,8 +51,8 @@ def test_should_scrape_the_exporter_in_the_operators_namespace(prod: dict[str, A
 def test_should_scrape_the_slurm_exporter_and_the_lending_and_health_controllers_on_the_controller(
         prod: dict[str, Any]) -> None:
     site = parse(with_changes(prod, slurm__controller_host="slurmctl-01.dc1.internal", slurm__exporter_port=9400,
-                              lending={"metrics_port": 9401, "interval_s": 15},
-                              health={"metrics_port": 9402, "interval_s": 20}))
+                              lending__metrics_port=9401, lending__interval_s=15, health__metrics_port=9402,
+                              health__interval_s=20))
     spec = prometheus_values(site)["prometheus"]["prometheusSpec"]
     assert spec["additionalScrapeConfigs"] == [
         {"job_name": "slurm", "scrape_interval": "30s",

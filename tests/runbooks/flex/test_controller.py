@@ -23,8 +23,8 @@ from runbooks.flex.signals import PrometheusDemand
 from tests.builders import copy_project, parse, prod_values, with_changes
 from tests.harness.daemons import free_ports
 
-SITE = parse(with_changes(prod_values(), lending={"peak_s": 60, "trough_s": 120, "cooldown_s": 100,
-                                                   "interval_s": 10, "training_floor_nodes": 1}))
+SITE = parse(with_changes(prod_values(), lending__peak_s=60, lending__trough_s=120, lending__cooldown_s=100,
+                          lending__interval_s=10, lending__training_floor_nodes=1))
 T0 = 1_700_000_000.0
 PEAK = {"waiting": 100.0, "replicas": 2.0, "pending_pods": 0.0}
 TROUGH = {"waiting": 0.0, "replicas": 2.0, "pending_pods": 0.0}

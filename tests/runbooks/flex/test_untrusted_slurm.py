@@ -34,8 +34,8 @@ EXAMPLES = 2000
 TIME_LIMIT_S = 120.0
 """s the whole property may take: a bound on a hang or a blow-up, not a benchmark (on this shared 2-core machine it
 took 15 s idle and 48 s under a load of 8)."""
-SITE = parse(with_changes(prod_values(), lending={"interval_s": 1, "training_floor_nodes": 0, "max_step_nodes": 2,
-                                                   "peak_s": 1, "cooldown_s": 0}))
+SITE = parse(with_changes(prod_values(), lending__interval_s=1, lending__training_floor_nodes=0,
+                          lending__max_step_nodes=2, lending__peak_s=1, lending__cooldown_s=0))
 FLEX_NODES = ("gpu-a800-09", "gpu-a800-10")
 PREEMPTIBLE = inference_preempts(SITE)
 LIVE_STATES = {"R", "CF", "S", "ST", "SI", "SO", "RS"}
