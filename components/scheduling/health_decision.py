@@ -3,7 +3,8 @@ Kubernetes' view of every node, the diagnoses run so far and the spec's `health`
 
 The controller loop (runbooks/health/controller.py) and the tests call `decide`; nothing else decides. A node goes
 
-    healthy --finding--> suspect (drained in Slurm, cordoned in Kubernetes; running work finishes)
+    healthy --finding--> suspect (drained in Slurm, cordoned in Kubernetes; running work finishes, or is requeued
+                                  after health.requeue_after_s where Slurm can requeue it)
             --idle in both--> diagnosing (`dcgmi diag -r <health.diag_level>`)
             --passed, no finding left--> returned (resumed, uncordoned)
             --failed, or suspect again soon after a return, failures_before_handoff times--> handed to a human
@@ -127,6 +128,8 @@ class Action(StrEnum):
     """Drain in Slurm with SUSPECT_REASON, cordon and mark in Kubernetes (finishing a drain half done too)."""
     DIAGNOSE = "diagnose"
     """Start `dcgmi diag` on the node (stopping one that ran past its time)."""
+    REQUEUE = "requeue"
+    """Requeue the suspect node's Slurm jobs that Slurm may requeue (health.requeue_after_s has passed)."""
     RETURN = "return"
     """Uncordon and unmark in Kubernetes, then resume in Slurm."""
     HAND_OFF = "hand-off"
@@ -295,6 +298,10 @@ def _suspect(view: NodeView, mind: NodeMemory, settings: Health, at: float,
         busy = [f"Slurm has it {view.slurm.state}"] if view.slurm is not None and not view.slurm.idle() else []
         busy += [f"{kube.gpu_pods} GPU pods run"] if kube is not None and kube.gpu_pods else []
         if busy:
+            after, drained_s = settings.requeue_after_s, at - since
+            if after is not None and drained_s >= after and view.slurm is not None and not view.slurm.idle():
+                return NodeDecision(name, Action.REQUEUE, Reason.DRAINING, f"draining for {drained_s:.0f} s, past "
+                                    f"requeue_after_s ({after} s): {', '.join(busy)}"), mind
             return NodeDecision(name, Action.WAIT, Reason.DRAINING, f"draining: {', '.join(busy)}"), mind
         return NodeDecision(name, Action.DIAGNOSE, Reason.IDLE, f"idle: dcgmi diag -r {settings.diag_level}"), mind
     if diagnosis.status == DiagStatus.RUNNING:

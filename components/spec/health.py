@@ -38,6 +38,12 @@ class Health(Spec):
     as does a node reporting fewer GPUs than its group has."""
     window_s: Seconds = defaults.HEALTH_WINDOW_S
     """s over which counters are read (Prometheus increase() and rate() ranges) and an XID counts as recent."""
+    # Compared with time.time() differences by decide(); a week at most.
+    requeue_after_s: Annotated[Int, Field(gt=0, le=7 * 86_400)] | None = None
+    """s a suspect node's Slurm jobs may run on before the controller requeues those Slurm can requeue (batch jobs
+    not submitted with --no-requeue, not part of a heterogeneous job, not stopped by a lend); the others still finish.
+    None (the default): every job finishes, however long: a requeue loses the work since the job's last checkpoint,
+    and a fault that has not failed a job may never."""
     diag_level: Annotated[Int, Field(ge=1, le=4)] = defaults.HEALTH_DIAG_LEVEL
     """`dcgmi diag -r` suite a drained node must pass before it returns (1 quick, 2 medium ~2 min, 3 long ~15 min,
     4 extended: dcgmi diag reference, docs.nvidia.com/datacenter/dcgm). It runs once the node is idle in both

@@ -211,12 +211,14 @@ class Controller:
             elif action == Action.HAND_OFF:
                 self.diagnoser.stop(node)
                 self.nodes.drain(node, detail, in_slurm, in_kube, Phase.HANDED, reason_now)
+            elif action == Action.REQUEUE:
+                self.nodes.requeue(node)
             elif action == Action.DIAGNOSE:
                 self.diagnoser.start(node)
             elif action == Action.RETURN:
                 self.nodes.give_back(node, reason_now, in_kube)
                 self.diagnoser.forget(node)
-        except (CommandError, OSError) as error:
+        except (CommandError, OSError, ValueError) as error:
             with self.metrics.lock:
                 self.metrics.errors += 1
             return f"failed: {error}"

