@@ -536,19 +536,28 @@ class Simulation:
         return gpus - reserved - self.flavor_jobs[flavor]
 
     def _kube_pass(self) -> None:
+        # A job that finds no room, nor (stack) work to preempt, blocks every later job of its class and team at least
+        # as wide: each would fail the same checks, so the pass skips them instead of repeating those checks (the
+        # preemption check sorts the running jobs) for each of thousands of waiting pods at every event. Starts only
+        # take room; a preemption may free more than its job takes, so it clears what the pass learned.
+        blocked: dict[tuple[str, str], int] = {}
         for run in self._in_order(Side.KUBERNETES, lambda key: -self.model.class_priority[key[0]]):
+            if run.gpus >= blocked.get((run.qos, run.team), math.inf):
+                continue
             for flavor in self.model.flavors:
                 if (self.kube_used[run.team, flavor] + run.gpus <= self._kube_limit(run.team, flavor)
                         and self._flavor_free(flavor) >= run.gpus):
                     self._start(run, {flavor: run.gpus})
                     break
             else:
-                if self.stack:
-                    self._kueue_preempt_for(run)
+                if self.stack and self._kueue_preempt_for(run):
+                    blocked.clear()
+                else:
+                    blocked[run.qos, run.team] = run.gpus
 
-    def _kueue_preempt_for(self, run: Run) -> None:
+    def _kueue_preempt_for(self, run: Run) -> bool:
         """Kueue's withinClusterQueue (the team's own lower-priority work) and reclaimWithinCohort/borrowWithinCohort
-        (other teams' lower-priority work while they hold more than their guarantee)."""
+        (other teams' lower-priority work while they hold more than their guarantee); whether the job started."""
         preempts = self.model.class_preempts.get(run.qos, set())
         for flavor in self.model.flavors:
             limit = self._kube_limit(run.team, flavor)
@@ -569,7 +578,8 @@ class Simulation:
                 for victim in chosen:
                     self._preempt(victim)
                 self._start(run, {flavor: run.gpus})
-                return
+                return True
+        return False
 
     # --- inference and lending ----------------------------------------------------------------------------------
 
