@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from components.spec.acceptance import Acceptance, Drill, DrillKind, Peak
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, alert_sop, sop_missing
 from runbooks.acceptance.faults import Fault, FaultError, Switches, run_commands
+from runbooks.acceptance.load import RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, RUNNING, AlertSpan, Campaign, CampaignStore, Failure
 from runbooks.acceptance.verdict import Measurements, judge, loaded_s
 from runbooks.rollout.audit import AuditLog
@@ -380,6 +381,8 @@ class Runbook:
         criteria = judge(self.spec, Measurements(
             campaign.started_at, ended, steps, samples, self.store.faults(campaign.id),
             self.store.alert_spans(campaign.id), self.store.failures(campaign.id), self.poll_s,
+            next(((load.peak_per_s, load.bound_per_s) for load in self.loads
+                  if isinstance(load, RateLoad) and load.name == "storage"), None),
             self.training_jobs(jobs)))
         failing = [c for c in criteria if not c.passed]
         verdict = FAILED if failing else PASSED

@@ -11,6 +11,9 @@ shock_factor x the peak; campaign: both).
 - duration: the monotonic time the steps ran under load (a step a dead run left is run again and counted once),
   against soak_h and shock_minutes, and the wall time the campaign spent without load (resumes) within
   max_interruption_s; all scaled by time_scale, nothing else;
+- storage: the p99 of the storage load's checkpoint chunk (written whole, fsynced, read back on the hot tier) under
+  the shock, outside fault windows, within the time WORKERS writes in flight allow at the phase's rate: slower, the load
+  can no longer deliver the phase's MiB/s (Little's law), whatever the site's disks;
 - training: every sbatch of the load accepted, and no job of it lost (ended without completing or a requeue, as
   sacct tells at the verdict); a campaign that submitted no job fails;
 - the drills' own verdicts, every failure with its SOP, and Alertmanager read at every look.
@@ -24,7 +27,7 @@ from statistics import quantiles
 from typing import Any
 
 from components.spec.acceptance import Acceptance
-from runbooks.acceptance.load import LOST_STATES
+from runbooks.acceptance.load import LOST_STATES, WORKERS
 from runbooks.acceptance.store import FAILED, AlertSpan, Failure, FaultRecord
 
 LOADED_STEPS = ("drill:", "shock", "soak")
@@ -66,6 +69,9 @@ class Measurements:
     failures: list[Failure]
     poll_s: float
     """s between two looks of the watcher."""
+    storage_rate: tuple[float, float] | None
+    """The storage load's chunks per second at the peak and its bound (runbooks.acceptance.load.storage_load), or
+    None: no storage load ran."""
     training_states: dict[str, str]
     """The training load's jobs (runbooks.acceptance.load `training_job` samples) by id: their sacct state at the
     verdict; a job Slurm has no record of is absent."""
@@ -74,8 +80,13 @@ class Measurements:
 def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
     windows = _fault_windows(spec, measured)
     criteria = []
+    faults = [(s, e) for _, s, e in windows]
     for phase, intervals in _phases(measured.steps).items():
-        criteria += _inference(spec, phase, intervals, measured.samples, [(s, e) for _, s, e in windows])
+        criteria += _inference(spec, phase, intervals, measured.samples, faults)
+        if phase == "shock":
+            # Judged under the shock, where the hot tier takes 3x the peak: the scaled test campaign's soak is all
+            # drills, the partition among them cutting the very storage path (a soak with steady time is future work).
+            criteria.append(_storage(phase, spec.shock_factor, intervals, measured, faults))
     criteria += _health(spec, measured, windows)
     criteria += _training(measured)
     criteria += _duration(spec, measured)
@@ -168,6 +179,26 @@ def _health(spec: Acceptance, measured: Measurements, windows: list[tuple[str, f
         criteria.append(Criterion(f"critical alert {alert.name}{where}", "campaign", fired <= allowed,
                                   f"fired {fired:.1f} s", f"<= {allowed:.1f} s ({why})", source))
     return criteria
+
+
+def _storage(phase: str, factor: float, intervals: Intervals, measured: Measurements,
+             faults: Intervals) -> Criterion:
+    in_phase = [(at, v) for at, v in measured.samples.get("storage_latency_s", []) if _within(at, intervals)]
+    steady = [v for at, v in in_phase if not _within(at, faults)]
+    latencies = steady or [v for _, v in in_phase]  # as for inference: the stricter reading, never a pass by default
+    skipped = sum(1 for at, _ in measured.samples.get("storage_skipped", []) if _within(at, intervals))
+    source = "the storage load's checkpoint chunks on the hot tier (written whole, fsynced, read back), " + (
+        "outside fault windows" if steady else "fault windows included")
+    if measured.storage_rate is None or not latencies:
+        return Criterion("storage p99 latency", phase, False, "no checkpoint write measured",
+                         "p99 within what the phase's rate allows", source)
+    per_s = min(measured.storage_rate[0] * factor, measured.storage_rate[1])
+    allowed = WORKERS / per_s
+    p99 = quantiles(latencies, n=100, method="inclusive")[-1] if len(latencies) > 1 else latencies[0]
+    return Criterion("storage p99 latency", phase, p99 <= allowed,
+                     f"{p99:.3f} s over {len(latencies)} chunks ({skipped} ticks skipped with {WORKERS} in flight)",
+                     f"p99 <= {allowed:.3f} s ({WORKERS} chunks in flight at {per_s:g}/s: slower, the load cannot "
+                     "deliver the phase's MiB/s)", source)
 
 
 def _training(measured: Measurements) -> list[Criterion]:

@@ -76,8 +76,9 @@ class MarkerProbe:
 
 @dataclass
 class Gateway:
-    """The inference path as the load sees it: every answer fails when `fails`, and takes `seconds` on the clock the
-    load reads latency on (`clock`, monotonic plus the time the answers took: the test does not wait 30 s)."""
+    """A path a load takes (the gateway, the hot tier) as the load sees it: every answer fails when `fails`, and takes
+    `seconds` on the clock the load reads latency on (`clock`, monotonic plus the time the answers took: the test does
+    not wait 30 s)."""
 
     fails: bool = False
     seconds: float = 0.0
@@ -93,8 +94,8 @@ class Gateway:
             self.took += self.seconds
         return not self.fails, {}
 
-    def load(self) -> RateLoad:
-        return RateLoad("inference", 100, 1000, self.request, timer=self.clock)
+    def load(self, name: str = "inference") -> RateLoad:
+        return RateLoad(name, 100 if name == "inference" else 20, 1000, self.request, timer=self.clock)
 
 
 @dataclass
@@ -120,6 +121,7 @@ class World:
     alerts: list[FiringAlert] = field(default_factory=list)
     probes: dict[DrillKind, MarkerProbe] = field(default_factory=dict)
     gateway: Gateway = field(default_factory=Gateway)
+    hot_tier: Gateway = field(default_factory=Gateway)
     slurm: Slurm = field(default_factory=Slurm)
 
     def __post_init__(self) -> None:
@@ -135,7 +137,8 @@ class World:
         runbook = Runbook(spec, store, AuditLog(self.tmp / "state" / "failures.jsonl", KEY),
                           AuditLog(self.tmp / "rollout" / "audit.jsonl", KEY), Switches(self.tmp / "state" / "sw"),
                           sop_dir, firing or (lambda: list(self.alerts)), targets,
-                          [self.gateway.load(), self.slurm.load()] if loads is None else loads,
+                          [self.gateway.load(), self.hot_tier.load("storage"), self.slurm.load()] if loads is None
+                          else loads,
                           StackLock(self.tmp / "state" / "lock", "gpuctl acceptance"), self.slurm.sacct, poll_s=0.02)
         return runbook, store
 
@@ -300,11 +303,19 @@ def test_should_pass_on_measurements_and_print_each_criterion_with_its_value_obj
 def test_should_fail_inference_when_the_load_generator_does_nothing(world: World) -> None:
     runbook, store = world.runbook(loads=[])
     campaign = runbook.run("sha256:deployed", "canary")
-    assert failing(store, campaign.id) == [*(f"{phase} {name}" for phase in ("soak", "shock", "campaign")
-                                             for name in INFERENCE),
-                                           "campaign training jobs refused", "campaign training jobs lost"]
+    assert failing(store, campaign.id) == [
+        *(f"soak {name}" for name in INFERENCE), *(f"shock {name}" for name in INFERENCE), "shock storage p99 latency",
+        *(f"campaign {name}" for name in INFERENCE), "campaign training jobs refused", "campaign training jobs lost"]
     assert "no request measured" in (campaign.reason or "") and "no job submitted" in (campaign.reason or "")
     assert world.rollout_records() == []
+
+
+def test_should_fail_storage_when_each_checkpoint_write_takes_longer_than_the_rate_allows(world: World) -> None:
+    world.hot_tier.seconds = 1.0  # 8 chunks in flight at the shock's 3 x 20/s allow 0.133 s each
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["shock storage p99 latency"]
+    assert "objective p99 <= 0.133 s (8 chunks in flight at 60/s" in (campaign.reason or "")
 
 
 def test_should_fail_training_when_a_job_of_the_load_is_lost(world: World) -> None:
