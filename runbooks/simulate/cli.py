@@ -66,7 +66,7 @@ def simulate(
     out.print(_table(comparison, results, stack, mapping))
     if out_dir is not None:
         try:
-            written = write_plots(comparison.outcomes, out_dir)
+            written = write_plots(comparison.outcomes, out_dir, run_name(comparison, stack, mapping))
         except OSError as error:
             err.print(f"[red]error:[/] cannot write the plots to {escape(str(out_dir))}: {escape(str(error))}")
             raise typer.Exit(ExitCode.FAILED) from None
@@ -83,14 +83,18 @@ def _pairs(items: list[str]) -> dict[str, str]:
     return pairs
 
 
+def run_name(comparison: Comparison, stack: str, mapping: Mapping) -> str:
+    """What was replayed, for the table's and the plots' titles."""
+    workload = comparison.workload
+    return (f"gpuctl simulate --stack {stack}: {mapping.trace}, {mapping.days:g} days, {len(workload.jobs):,} training "
+            f"jobs (x{workload.scale:.2f} of the trace), training load offered {workload.offered_load:.2f} of the "
+            f"site's GPU-hours (--training-load {mapping.training_load:g}), inference peak {mapping.inference_peak:g}, "
+            f"seed {mapping.seed}")
+
+
 def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, mapping: Mapping) -> Table:
     static, ours = results[Policy.STATIC], results[Policy.STACK]
-    workload = comparison.workload
-    table = Table("figure", "static", "this stack", "difference",
-                  title=f"gpuctl simulate --stack {stack}: {mapping.trace}, {mapping.days:g} days, "
-                        f"{len(workload.jobs):,} training jobs (x{workload.scale:.2f} of the trace), training load "
-                        f"offered {workload.offered_load:.2f} of the site's GPU-hours (--training-load "
-                        f"{mapping.training_load:g}), seed {mapping.seed}")
+    table = Table("figure", "static", "this stack", "difference", title=run_name(comparison, stack, mapping))
 
     def row(name: str, a: float, b: float, unit: str, digits: int = 1, points: bool = False) -> None:
         # A difference of percentages is in points.

@@ -1,20 +1,30 @@
 """The simulation's PNG figures, both policies on each: GPU utilization over time (hourly means), training queue-wait
-CDFs, and inference over time (hourly share with every replica asked for; GPUs asked, held and lent). matplotlib's
-Agg backend: no display needed."""
+CDFs, and inference over time (hourly share with every replica the load needs; GPUs asked, held and lent). Each
+names the run (trace, days, load, seed) above its plots, draws the two policies in styles told apart where they
+overlap (static dashed under this stack's solid line), and keeps its legend outside the data. matplotlib's Agg
+backend: no display needed."""
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
+from matplotlib.figure import Figure  # noqa: E402
 
 from runbooks.simulate.engine import Outcome, Policy  # noqa: E402
 
 HOUR_S = 3600
 FILES = ("utilization.png", "queue-wait-cdf.png", "inference-coverage.png")
 LABELS = {Policy.STATIC: "static (fixed slices)", Policy.STACK: "this stack"}
+STYLES: dict[Policy, dict[str, Any]] = {
+    Policy.STATIC: {"color": "tab:orange", "linestyle": "--", "linewidth": 1.4, "zorder": 2},
+    Policy.STACK: {"color": "tab:blue", "linestyle": "-", "linewidth": 0.9, "zorder": 3}}
+"""Static dashed and wider under this stack's thin solid line: where the two coincide both stay visible."""
+OUTSIDE: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0}
+"""Legends to the right of the axes, never over the data (the first lend, at day 0, was under one)."""
 
 
 def hourly(points: Sequence[tuple[float, float]], window_s: float) -> list[float]:
@@ -29,13 +39,20 @@ def hourly(points: Sequence[tuple[float, float]], window_s: float) -> list[float
     return bins
 
 
-def write_plots(outcomes: dict[Policy, Outcome], directory: Path) -> list[Path]:
+def write_plots(outcomes: dict[Policy, Outcome], directory: Path, run: str) -> list[Path]:
+    """run: what was replayed, named above every plot (trace, days, load, seed)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / name for name in FILES]
-    _draw(paths[0], "GPU utilization (allocated over capacity), hourly", "day", "%", outcomes, _utilization)
-    _draw_cdf(paths[1], outcomes)
-    _draw_inference(paths[2], outcomes)
+    for path, figure in zip(paths, figures(outcomes, run), strict=True):
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(figure)
     return paths
+
+
+def figures(outcomes: dict[Policy, Outcome], run: str) -> list[Figure]:
+    """The three figures of FILES, drawn."""
+    return [_draw("GPU utilization (allocated over capacity), hourly", "day", "%", outcomes, _utilization, run),
+            _draw_cdf(outcomes, run), _draw_inference(outcomes, run)]
 
 
 def _utilization(outcome: Outcome) -> list[float]:
@@ -47,54 +64,56 @@ def _days(values: list[float]) -> list[float]:
     return [h / 24 for h in range(len(values))]
 
 
-def _draw(path: Path, title: str, xlabel: str, ylabel: str, outcomes: dict[Policy, Outcome],
-          series: Callable[[Outcome], list[float]]) -> None:
-    figure, axes = plt.subplots(figsize=(10, 4))
+def _draw(title: str, xlabel: str, ylabel: str, outcomes: dict[Policy, Outcome],
+          series: Callable[[Outcome], list[float]], run: str) -> Figure:
+    figure, axes = plt.subplots(figsize=(12, 4))
     for policy, outcome in outcomes.items():
         values = series(outcome)
-        axes.plot(_days(values), values, label=LABELS[policy], linewidth=0.8)
+        axes.plot(_days(values), values, label=LABELS[policy], **STYLES[policy])
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel, ylim=(0, 105))
-    axes.legend()
+    axes.legend(**OUTSIDE)
+    figure.suptitle(run)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    return figure
 
 
-def _draw_inference(path: Path, outcomes: dict[Policy, Outcome]) -> None:
-    figure, (share, gpus) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    for n, (policy, outcome) in enumerate(outcomes.items()):
+def _draw_inference(outcomes: dict[Policy, Outcome], run: str) -> Figure:
+    figure, (share, gpus) = plt.subplots(2, 1, figsize=(12, 6), sharex=True)
+    for policy, outcome in outcomes.items():
         covered = hourly([(t, 100.0 * ok) for t, ok in outcome.coverage_timeline], outcome.window_s)
-        share.plot(_days(covered), covered, label=LABELS[policy], linewidth=0.8)
+        share.plot(_days(covered), covered, label=LABELS[policy], **STYLES[policy])
         series = {name: hourly([(point[0], float(point[i])) for point in outcome.inference_timeline], outcome.window_s)
                   for i, name in ((1, "asked"), (2, "held"), (3, "lent"))}
-        if n == 0:  # the demand is the same for both
-            gpus.plot(_days(series["asked"]), series["asked"], label="GPUs asked", color="black", linewidth=0.8)
-        gpus.plot(_days(series["held"]), series["held"], label=f"GPUs held, {LABELS[policy]}", linewidth=0.8)
+        if policy == Policy.STACK:  # its autoscaler asks the most: replicas.max plus lent_replicas
+            gpus.plot(_days(series["asked"]), series["asked"], label="GPUs asked, this stack", color="black",
+                      linestyle=(0, (1, 2)), linewidth=0.8, zorder=4)
+        gpus.plot(_days(series["held"]), series["held"], label=f"GPUs held, {LABELS[policy]}", **STYLES[policy])
         if policy == Policy.STACK:
-            gpus.plot(_days(series["lent"]), series["lent"], label="flex GPUs lent", linestyle=":", linewidth=0.8)
-    share.set(title="Inference: share of each hour with every replica placed", ylabel="%", ylim=(0, 105))
+            gpus.plot(_days(series["lent"]), series["lent"], label="flex GPUs lent", color="tab:green",
+                      linestyle=":", linewidth=1.2)
+    share.set(title="Inference: share of each hour with the replicas its load needs", ylabel="%", ylim=(0, 105))
     gpus.set(title="Inference GPUs, hourly means", xlabel="day", ylabel="GPUs")
-    share.legend()
-    gpus.legend(fontsize="small")
+    share.legend(**OUTSIDE)
+    gpus.legend(fontsize="small", **OUTSIDE)
+    figure.suptitle(run)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    return figure
 
 
-def _draw_cdf(path: Path, outcomes: dict[Policy, Outcome]) -> None:
-    figure, axes = plt.subplots(figsize=(7, 4))
+def _draw_cdf(outcomes: dict[Policy, Outcome], run: str) -> Figure:
+    figure, axes = plt.subplots(figsize=(9, 4))
     for policy, outcome in outcomes.items():
         # Jobs never started count at the window's end: a lower bound on their wait.
         waits = sorted(((r.first_start if r.first_start is not None else outcome.window_s) - r.job.arrival_s) / HOUR_S
                        for r in outcome.runs)
         if waits:
             axes.step(waits, [100 * (i + 1) / len(waits) for i in range(len(waits))], where="post",
-                      label=LABELS[policy])
+                      label=LABELS[policy], **STYLES[policy])
     axes.set(title="Training queue wait, all teams", xlabel="hours from submission to first start",
              ylabel="% of jobs waiting at most that long", ylim=(0, 101))
     axes.set_xscale("symlog", linthresh=0.1)
     axes.set_xlim(left=0)
-    axes.legend()
+    axes.legend(**OUTSIDE)
+    figure.suptitle(run)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    return figure
