@@ -17,6 +17,7 @@ log, bound to the deployment it judged: the rollout's gate reads it there (runbo
 """
 
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -378,12 +379,17 @@ class Runbook:
         steps = self.store.steps(campaign.id)
         samples = self.store.samples(campaign.id)
         jobs = sorted({str(int(v)) for _, v in samples.get("training_job", [])})
+        try:
+            states = self.training_jobs(jobs)
+        except (OSError, subprocess.SubprocessError) as error:
+            states = {}  # every job then has no record: the training criterion fails, naming them
+            self._log(campaign, "training.states", "failed", {"error": str(error)[-300:]})
         criteria = judge(self.spec, Measurements(
             campaign.started_at, ended, steps, samples, self.store.faults(campaign.id),
             self.store.alert_spans(campaign.id), self.store.failures(campaign.id), self.poll_s,
             next(((load.peak_per_s, load.bound_per_s) for load in self.loads
                   if isinstance(load, RateLoad) and load.name == "storage"), None),
-            self.training_jobs(jobs)))
+            states))
         failing = [c for c in criteria if not c.passed]
         verdict = FAILED if failing else PASSED
         reason = ("; ".join(f"{c.phase} {c.name}: {c.measured} (objective {c.objective})" for c in failing)

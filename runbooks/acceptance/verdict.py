@@ -213,12 +213,14 @@ def _training(measured: Measurements) -> list[Criterion]:
     lost = sorted(j for j in jobs if measured.training_states.get(j) in LOST_STATES)
     unknown = [j for j in jobs if j not in measured.training_states]
     done = sum(measured.training_states.get(j) == "COMPLETED" for j in jobs)
+    # A job sacct has no record of is unaccounted for, as good as lost: a Slurm that cannot be asked proves nothing.
     ended = Criterion(
-        "training jobs lost", "campaign", bool(jobs) and not lost,
+        "training jobs lost", "campaign", bool(jobs) and not lost and not unknown,
         (f"{len(lost)} of {len(jobs)} lost ({', '.join(f'{j} {measured.training_states[j]}' for j in lost[:5])})"
          if lost else f"none of {len(jobs)} lost") + f"; {done} completed"
-        + (f"; {len(unknown)} not yet in sacct" if unknown else ""),
-        "none ended without completing or a requeue", "sacct's allocation records of the load's jobs at the verdict")
+        + (f"; {len(unknown)} with no record in sacct ({', '.join(unknown[:5])})" if unknown else ""),
+        "none ended without completing or a requeue, each accounted for",
+        "sacct's allocation records of the load's jobs at the verdict")
     return [submitted, ended]
 
 

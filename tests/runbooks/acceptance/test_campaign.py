@@ -101,7 +101,7 @@ class Gateway:
 @dataclass
 class Slurm:
     """The training path as the load and the verdict see it: sbatch accepts every job (numbered as submitted); sacct
-    says each completed, except the ones in `ended`."""
+    says each completed, except the ones in `ended` (an empty state: sacct has no record of it)."""
 
     ended: dict[str, str] = field(default_factory=dict)
 
@@ -109,7 +109,7 @@ class Slurm:
         return True, {"job": float(number)}
 
     def sacct(self, jobs: Sequence[str]) -> dict[str, str]:
-        return {job: self.ended.get(job, "COMPLETED") for job in jobs}
+        return {job: state for job in jobs if (state := self.ended.get(job, "COMPLETED"))}
 
     def load(self) -> RateLoad:
         return RateLoad("training", 20, 1000, self.sbatch)
@@ -319,11 +319,12 @@ def test_should_fail_storage_when_each_checkpoint_write_takes_longer_than_the_ra
 
 
 def test_should_fail_training_when_a_job_of_the_load_is_lost(world: World) -> None:
-    world.slurm.ended = {"3": "NODE_FAIL", "5": "REQUEUED"}  # a requeued job is not lost
+    world.slurm.ended = {"3": "NODE_FAIL", "5": "REQUEUED", "7": ""}  # requeued is not lost; "" no record in sacct
     runbook, store = world.runbook()
     campaign = runbook.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["campaign training jobs lost"]
     assert "1 of " in (campaign.reason or "") and "lost (3 NODE_FAIL)" in (campaign.reason or "")
+    assert "; 1 with no record in sacct (7)" in (campaign.reason or "")
 
 
 def test_should_fail_the_error_budget_when_every_inference_request_fails(world: World) -> None:
