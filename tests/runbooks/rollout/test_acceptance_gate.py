@@ -69,3 +69,11 @@ def test_should_request_once_a_full_campaign_passed_for_the_deployment(gpuctl: H
     gpuctl.accept()
     code, text = run(gpuctl, "request", "half")
     assert code == 0 and "half-1: awaiting approval" in text, text
+
+
+def test_should_hold_a_canary_request_with_exit_3_before_any_other_check(gpuctl: Harness) -> None:
+    # The acceptance check comes first: whatever stage is asked, canary included, nothing else is judged without it.
+    redeploy(gpuctl)
+    code, text = run(gpuctl, "request", "canary")
+    assert code == 3 and "no team is onboarded before acceptance" in " ".join(text.split()), text
+    assert gpuctl.pulumi.previews() == []
