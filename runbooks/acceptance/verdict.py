@@ -7,7 +7,7 @@ shock_factor x the peak; campaign: both).
   error budget inference_error_pct (drills included); a phase without a single request fails: a load that did
   nothing measured nothing;
 - health: every critical alert's firing, as the campaign's watcher saw it, within critical_alert_max_s, or, when it
-  started during a drill's fault window, cleared by that drill's recovery deadline;
+  started during drills' fault windows, cleared by the last of their recovery deadlines;
 - duration: the monotonic time the steps ran under load (a step a dead run left is run again and counted once),
   against soak_h and shock_minutes, and the wall time the campaign spent without load (resumes) within
   max_interruption_s; all scaled by time_scale, nothing else;
