@@ -319,6 +319,11 @@ def health_alerts(site: Site) -> list[dict[str, Any]]:
                                  "drained and cordoned until a human acts"),
         # A paused controller (Prometheus, Slurm or kubectl unreadable, every DCGM sample stale) decides nothing
         # either: LAST_DECISION moves only on fresh inputs.
+        # A node with a finding left in service keeps failing jobs: worth a look once it lasts, not at once (a
+        # return frees the budget within the diagnosis' ~15 minutes).
+        _alert(site, "HealthDrainBudgetExhausted", f"max({health_metrics.BUDGET_WAITING}) > 0", Severity.WARNING,
+               f"{{{{ $value }}}} GPU nodes with a DCGM finding stay in service: the health controller already holds "
+               f"{health.max_drained_pct:g} % of the GPU nodes (health.max_drained_pct)", "15m"),
         _alert(site, "HealthControllerDown", f"time() - max({last}) > {stale_s}\nor absent({last})",
                Severity.WARNING, f"The node health controller has not decided on fresh inputs for over {stale_s} s: "
                                  "failing GPUs are not drained", "5m"),
