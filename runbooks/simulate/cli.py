@@ -1,6 +1,7 @@
 """`gpuctl simulate`: replay a public workload trace on the stack's site under the static "before" policy and this
 stack's, and print the figures side by side with the difference (docs/simulate.md)."""
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -97,9 +98,11 @@ def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, m
     table = Table("figure", "static", "this stack", "difference", title=run_name(comparison, stack, mapping))
 
     def row(name: str, a: float, b: float, unit: str, digits: int = 1, points: bool = False) -> None:
-        # A difference of percentages is in points.
-        table.add_row(name, f"{a:.{digits}f}{unit}", f"{b:.{digits}f}{unit}",
-                      f"{b - a:+.{digits}f}{' pt' if points else unit}")
+        # A difference of percentages is in points; a figure that does not apply (NaN) is a dash.
+        def shown(value: float, text: str) -> str:
+            return "-" if math.isnan(value) else text
+        table.add_row(name, shown(a, f"{a:.{digits}f}{unit}"), shown(b, f"{b:.{digits}f}{unit}"),
+                      shown(b - a, f"{b - a:+.{digits}f}{' pt' if points else unit}"))
 
     row("GPU utilization", static.utilization_pct, ours.utilization_pct, " %", points=True)
     for pool in static.pool_utilization_pct:

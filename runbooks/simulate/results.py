@@ -3,6 +3,7 @@ in all and per pool), the training load offered, training queue wait p50/p95 per
 the window's end, the share of inference requests served and of time every model had the replicas its load needed,
 GPU-hours lost to preemption and GPUs lent at the peak."""
 
+import math
 from dataclasses import dataclass
 
 from runbooks.simulate.engine import Outcome
@@ -23,7 +24,7 @@ class Figures:
     lent_peak_gpus: int
     lent_gpu_h: float
     lent_serving_pct: float
-    """Of the GPU-hours lent, the share that held a replica (100 when nothing was lent)."""
+    """Of the GPU-hours lent, the share that held a replica (NaN when nothing was lent)."""
     jobs_done: int
     unrunnable: int
 
@@ -51,7 +52,7 @@ def figures(outcome: Outcome) -> Figures:
         lost_gpu_h=sum(r.lost_gpu_s for r in outcome.runs) / 3600,
         lent_peak_gpus=outcome.lent_peak_gpus,
         lent_gpu_h=outcome.lent_gpu_s / 3600,
-        lent_serving_pct=100 * outcome.lent_serving_gpu_s / outcome.lent_gpu_s if outcome.lent_gpu_s else 100.0,
+        lent_serving_pct=100 * outcome.lent_serving_gpu_s / outcome.lent_gpu_s if outcome.lent_gpu_s else math.nan,
         jobs_done=sum(r.finished is not None for r in outcome.runs),
         unrunnable=outcome.unrunnable,
     )

@@ -27,6 +27,9 @@ def test_prints_both_policies_and_writes_real_pngs(tmp_path: Path) -> None:
                    "inference served in full", "GPU-hours lost to preemption", "GPUs lent at peak", "GPU-hours lent",
                    "of them serving inference"):
         assert figure in output
+    # Static lends nothing: the share of its lent GPU-hours that served is a dash, not a figure.
+    (serving,) = [line for line in output.splitlines() if "of them serving inference" in line]
+    assert serving.split("│")[2].strip() == "-", serving
     # The title says what was offered, as replayed (rich may wrap it).
     assert "training load offered 0." in " ".join(output.split()) and "seed 0" in output
     for name in FILES:
