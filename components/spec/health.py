@@ -19,6 +19,15 @@ from components.spec.xid import XID_CATALOGUE, unknown_xids
 Seconds = Annotated[Int, Field(gt=0, le=86_400)]
 
 
+def known_xids(xids: tuple[int, ...]) -> tuple[int, ...]:
+    """A pydantic validator: every XID of a field is in the catalogue, or the error names those that are not."""
+    unknown = unknown_xids(xids)
+    if unknown:
+        raise ValueError(f"XID {', '.join(map(str, unknown))} is not in NVIDIA's Xid catalogue as this project "
+                         f"knows it (components/spec/xid.py: {', '.join(map(str, sorted(XID_CATALOGUE)))})")
+    return xids
+
+
 class Health(Spec):
     drain_xids: Annotated[tuple[Annotated[Int, Field(gt=0, le=999)], ...], Field(min_length=1)] = (
         defaults.HEALTH_DRAIN_XIDS)
@@ -79,11 +88,4 @@ class Health(Spec):
     state_dir: AbsolutePath = "/var/lib/gpucluster/health"
     """Where the controller keeps its lock, its memory of each node, the diagnoses' output and its audit log."""
 
-    @field_validator("drain_xids")
-    @classmethod
-    def _known_xids(cls, xids: tuple[int, ...]) -> tuple[int, ...]:
-        unknown = unknown_xids(xids)
-        if unknown:
-            raise ValueError(f"XID {', '.join(map(str, unknown))} is not in NVIDIA's Xid catalogue as this project "
-                             f"knows it (components/spec/xid.py: {', '.join(map(str, sorted(XID_CATALOGUE)))})")
-        return xids
+    _known_xids = field_validator("drain_xids")(known_xids)

@@ -10,13 +10,13 @@ and `components.validate` (with the planners).
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator
 
 from components.spec import defaults
 from components.spec.acceptance import Acceptance
 from components.spec.catalog import GPU_CATALOG, GpuClass
 from components.spec.endpoints import REAL_HOST, SiteUrl
-from components.spec.health import Health
+from components.spec.health import Health, known_xids
 from components.spec.inference import Inference
 from components.spec.lending import Lending
 from components.spec.mirror import Mirror
@@ -442,7 +442,10 @@ class Alerting(Spec):
     xid_hardware: Annotated[tuple[Annotated[Int, Field(gt=0, le=999)], ...], Field(min_length=1)] = (
         48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
     """XIDs that mean the GPU, its memory, NVLink or GSP failed (NVIDIA XID catalog,
-    docs.nvidia.com/deploy/xid-errors); any other XID is the application's (13, 31, 43, 45, ...)."""
+    docs.nvidia.com/deploy/xid-errors); any other XID is the application's (13, 31, 43, 45, ...). Each must be in
+    components.spec.xid.XID_CATALOGUE."""
+
+    _known_xids = field_validator("xid_hardware")(known_xids)
 
 
 # A Debian package version, upstream-revision (deb-version(7)).
