@@ -61,8 +61,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         dcgm.stop()
 
 
-def scaled(cluster: Cluster) -> Site:
-    return cluster.site.model_copy(update={"health": Health.model_validate(SCALED)})
+def scaled(cluster: Cluster, **changes: object) -> Site:
+    """The cluster's site with SCALED (and `changes`) over its own health section, validated as the spec would be."""
+    health = Health.model_validate({**cluster.site.health.model_dump(), **SCALED, **changes})
+    return cluster.site.model_copy(update={"health": health})
 
 
 def recorded_diag(tmp_path: Path, name: str, code: int) -> list[str]:
@@ -151,7 +153,7 @@ def test_should_requeue_a_suspect_nodes_batch_job_past_requeue_after_s_and_diagn
         health_slurm: Cluster, world: World, tmp_path: Path) -> None:
     node = WATCHED[0]
     kube = FakeKube([n.name for g in health_slurm.site.node_groups for n in g.nodes])
-    site = scaled(health_slurm).model_copy(update={"health": Health.model_validate({**SCALED, "requeue_after_s": 1})})
+    site = scaled(health_slurm, requeue_after_s=1)
     c = controller(site, world, kube, tmp_path, recorded_diag(tmp_path, "dcgmi-diag-r3-pass-dcgm4.json", 0))
     job = health_slurm.sbatch("-A", "speech", "--qos=train_normal", "-p", "a800-train", "-w", node,
                               "--gres=gpu:a800:1", "--wrap=sleep 300")
