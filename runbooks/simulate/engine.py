@@ -450,13 +450,15 @@ class Simulation:
     def _enqueue(self, run: Run) -> None:
         bisect.insort(self.queue[run.side].setdefault((run.qos, run.team), []), run, key=_arrival)
 
-    def _in_order(self, side: Side, rank: Any, team: str | None = None) -> Iterator[Run]:
+    def _in_order(self, side: Side, rank: Any, team: str | None = None,
+                  done: dict[tuple[str, str], bool] | None = None) -> Iterator[Run]:
         """The side's waiting jobs (of one team, or all), lazily, by rank((QoS or class, team)) and then arrival; each
-        list is copied, so jobs may start (and leave their list) while the pass walks them."""
-        groups = sorted(((rank(key), runs) for key, runs in self.queue[side].items()
+        list is copied, so jobs may start (and leave their list) while the pass walks them. A (QoS or class, team)
+        the caller marks in `done` yields no more of its jobs."""
+        groups = sorted(((rank(key), key, runs) for key, runs in self.queue[side].items()
                          if runs and team in (None, key[1])), key=lambda g: g[0])
         for _, same in itertools.groupby(groups, key=lambda g: g[0]):
-            yield from heapq.merge(*(list(runs) for _, runs in same), key=_arrival)
+            yield from heapq.merge(*(_until(list(runs), key, done) for _, key, runs in same), key=_arrival)
 
     def _slurm_pass(self) -> None:
         if self.stack:
@@ -541,7 +543,9 @@ class Simulation:
         # preemption check sorts the running jobs) for each of thousands of waiting pods at every event. Starts only
         # take room; a preemption may free more than its job takes, so it clears what the pass learned.
         blocked: dict[tuple[str, str], int] = {}
-        for run in self._in_order(Side.KUBERNETES, lambda key: -self.model.class_priority[key[0]]):
+        done: dict[tuple[str, str], bool] = {}
+        """Blocked at one GPU: no job of theirs can start in this pass, so the pass stops walking them."""
+        for run in self._in_order(Side.KUBERNETES, lambda key: -self.model.class_priority[key[0]], done=done):
             if run.gpus >= blocked.get((run.qos, run.team), math.inf):
                 continue
             for flavor in self.model.flavors:
@@ -552,8 +556,10 @@ class Simulation:
             else:
                 if self.stack and self._kueue_preempt_for(run):
                     blocked.clear()
+                    done.clear()
                 else:
                     blocked[run.qos, run.team] = run.gpus
+                    done[run.qos, run.team] = run.gpus <= 1
 
     def _kueue_preempt_for(self, run: Run) -> bool:
         """Kueue's withinClusterQueue (the team's own lower-priority work) and reclaimWithinCohort/borrowWithinCohort
@@ -661,6 +667,14 @@ class Simulation:
 
 def _arrival(run: Run) -> tuple[float, int]:
     return run.job.arrival_s, run.job.id
+
+
+def _until(runs: list[Run], key: tuple[str, str], done: dict[tuple[str, str], bool] | None) -> Iterator[Run]:
+    """The runs, until `done` marks their key."""
+    for run in runs:
+        if done is not None and done.get(key):
+            return
+        yield run
 
 
 def simulate(model: SiteModel, workload: Workload, policy: Policy, lending: Lending, checkpoint_s: float,
