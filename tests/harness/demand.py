@@ -66,7 +66,9 @@ def render(playback: Playback) -> str:
     stack's scrape gives them (namespace inference), in the text format. (prometheus-client would escape the colon
     away for Prometheus's OpenMetrics 1.0 Accept header, and vLLM's name has one.)"""
     total = playback.now()
-    engines = [f"engine-{replica}" for replica in range(REPLICAS)]
+    # Named as vllm-stack's Deployment names them (<release>-<model>-deployment-vllm), then its ReplicaSet's hash and
+    # the pod's: the controller's queries tell the models' engines apart by it.
+    engines = [f"vllm-qwen2-5-72b-deployment-vllm-6b5f7c9d8-x{replica}k2p" for replica in range(REPLICAS)]
     lines = ["# TYPE vllm:num_requests_waiting gauge"]
     lines += [f'vllm:num_requests_waiting{{namespace="inference",model_name="qwen2-5-72b",pod="{pod}"}} '
               f"{total / REPLICAS}" for pod in engines]
