@@ -1,5 +1,6 @@
 """The simulator against cases worked out by hand, and against itself."""
 
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 
 from components.spec.lending import Lending
 from components.spec.site import Pool, Site
+from runbooks.simulate import engine
 from runbooks.simulate.compare import at_stage
 from runbooks.simulate.engine import Outcome, Policy, Run, Simulation, simulate
 from runbooks.simulate.results import figures
@@ -240,4 +242,26 @@ def test_a_kubernetes_pass_tries_a_blocked_class_and_team_once(monkeypatch: pyte
     workload = Workload([kube_job(0, "b", 0, 8, 10, "production"), *pods], [], 24 * HOUR, 1.0, 0.0)
     outcome = simulate(site, workload, Policy.STACK, Lending(), 1800, StaticSlices({}, {}, {}))
     assert calls <= 2 * len(pods)
+    assert min(r.first_start for r in outcome.runs if r.job.id > 0 and r.first_start is not None) == 10 * HOUR
+
+
+def test_a_kubernetes_pass_stops_walking_a_class_and_team_blocked_at_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Static: a's slice (8) is full for 10 h while 400 1-GPU dev pods of a arrive, one a minute. Once the first
+    waiting pod finds no room, none of a's dev pods can start in that pass: each pass walks one of them, not every
+    waiting one at every pass (a sum of 1 to 400)."""
+    walked = 0
+    until = engine._until
+
+    def counted(runs: list[Run], key: tuple[str, str], done: dict[tuple[str, str], bool] | None) -> Iterator[Run]:
+        nonlocal walked
+        for run in until(runs, key, done):
+            walked += 1
+            yield run
+
+    monkeypatch.setattr(engine, "_until", counted)
+    pods = [kube_job(i + 1, "a", 1 + i / 60, 1, 0.5, "dev") for i in range(400)]
+    workload = Workload([kube_job(0, "a", 0, 8, 10, "dev"), *pods], [], 24 * HOUR, 1.0, 0.0)
+    outcome = simulate(small_site([], 8), workload, Policy.STATIC, Lending(), 1800,
+                       StaticSlices({}, {("a", FLAVOR): 8, ("b", FLAVOR): 0}, {FLAVOR: 0}))
+    assert walked <= 2 * len(pods) + 100
     assert min(r.first_start for r in outcome.runs if r.job.id > 0 and r.first_start is not None) == 10 * HOUR
