@@ -143,6 +143,7 @@ def implied_records(site: Site) -> list[dict[str, str]]:
         "defmempergpu": str(slurm.def_mem_per_gpu_gib * 1024), "priorityweightqos": str(slurm.priority_weight_qos),
         "priorityweightfairshare": str(slurm.priority_weight_fairshare),
         "accountingstoragehost": slurm.controller_host, "accountingstorageport": str(slurm.slurmdbd_port),
+        "slurmdtimeout": str(slurm.slurmd_timeout_s),
     }
     assert set(from_spec) <= {key for record in FIXED for key in record}
     settings_ = [{key: from_spec.get(key, value) for key, value in record.items()} for record in FIXED]
