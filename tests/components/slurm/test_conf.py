@@ -99,7 +99,10 @@ def test_should_leave_kubernetes_pool_nodes_out_of_slurm(prod: dict[str, Any], n
 
 
 def test_should_add_a_node_group_moved_to_the_flex_pool_with_its_own_gpu_type(prod: dict[str, Any]) -> None:
-    conf = render_slurm_conf(parse(with_changes(prod, node_groups__3__pool="flex")))
+    # A lent RTX 4090 must serve a model's replicas, and the A800 model servers must leave the teams some GPUs.
+    site = parse(with_changes(prod, node_groups__3__pool="flex", inference__models__0__replicas__max=2,
+                              inference__models__1__lent_replicas=8))
+    conf = render_slurm_conf(site)
     assert partition_nodes(conf)["rtx4090-flex"] == ["gpu-4090-01", "gpu-4090-02", "gpu-4090-03", "gpu-4090-04"]
     assert "Gres=gpu:rtx4090:8" in node_lines(conf)["gpu-4090-01"]
 
@@ -115,7 +118,8 @@ def test_should_describe_each_node_with_real_cpus_memory_less_reserve_and_gpus(p
 
 def test_should_bind_every_gpu_to_its_device_file(prod: dict[str, Any]) -> None:
     # The RTX 4090s go to Slurm, so the model they serve goes.
-    rtx_to_slurm = with_changes(prod, node_groups__3__pool="slurm", inference__models=prod["inference"]["models"][:1])
+    rtx_to_slurm = with_changes(prod, node_groups__3__pool="slurm", inference__models=prod["inference"]["models"][:1],
+                                inference__models__0__replicas__max=2)
     gres = render_gres_conf(parse(rtx_to_slurm))
     assert "Name=gpu Type=rtx4090 File=/dev/nvidia[0-7]" in gres
     assert "AutoDetect=off" in gres
