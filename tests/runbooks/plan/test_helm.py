@@ -345,7 +345,7 @@ RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule g
     pytest.param(move_slurm_scrape, "metrics-have-producers",
                  "slurm_nodes_down (read by rule SlurmNodesUnavailable) has no producer the stack deploys and "
                  "scrapes (Slurm exporter (hosts/slurm_exporter.py): it listens on port 9341; Prometheus scrapes "
-                 "no static target on that port (slurm-controller:9399, slurm-controller:9342))",
+                 "no static target on that port (slurm-controller:9399, slurm-controller:9342, slurm-controller:9343))",
                  id="should hold the Slurm exporter scraped on the wrong port"),
     pytest.param(drop_gateway_callback, "metrics-have-producers",
                  "litellm_input_tokens_metric_total (read by rule team_model_token_type:llm_tokens:rate1h) has no "
