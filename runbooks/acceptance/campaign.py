@@ -33,6 +33,7 @@ from runbooks.acceptance.faults import Fault, FaultError, Switches, run_commands
 from runbooks.acceptance.load import RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, RUNNING, AlertSpan, Campaign, CampaignStore, Failure
 from runbooks.acceptance.verdict import Measurements, judge, loaded_s
+from runbooks.exit_codes import ExitCode
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.lock import StackLock, StackLockedError
 from runbooks.rollout.machine import ACCEPTANCE_RECORD
@@ -52,8 +53,9 @@ def terminated_as_exit() -> Iterator[None]:
     """SIGTERM raises SystemExit in the main thread while this holds, as Ctrl-C raises KeyboardInterrupt: a drill then
     reverts its fault before the command exits (Python's default for SIGTERM is to die with the fault in place)."""
 
-    def leave(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+    def leave(_signum: int, _frame: object) -> None:
+        # Ended before its verdict, the campaign counts as failed for now: the next run resumes it.
+        raise SystemExit(ExitCode.FAILED)
 
     previous = signal.signal(signal.SIGTERM, leave)
     try:

@@ -101,7 +101,8 @@ def uncapped_team_queue(graph: ResourceGraph) -> None:
 
 
 def isolation_only_audited(graph: ResourceGraph) -> None:
-    binding = one(graph, "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    binding = one(graph, "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding",
+                  "prod-storage-team-isolation-binding")
     for spec in (binding.inputs["spec"], binding.outputs["spec"]):
         spec["validationActions"] = ["Audit"]
 
