@@ -153,7 +153,7 @@ def control(ctx: typer.Context, dry_run: Annotated[bool, typer.Option(help="Deci
     store = _store(flex, state_dir)
     Lease(store.directory / LOCK).acquire(lambda line: err.print(escape(line), highlight=False))
     metrics = Metrics()
-    serve(metrics, listen or flex.site.lending.metrics_address, port or flex.site.lending.metrics_port)
+    serve(metrics.render, listen or flex.site.lending.metrics_address, port or flex.site.lending.metrics_port)
     lending = flex.site.lending
     reader = PrometheusDemand(lending.prometheus_url, latency=lending.ttft_objective_s is not None,
                               models=lent_models(flex.site))

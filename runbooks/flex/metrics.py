@@ -6,6 +6,7 @@ LISTENER_TIMEOUT_S, so idle connections cannot take the controller's descriptors
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 from components.monitoring.lending_metrics import DECISIONS, ERRORS, LAST_DECISION, LEND_SECONDS, MOVES, NODES, PAUSED
 from components.scheduling.lending_decision import Owner
@@ -55,8 +56,9 @@ class Metrics:
             return "\n".join(lines) + "\n"
 
 
-def serve(metrics: Metrics, listen: str, port: int) -> BoundedHTTPServer:
-    """Serves /metrics from a daemon thread; returns the server (its shutdown stops it)."""
-    server = metrics_server(metrics.render, listen, port)
+def serve(render: Callable[[], str], listen: str, port: int) -> BoundedHTTPServer:
+    """Serves /metrics (what render returns) from a daemon thread; returns the server (its shutdown stops it). The
+    health controller serves its metrics with it too."""
+    server = metrics_server(render, listen, port)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

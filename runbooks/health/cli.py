@@ -20,9 +20,10 @@ from runbooks.exit_codes import ExitCode
 from runbooks.flex.controller import MOVES_LOCK
 from runbooks.flex.lease import Lease, holder_line
 from runbooks.flex.lending import run_command
+from runbooks.flex.metrics import serve
 from runbooks.health.controller import AUDIT, LOCK, Controller, Store
 from runbooks.health.diagnose import Diagnoser, ssh_command
-from runbooks.health.metrics import Metrics, serve
+from runbooks.health.metrics import Metrics
 from runbooks.health.nodes import Nodes
 from runbooks.health.signals import read_findings
 from runbooks.options import ProjectDirOption, StackOption, site_or_exit
@@ -65,7 +66,7 @@ def control(ctx: typer.Context, dry_run: Annotated[bool, typer.Option(help="Deci
             told = holder
         time.sleep(1.0)
     metrics = Metrics()
-    serve(metrics, listen or health.metrics_address, port or health.metrics_port)
+    serve(metrics.render, listen or health.metrics_address, port or health.metrics_port)
 
     def say(line: str) -> None:
         print(line, flush=True)  # the journal keeps audit lines whole

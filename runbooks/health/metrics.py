@@ -1,13 +1,12 @@
 """The health controller's own metrics, served at /metrics (Prometheus text format 0.0.4) on the Slurm controller,
 where the stack's Prometheus scrapes it (components/monitoring/prometheus.py) and the alerts of
-components/monitoring/alerts.py read it. The HTTP side is the Slurm exporter's bounded listener, as the lending
-controller's (runbooks/flex/metrics.py)."""
+components/monitoring/alerts.py read it. The HTTP side is the lending controller's
+(runbooks.flex.metrics.serve): the Slurm exporter's bounded listener."""
 
 import threading
 from collections import Counter
 
 from components.monitoring.health_metrics import ACTIONS, BUDGET_WAITING, ERRORS, LAST_DECISION, NODE_PHASE, PAUSED
-from hosts.slurm_exporter import BoundedHTTPServer, metrics_server
 
 
 class Metrics:
@@ -38,10 +37,3 @@ class Metrics:
                      f"# HELP {ERRORS} Steps whose reads or moves failed (Prometheus, Slurm, kubectl, ssh).",
                      f"# TYPE {ERRORS} counter", f"{ERRORS} {self.errors}"]
             return "\n".join(lines) + "\n"
-
-
-def serve(metrics: Metrics, listen: str, port: int) -> BoundedHTTPServer:
-    """Serves /metrics from a daemon thread; returns the server (its shutdown stops it)."""
-    server = metrics_server(metrics.render, listen, port)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server

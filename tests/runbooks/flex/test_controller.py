@@ -211,7 +211,7 @@ def test_should_let_one_instance_hold_the_lease_while_the_other_waits(tmp_path: 
 def test_should_serve_its_metrics_and_nothing_else(tmp_path: Path) -> None:
     metrics = Metrics()
     (port,) = free_ports(1)
-    server = serve(metrics, "127.0.0.1", port)
+    server = serve(metrics.render, "127.0.0.1", port)
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             assert 'gpucluster_flex_nodes{owner="slurm"} 0' in response.read().decode()
