@@ -39,6 +39,11 @@ SCHEDULING_S = 4.0
 """Tolerance of a wait beyond the known time a job was held: sacct keeps whole seconds (Submit and Start each
 truncated, < 1 s apiece) and the controller starts a released job at its next scheduling pass (measured here:
 0 to 3 s after the release)."""
+STAMP_MARGIN_S = 2.0
+"""s into its period before a period's first job is submitted: slurmctld stamped a job sent just after a whole second
+with the second before it (measured here: Submit 1 s before the test's clock at submission, in 3 of 5 runs, which put
+a baseline job before the baseline; with a 1 s margin the stamp fell on the period's first second), so one second
+more."""
 RUN_TOLERANCE_S = 2.0
 """Tolerance of a job's time on its GPUs beyond RUN_S: whole seconds again, plus launching the batch step and
 reaping it (measured here: 0-1 s)."""
@@ -103,11 +108,11 @@ def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Clust
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf_dir / "slurm.conf"))
     began = time.monotonic()
     baseline_start = _whole_second_after(time.time())
-    time.sleep(max(0.0, baseline_start.timestamp() - time.time()))
+    time.sleep(max(0.0, baseline_start.timestamp() + STAMP_MARGIN_S - time.time()))
     # Baseline: speech waits 0 and 5 s, nlp-foundation 0 s.
     before = _run_mix(slurm, [("speech", 1, 0, ()), ("speech", 2, 5, ()), ("nlp-foundation", 8, 0, ())])
     window_start = _whole_second_after(time.time())
-    time.sleep(max(0.0, window_start.timestamp() - time.time()))
+    time.sleep(max(0.0, window_start.timestamp() + STAMP_MARGIN_S - time.time()))
     # Window: nlp-foundation's long job takes one node's 8 GPUs and still runs at the window's end, where its next
     # job on that node still waits; speech waits 0, 5 and 10 s (a second user's job among them), nlp-foundation's
     # 4-GPU job 1 s.
