@@ -40,7 +40,8 @@ def _missing() -> str | None:
     return missing() or (f"needs {', '.join(absent)}: make test installs them" if absent else None)
 
 
-pytestmark = [*slurm_marks(), *([pytest.mark.skip(reason=_missing())] if _missing() else [])]
+SKIP = _missing()
+pytestmark = [*slurm_marks(), *([pytest.mark.skip(reason=SKIP)] if SKIP else [])]
 
 DRIVER = r"""set -u
 root=$1; given=$2

@@ -19,7 +19,8 @@ from tests.harness.artifacts import containers, missing
 from tests.harness.figures import FIGURES
 from tests.harness.slurm_cluster import slurm_marks
 
-pytestmark = [*slurm_marks(), *([pytest.mark.skip(reason=missing())] if missing() else [])]
+SKIP = missing()
+pytestmark = [*slurm_marks(), *([pytest.mark.skip(reason=SKIP)] if SKIP else [])]
 
 FAKE_SYSTEMCTL = r"""#!/bin/sh
 # systemctl for a root without systemd: starts the real daemons as Debian 12's units do (ExecStart, User, Type).
