@@ -235,8 +235,12 @@ def gateway_values(site: Site) -> dict[str, Any]:
                   "pullPolicy": "IfNotPresent"},
         "replicaCount": gateway.replicas,
         "resources": pod_resources(gateway.resources),
-        # The schema migration runs the same proxy image against the same database.
-        "migrationJob": {"resources": pod_resources(gateway.resources)},
+        # No migration Job: litellm-helm 0.4.8's (templates/migrations-job.yaml) takes no priorityClassName, so it ran
+        # in the cluster's lowest class, and under Pulumi's Helm (the chart's Helm hooks off) it only ran beside the
+        # proxy, never before it. The proxy applies the schema itself at start (litellm/proxy/proxy_cli.py:
+        # PrismaManager.setup_database unless disable_prisma_schema_update), in its pods' inference class; Prisma
+        # Migrate's advisory lock lets one of the replicas starting together apply it.
+        "migrationJob": {"enabled": False},
         "masterkeySecretName": MASTER_KEY_SECRET, "masterkeySecretKey": "master-key",
         "environmentSecrets": [gateway.provider_secret],
         "proxy_config": gateway_config(site),

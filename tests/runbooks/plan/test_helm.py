@@ -623,7 +623,7 @@ def test_should_count_as_pending_only_the_model_servers_that_request_gpus(
     engines = [pod for pod, template in pods.items() if any(
         "nvidia.com/gpu" in ((c.get("resources") or {}).get("requests") or {}) for c in template["spec"]["containers"])]
     assert sorted(engines) == ["vllm-llama-3-1-8b-deployment-vllm-0", "vllm-qwen2-5-72b-deployment-vllm-0"]
-    # The gateway, its migrations Job, its database and the database chart's test Job are Pending too.
+    # The gateway, its database and the database chart's test pod are Pending too.
     assert len(pods) > len(engines) + 2, sorted(pods)
     series = [s for pod, template in pods.items()
               for s in ksm_series(NAMESPACE, pod, template, ksm.labels_of["kube_pod_labels"])]
@@ -684,18 +684,32 @@ def test_should_send_each_served_model_to_a_port_its_engine_service_has(rendered
         assert namespace == NAMESPACE and url.port in ports[service], (api_base, ports)
 
 
-def test_should_give_the_gateway_and_its_database_guaranteed_resources_above_the_lowest_class(
+def test_should_give_every_pod_of_the_gateway_and_its_database_guaranteed_resources_above_the_lowest_class(
         graph: ResourceGraph, rendered: dict[str, RenderedRelease]) -> None:
     site = parse(prod_values())
-    containers = [c for kind in ("Deployment", "Job") for o in objects(rendered["llm-gateway"], kind)
-                  for c in o["spec"]["template"]["spec"]["containers"]]
-    (cluster,) = objects(rendered["llm-gateway-db"], "Cluster")
-    assert len(containers) == 2  # the proxy and its schema migration
-    for resources in [c.get("resources") for c in containers] + [cluster["spec"].get("resources")]:
-        assert resources and resources["requests"] == resources["limits"] and set(resources["limits"]) == {
-            "cpu", "memory"}, resources
+    # The class each object's pods get once the stack's patches of the rendered objects apply.
+    patched = {(p.inputs["metadata"]["name"], p.inputs["metadata"]["namespace"]):
+               p.inputs["spec"]["template"]["spec"]["priorityClassName"]
+               for p in graph.of_type("kubernetes:apps/v1:DeploymentPatch")}
     classes = {c["metadata"]["name"]: c["value"] for c in stack(graph, rendered).of_kind("PriorityClass")}
-    assert classes[cluster["spec"]["priorityClassName"]] > min(classes.values())
+    pods = {}
+    for release in ("llm-gateway", "llm-gateway-db"):
+        for obj in rendered[release].objects:
+            if obj["kind"] == "Pod" or "helm.sh/hook" in (obj["metadata"].get("annotations") or {}):
+                continue  # the database chart's `helm test` pod: run by hand, never by the install
+            for template in pod_templates(obj):
+                given = template["spec"].get("priorityClassName") or obj["spec"].get("priorityClassName")
+                key = (obj["metadata"]["name"], obj["metadata"].get("namespace"))
+                pods[f"{obj['kind']} {key[0]}"] = (given or patched.get(key), template["spec"]["containers"])
+    # The proxy and the database's instances, and no schema migration Job (the chart's takes no class; the proxy
+    # migrates at start).
+    assert sorted(pods) == ["Cluster llm-gateway-db-cluster", "Deployment llm-gateway-litellm"], sorted(pods)
+    for pod, (class_name, containers) in pods.items():
+        assert class_name in classes and classes[class_name] > min(classes.values()), (pod, class_name)
+        for resources in (c.get("resources") for c in containers):
+            assert resources and resources["requests"] == resources["limits"] and set(resources["limits"]) == {
+                "cpu", "memory"}, (pod, resources)
+    (cluster,) = objects(rendered["llm-gateway-db"], "Cluster")
     # CloudNativePG spreads the instances on this node label: one every node carries, the kubelet's own.
     assert cluster["spec"]["affinity"]["topologyKey"] == "kubernetes.io/hostname"
     assert site.inference.gateway.database.instances > 1
