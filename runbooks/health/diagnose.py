@@ -10,9 +10,11 @@ not start (the controller restarted mid-run) reads as none, and the decision sta
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +30,11 @@ from hosts.node_check import DIAG_OUTPUT_MAX, check_diag
 
 SSH_CONNECT_TIMEOUT_S = 10
 DIRECTORY = "diagnoses"
+REMOTE_KILL_AFTER_S = 10
+"""s the node's `timeout` waits after its TERM before it KILLs a diagnosis past node_check.diag_timeout_s."""
+REMOTE_TIMED_OUT = 124
+"""timeout(1)'s exit status when it stopped the command (GNU coreutils manual, "timeout invocation"): read as the
+diagnosis stopped at its deadline, as the node check reads one it stopped itself."""
 
 
 def diag_level(site: Site, node: str) -> int:
@@ -37,14 +44,20 @@ def diag_level(site: Site, node: str) -> int:
 
 
 def ssh_command(site: Site) -> Callable[[str], list[str]]:
-    """node -> the command that runs its diagnosis from the Slurm controller."""
+    """node -> the command that runs its diagnosis from the Slurm controller.
+
+    The user goes as `-l`'s value and the host after `--`, so neither is read as an option however it is spelt (the
+    spec checks the host's spelling, not the user's); the remote line is one shell word list whose every value is
+    quoted, bounded on the node by timeout(1) at node_check.diag_timeout_s: killing the local ssh would leave dcgmi
+    running there."""
     def command(node: str) -> list[str]:
         crictl = f"crictl --runtime-endpoint {shlex.quote(CRI_ENDPOINT)}"
         find = f"{crictl} ps --name {shlex.quote(f'^{DCGM_CONTAINER}$')} --state Running --quiet | head -n 1"
-        remote = f"{crictl} exec \"$({find})\" dcgmi diag -r {diag_level(site, node)} -j"
+        bound = f"timeout --kill-after={REMOTE_KILL_AFTER_S} {site.node_check.diag_timeout_s}"
+        remote = f"{bound} {crictl} exec \"$({find})\" dcgmi diag -r {diag_level(site, node)} -j"
         host = nodes_by_name(site)[node].ssh_host
         return ["ssh", "-i", site.health.ssh_key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-                "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}", f"{site.ssh_user}@{host}", remote]
+                "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}", "-l", site.ssh_user, "--", host, remote]
     return command
 
 
@@ -99,7 +112,9 @@ class Diagnoser:
     def stop(self, node: str) -> None:
         process, _ = self.running.pop(node, (None, 0.0))
         if process is not None and process.poll() is None:
-            process.kill()
+            # Its own session (start): the group holds what the command forked too (hosts/node_check.py stop).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
 
     def forget(self, node: str) -> None:
@@ -124,7 +139,8 @@ class Diagnoser:
                     return Diagnosis(DiagStatus.RUNNING, started)
                 del self.running[node]
                 verdict = check_diag(argparse.Namespace(diag_level=diag_level(self.site, node),
-                                                        diag_timeout_s=self.site.node_check.diag_timeout_s), code,
+                                                        diag_timeout_s=self.site.node_check.diag_timeout_s),
+                                     None if code == REMOTE_TIMED_OUT else code,
                                      _read(directory, f"{node}.out", DIAG_OUTPUT_MAX),
                                      _read(directory, f"{node}.err", DIAG_OUTPUT_MAX))
                 diagnosis = Diagnosis(DiagStatus.PASSED if verdict.ok else DiagStatus.FAILED, started,
