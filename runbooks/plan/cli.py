@@ -26,6 +26,7 @@ from runbooks.plan import plan as planning
 from runbooks.plan.consumers import run_checks
 from runbooks.plan.images import ImageUse, images_pulled
 from runbooks.plan.invariants import Invariant, check_invariants
+from runbooks.plan.out_dir import OutDirError, PlanFolder
 from runbooks.plan.producers import Deployed
 
 
@@ -73,15 +74,15 @@ def plan(
     charts: ChartsOutcome | None = None
     if out_dir is not None:
         try:
-            planning.claim_out_dir(out_dir)
-            summary.files = planning.write_plan(result.site, result.graph, out_dir)
-            assert rendering is not None  # started with --out
-            with err.status("rendering the Helm releases"):
-                charts = rendering.result()
-            if not (charts.skipped or charts.error):
-                summary.files += helm.write(charts.releases, charts.streams, out_dir)
-            planning.record_out_dir(out_dir, summary.files)
-        except planning.OutDirError as error:
+            with PlanFolder.claim(out_dir) as folder:
+                summary.files = planning.write_plan(result.site, result.graph, folder)
+                assert rendering is not None  # started with --out
+                with err.status("rendering the Helm releases"):
+                    charts = rendering.result()
+                if not (charts.skipped or charts.error):
+                    summary.files += helm.write(charts.releases, charts.streams, folder)
+                folder.record(summary.files)
+        except OutDirError as error:
             err.print(f"[red]error:[/] {escape(str(error))}")
             raise typer.Exit(ExitCode.INVALID) from None
         except OSError as error:

@@ -37,6 +37,7 @@ from kubernetes_validate.utils import (  # type: ignore[import-untyped]
 from components.charts import pinned, sha256_of
 from runbooks.children import exit_status, tail
 from runbooks.offline.engine import Resource, ResourceGraph
+from runbooks.plan.out_dir import PlanFolder
 from runbooks.plan.yaml_stream import dump_pickled, parse
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
@@ -364,13 +365,7 @@ def streams(releases: list[RenderedRelease]) -> Iterator[str]:
     return _yaml_workers().map(dump_pickled, [pickle.dumps(r.objects) for r in releases])
 
 
-def write(releases: list[RenderedRelease], streams: Iterable[str], out_dir: Path) -> list[Path]:
+def write(releases: list[RenderedRelease], streams: Iterable[str], folder: PlanFolder) -> list[Path]:
     """One YAML stream per release under helm/, as `helm template` printed it (re-serialized, key order kept)."""
-    directory = out_dir / "helm"
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for release, text in zip(releases, streams, strict=True):
-        path = directory / f"{re.sub(r'[^A-Za-z0-9_.-]', '-', release.release)}.yaml"
-        path.write_text(text)
-        written.append(path)
-    return written
+    return [folder.write(f"helm/{re.sub(r'[^A-Za-z0-9_.-]', '-', release.release)}.yaml", text)
+            for release, text in zip(releases, streams, strict=True)]

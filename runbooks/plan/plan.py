@@ -42,6 +42,7 @@ from components.spec.wellknown import (
 from components.validate import parse_site
 from runbooks.offline.engine import STACK_TYPE, ResourceGraph, Secret, load_stack_config, run_program
 from runbooks.offline.policy_pack import Finding, PolicyResult, check_policies
+from runbooks.plan.out_dir import PlanFolder
 
 Progress = Callable[[str], None]
 
@@ -242,65 +243,18 @@ def artifacts(site: Site) -> dict[str, str]:
     return files
 
 
-OUT_MANIFEST = ".gpuctl-plan"
-"""In an --out folder: every file the last plan wrote, one relative path per line; the next plan removes those."""
-
-
-class OutDirError(Exception):
-    """--out names a folder that holds files no plan wrote."""
-
-
-def claim_out_dir(out_dir: Path) -> None:
-    """Make --out a folder this plan may write: new, empty, or an earlier plan's, whose files (and only those, as
-    its manifest lists them; no link followed) are removed."""
-    if not out_dir.exists():
-        out_dir.mkdir(parents=True)
-        return
-    if not out_dir.is_dir() or out_dir.is_symlink():
-        raise OutDirError(f"--out {out_dir}: not a folder")
-    manifest = out_dir / OUT_MANIFEST
-    if not manifest.is_file():
-        if any(out_dir.iterdir()):
-            raise OutDirError(f"--out {out_dir}: holds files no plan wrote (no {OUT_MANIFEST}); give a new or empty "
-                              "folder")
-        return
-    for line in manifest.read_text().splitlines():
-        relative = Path(line)
-        if not line or relative.is_absolute() or ".." in relative.parts:
-            raise OutDirError(f"--out {out_dir}: {OUT_MANIFEST} lists {line!r}, which is no file of a plan")
-        path = out_dir / relative
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        for parent in relative.parents:
-            if parent != Path() and (out_dir / parent).is_dir() and not any((out_dir / parent).iterdir()):
-                (out_dir / parent).rmdir()
-    manifest.unlink()
-
-
-def record_out_dir(out_dir: Path, files: list[Path]) -> None:
-    # Sorted: the charts render in parallel and finish in any order, and the manifest is a plan file like the rest.
-    relative = sorted(path.relative_to(out_dir).as_posix() for path in files)
-    (out_dir / OUT_MANIFEST).write_text("".join(f"{path}\n" for path in relative))
-
-
-def write_plan(site: Site, graph: ResourceGraph, out_dir: Path) -> list[Path]:
+def write_plan(site: Site, graph: ResourceGraph, folder: PlanFolder) -> list[Path]:
     """One YAML file per Kubernetes object, one JSON file per other resource, and the generated
-    configuration files, into a folder `claim_out_dir` made ready."""
-    generated = artifacts(site)
-    written = []
-    for relative, text in generated.items():
-        path = out_dir / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
+    configuration files, into the claimed --out folder."""
+    written = [folder.write(relative, text) for relative, text in artifacts(site).items()]
     for resource in sorted(graph.resources.values(), key=lambda r: r.urn):
         if resource.type == STACK_TYPE:
             continue
         if _is_kubernetes_object(resource.type):
-            path = out_dir / "kubernetes" / f"{_slug(resource.type.split(':')[-1])}--{_slug(resource.name)}.yaml"
+            relative = f"kubernetes/{_slug(resource.type.split(':')[-1])}--{_slug(resource.name)}.yaml"
             body = yaml.safe_dump(_redacted(_manifest(resource.type, resource.inputs)), sort_keys=False)
         else:
-            path = out_dir / "resources" / f"{_slug(resource.type)}--{_slug(resource.name)}.json"
+            relative = f"resources/{_slug(resource.type)}--{_slug(resource.name)}.json"
             record = {
                 "urn": resource.urn,
                 "type": resource.type,
@@ -314,9 +268,7 @@ def write_plan(site: Site, graph: ResourceGraph, out_dir: Path) -> list[Path]:
                 "outputs": resource.outputs,
             }
             body = json.dumps(_redacted(record), indent=2, sort_keys=True) + "\n"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
-        written.append(path)
+        written.append(folder.write(relative, body))
     return written
 
 

@@ -28,6 +28,7 @@ import yaml
 from components.inference.values import ENGINE_RELEASE, GATEWAY_RELEASE, GATEWAY_SERVICE, MASTER_KEY_ENV
 from runbooks.offline.engine import ResourceGraph, run_program
 from runbooks.plan import helm
+from runbooks.plan.out_dir import PlanFolder
 from tests.harness import netns
 from tests.harness.daemons import wait_for
 from tests.harness.http_double import JsonHandler, Served
@@ -141,7 +142,8 @@ def plan_gateway(out_dir: Path, graph: ResourceGraph | None = None) -> PlannedGa
     # The plan renders every release; these two are all the gateway's seams need (a Release renders alone).
     rendered = helm.render_releases(ResourceGraph(graph.project, graph.stack, releases), MIRROR, KUBE_VERSION,
                                     helm_binary)
-    written = {path.stem: path for path in helm.write(rendered, helm.streams(rendered), out_dir)}
+    with PlanFolder.claim(out_dir) as folder:
+        written = {path.stem: path for path in helm.write(rendered, helm.streams(rendered), folder)}
     gateway = list(yaml.safe_load_all(written[GATEWAY_RELEASE].read_bytes()))
     engines = list(yaml.safe_load_all(written[ENGINE_RELEASE].read_bytes()))
     configmap = _only(gateway, "ConfigMap", f"{GATEWAY_SERVICE}-config")

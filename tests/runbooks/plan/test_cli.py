@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from runbooks.cli import app
 from runbooks.offline.engine import run_program
-from runbooks.plan.plan import OUT_MANIFEST, artifacts
+from runbooks.plan.out_dir import OUT_MANIFEST
+from runbooks.plan.plan import artifacts
 from tests.builders import REPO, copy_project, parse, prod_values
 from tests.components.spec.test_sections import FIVE_REPORTED
 
@@ -65,6 +66,53 @@ def test_should_refuse_a_folder_holding_files_no_plan_wrote_and_touch_nothing(tm
     assert "holds files no plan wrote" in result.output
     assert (out / foreign).read_text() == "mine" and sorted(p.name for p in out.rglob("*") if p.is_file()) == [
         Path(foreign).name]
+
+
+@pytest.fixture(scope="module")
+def earlier_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder a plan of the prod stack wrote, as the next plan finds it (each test takes a copy)."""
+    out = tmp_path_factory.mktemp("earlier") / "plan"
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _folder_to_outside(out: Path, outside: Path) -> Path:
+    (outside / "slurm.conf").write_text("root's own")
+    shutil.rmtree(out / "slurm")
+    (out / "slurm").symlink_to(outside)
+    return out / "slurm"
+
+
+def _file_parent_to_outside(out: Path, outside: Path) -> Path:
+    # Deeper: the folder holding kubernetes/<object>.yaml files becomes a link to one holding a file of that name.
+    victim = next((out / "kubernetes").iterdir()).name
+    (outside / victim).write_text("root's own")
+    shutil.rmtree(out / "kubernetes")
+    (out / "kubernetes").symlink_to(outside)
+    return out / "kubernetes"
+
+
+@pytest.mark.parametrize("plant", [
+    pytest.param(_folder_to_outside, id="slurm/ a link to a folder outside holding slurm.conf"),
+    pytest.param(_file_parent_to_outside, id="kubernetes/ a link to a folder outside holding an object's file name"),
+])
+def test_should_refuse_a_symlink_planted_in_an_earlier_plan_and_touch_nothing_outside(
+        earlier_plan: Path, tmp_path: Path, plant: Any) -> None:
+    # Issue 41: the next plan, run as root, deleted outside/slurm.conf and wrote its files into outside/.
+    out, outside = tmp_path / "plan", tmp_path / "outside"
+    shutil.copytree(earlier_plan, out, symlinks=True)
+    outside.mkdir()
+    link = plant(out, outside)
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    kept = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(out)])
+
+    assert result.exit_code == 2, result.output
+    assert str(link.relative_to(out)) in result.output and "symlink" in result.output
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == kept  # the earlier plan left whole
 
 
 def _over_budget(config: dict[str, Any]) -> None:

@@ -4,7 +4,8 @@ from pathlib import Path
 
 from components.validate import parse_site
 from runbooks.offline.engine import load_stack_config, run_program
-from runbooks.plan.plan import record_out_dir, write_plan
+from runbooks.plan.out_dir import PlanFolder
+from runbooks.plan.plan import write_plan
 from tests.builders import REPO
 
 
@@ -18,10 +19,10 @@ def test_should_write_byte_identical_files_on_two_runs(tmp_path: Path) -> None:
     runs = []
     for run in ("first", "second"):
         out = tmp_path / run
-        out.mkdir()
-        files = write_plan(site, run_program(REPO, "prod", config), out)
-        # The charts render in parallel: the files reach the manifest in whatever order they finished.
-        record_out_dir(out, files if run == "first" else files[::-1])
+        with PlanFolder.claim(out) as folder:
+            files = write_plan(site, run_program(REPO, "prod", config), folder)
+            # The charts render in parallel: the files reach the manifest in whatever order they finished.
+            folder.record(files if run == "first" else files[::-1])
         runs.append(written(out))
     first, second = runs
     assert sorted(first) == sorted(second)
