@@ -5,7 +5,7 @@ The controller loop (runbooks/health/controller.py) and the tests call `decide`;
 
     healthy --finding--> suspect (drained in Slurm, cordoned in Kubernetes; running work finishes, or is requeued
                                   after health.requeue_after_s where Slurm can requeue it)
-            --idle in both--> diagnosing (`dcgmi diag -r <health.diag_level>`)
+            --idle in both, in a maintenance window--> diagnosing (`dcgmi diag -r <health.diag_level>`)
             --passed, no finding left--> returned (resumed, uncordoned)
             --failed, or suspect again soon after a return, failures_before_handoff times--> handed to a human
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from components.spec.health import Health
+from components.spec.maintenance_window import within
 
 REASON_PREFIX = "gpuctl health: "
 SUSPECT_REASON = f"{REASON_PREFIX}suspect"
@@ -145,6 +146,8 @@ class Reason(StrEnum):
     BUDGET = "budget"
     DRAINING = "draining"
     IDLE = "idle"
+    WINDOW = "window"
+    """Ready for a diagnosis outside every health.diag_windows: it waits for the next one."""
     DIAGNOSING = "diagnosing"
     DIAG_PASSED = "diag-passed"
     DIAG_FAILED = "diag-failed"
@@ -303,26 +306,26 @@ def _suspect(view: NodeView, mind: NodeMemory, settings: Health, at: float,
                 return NodeDecision(name, Action.REQUEUE, Reason.DRAINING, f"draining for {drained_s:.0f} s, past "
                                     f"requeue_after_s ({after} s): {', '.join(busy)}"), mind
             return NodeDecision(name, Action.WAIT, Reason.DRAINING, f"draining: {', '.join(busy)}"), mind
-        return NodeDecision(name, Action.DIAGNOSE, Reason.IDLE, f"idle: dcgmi diag -r {settings.diag_level}"), mind
+        return _diagnose(name, settings, at, Reason.IDLE, "idle"), mind
     if diagnosis.status == DiagStatus.RUNNING:
         ran = at - diagnosis.started_at
         if ran <= diag_timeout_s:
             return NodeDecision(name, Action.WAIT, Reason.DIAGNOSING, f"dcgmi diag running for {ran:.0f} s"), mind
-        return _failed(name, mind, diagnosis, settings, Reason.DIAG_TIMEOUT,
+        return _failed(name, mind, diagnosis, settings, at, Reason.DIAG_TIMEOUT,
                        f"dcgmi diag ran past node_check.diag_timeout_s ({diag_timeout_s:g} s)")
     if diagnosis.status == DiagStatus.FAILED:
-        return _failed(name, mind, diagnosis, settings, Reason.DIAG_FAILED, diagnosis.detail)
+        return _failed(name, mind, diagnosis, settings, at, Reason.DIAG_FAILED, diagnosis.detail)
     if view.findings is None:
         return NodeDecision(name, Action.WAIT, Reason.STALE, f"diagnosis passed, but no DCGM sample within "
                             f"{settings.stale_after_s} s to confirm it"), mind
     if view.findings:
-        return _failed(name, mind, diagnosis, settings, Reason.DIAG_FAILED,
+        return _failed(name, mind, diagnosis, settings, at, Reason.DIAG_FAILED,
                        f"diagnosis passed but {'; '.join(view.findings)} persists")
     returned = NodeMemory(failures=mind.failures, returned_at=at)
     return NodeDecision(name, Action.RETURN, Reason.DIAG_PASSED, diagnosis.detail or "diagnosis passed"), returned
 
 
-def _failed(name: str, mind: NodeMemory, diagnosis: Diagnosis, settings: Health, reason: Reason,
+def _failed(name: str, mind: NodeMemory, diagnosis: Diagnosis, settings: Health, at: float, reason: Reason,
             why: str) -> tuple[NodeDecision, NodeMemory]:
     # The diagnosis' start identifies it: deciding again on the same one counts it once.
     failures = mind.failures if diagnosis.started_at in mind.failures else (*mind.failures, diagnosis.started_at)
@@ -330,4 +333,13 @@ def _failed(name: str, mind: NodeMemory, diagnosis: Diagnosis, settings: Health,
     count = f"{len(failures)} of {settings.failures_before_handoff} failures"
     if len(failures) >= settings.failures_before_handoff:
         return NodeDecision(name, Action.HAND_OFF, reason, f"{why} ({count})"), mind
-    return NodeDecision(name, Action.DIAGNOSE, reason, f"{why} ({count}): diagnosing again"), mind
+    return _diagnose(name, settings, at, reason, f"{why} ({count})", again=True), mind
+
+
+def _diagnose(name: str, settings: Health, at: float, reason: Reason, why: str, again: bool = False) -> NodeDecision:
+    """A diagnosis starts only inside a maintenance window (any time when the spec names none)."""
+    if not within(settings.diag_windows, at):
+        return NodeDecision(name, Action.WAIT, Reason.WINDOW, f"{why}: waiting for a maintenance window "
+                            f"({', '.join(settings.diag_windows)} UTC)")
+    return NodeDecision(name, Action.DIAGNOSE, reason, f"{why}: {'diagnosing again' if again else 'dcgmi diag'} "
+                        f"-r {settings.diag_level}")

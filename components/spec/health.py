@@ -9,14 +9,21 @@ reports. Each threshold names its source.
 
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from components.spec import defaults
+from components.spec.maintenance_window import parse_window
 from components.spec.types import AbsolutePath, Float, Int, ListenAddress, Percent, Spec
 from components.spec.xid import XID_CATALOGUE, unknown_xids
 
 # Seconds compared with time.time() differences and written as Prometheus ranges `[<s>s]`: a day at most.
 Seconds = Annotated[Int, Field(gt=0, le=86_400)]
+
+
+def maintenance_window(text: str) -> str:
+    """A pydantic validator: the text is a window components.spec.maintenance_window reads, or the error says why."""
+    parse_window(text)
+    return text
 
 
 def known_xids(xids: tuple[int, ...]) -> tuple[int, ...]:
@@ -57,6 +64,12 @@ class Health(Spec):
     """`dcgmi diag -r` suite a drained node must pass before it returns (1 quick, 2 medium ~2 min, 3 long ~15 min,
     4 extended: dcgmi diag reference, docs.nvidia.com/datacenter/dcgm). It runs once the node is idle in both
     schedulers, for at most node_check.diag_timeout_s."""
+    diag_windows: Annotated[tuple[Annotated[str, Field(max_length=100), AfterValidator(maintenance_window)], ...],
+                            Field(max_length=50)] = ()
+    """When a diagnosis may start: maintenance windows `DAYS HH:MM-HH:MM` in UTC (`Sat,Sun 00:00-24:00`,
+    `Mon-Fri 22:00-06:00`; components/spec/maintenance_window.py). Empty (the default): whenever the node is idle in
+    both schedulers. A drained node waits for the next window (holding its share of the drain budget); a diagnosis
+    started in a window runs to its end, however late."""
     max_drained_pct: Annotated[Float, Field(ge=0, le=100)] = defaults.HEALTH_MAX_DRAINED_PCT
     """% of the site's GPU nodes the controller may hold drained at once, rounded down (nodes it drained, is
     diagnosing or handed to a human); a suspect node past it waits, and HealthDrainBudgetExhausted says so. 0: the

@@ -27,6 +27,7 @@ from components.scheduling.health_decision import (
     phase,
 )
 from components.spec.health import Health
+from components.spec.maintenance_window import within
 
 HEALTH = Health(max_drained_pct=25, failures_before_handoff=2)
 """4 nodes: one may be drained."""
@@ -155,6 +156,10 @@ memories = st.builds(NodeMemory, st.lists(st.floats(T - 400 * 3600, T), max_size
                      st.one_of(st.none(), st.floats(T - 3600, T)), st.one_of(st.none(), st.floats(T - 400 * 3600, T)))
 
 
+WINDOWS = ((), ("Sat,Sun 00:00-24:00",), ("Mon-Fri 22:00-06:00",), ("daily 13:00-14:00", "Wed 03:00-04:00"))
+"""Maintenance windows the generated worlds draw from; T is a Monday, 13:46:40 UTC."""
+
+
 @st.composite
 def worlds(draw: st.DrawFn) -> tuple[World, Health]:
     count = draw(st.integers(1, 12))
@@ -162,8 +167,8 @@ def worlds(draw: st.DrawFn) -> tuple[World, Health]:
                   for i in range(count))
     memory = {v.name: draw(memories) for v in views if draw(st.booleans())}
     health = Health(max_drained_pct=draw(st.sampled_from([0, 10, 25, 50, 100])),
-                    failures_before_handoff=draw(st.integers(1, 3)))
-    return World(T, views, (), memory), health
+                    failures_before_handoff=draw(st.integers(1, 3)), diag_windows=draw(st.sampled_from(WINDOWS)))
+    return World(T + draw(st.floats(0, 7 * 86_400)), views, (), memory), health
 
 
 def claimed_elsewhere(view: NodeView) -> bool:
@@ -196,6 +201,30 @@ def test_should_never_drain_past_the_budget_nor_act_on_a_held_node(generated: tu
             assert made.action == Action.WAIT, (view, made)
         if made.action == Action.RETURN:
             assert view.diagnosis is not None and view.diagnosis.status == DiagStatus.PASSED and view.findings == ()
+        if made.action == Action.DIAGNOSE:
+            assert within(health.diag_windows, state.at), (health.diag_windows, state.at, made)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(WINDOWS[1:]), st.floats(0, 14 * 86_400),
+       st.sampled_from([None, Diagnosis(DiagStatus.FAILED, T - 60)]))
+def test_should_start_a_diagnosis_when_and_only_when_a_maintenance_window_holds(
+        windows: tuple[str, ...], offset: float, diagnosis: Diagnosis | None) -> None:
+    """An idle drained node (or one whose diagnosis failed once) is diagnosed inside a window and waits outside,
+    its failure counted either way; a diagnosis already running is never stopped by a window closing."""
+    health = Health(max_drained_pct=25, failures_before_handoff=3, diag_windows=windows)
+    moment = T + offset
+    memory = {"gpu-a800-01": NodeMemory(suspect_since=T - 100)}
+    decision = decide(world(ours(diagnosis=diagnosis), memory=memory, at=moment), health, TIMEOUT_S)
+    made = decision.nodes[0]
+    if within(windows, moment):
+        assert made.action == Action.DIAGNOSE
+    else:
+        assert (made.action, made.reason) == (Action.WAIT, Reason.WINDOW) and ", ".join(windows) in made.detail
+    assert decision.memory["gpu-a800-01"].failures == ((T - 60,) if diagnosis else ())
+    running = Diagnosis(DiagStatus.RUNNING, moment - 60)
+    assert only(world(ours(diagnosis=running), memory=memory, at=moment), health)[:2] == (Action.WAIT,
+                                                                                          Reason.DIAGNOSING)
 
 
 def test_should_requeue_a_suspect_nodes_slurm_jobs_only_past_requeue_after_s() -> None:

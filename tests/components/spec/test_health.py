@@ -23,3 +23,11 @@ def test_should_drain_for_catalogued_hardware_xids_by_default(prod: dict[str, An
 def test_should_reject_an_xid_not_in_the_catalogue(prod: dict[str, Any], changes: dict[str, Any], path: str) -> None:
     (problem,) = problems(with_changes(prod, **changes))
     assert problem.startswith(f"{path}: ") and "XID 999, 7 is not in NVIDIA's Xid catalogue" in problem
+
+
+def test_should_reject_a_malformed_maintenance_window_naming_it(prod: dict[str, Any]) -> None:
+    health = {**prod["health"], "diag_windows": ["Sat,Sun 00:00-24:00", "Mon-Fry 22:00-06:00"]}
+    (problem,) = problems(with_changes(prod, health=health))
+    assert problem.startswith("health.diag_windows[1]: ") and "'Mon-Fry' is not a day or a range of days" in problem
+    assert parse(with_changes(prod, health={**prod["health"], "diag_windows": ["Sat,Sun 00:00-24:00"]})).health \
+        .diag_windows == ("Sat,Sun 00:00-24:00",)
