@@ -33,6 +33,11 @@ group of the team's hot share and mode 2770: no other team can enter it. `--max-
 `--max-run-gib` bound what is copied by apparent size (a sparse file counts at its length); `--deadline-s` stops
 starting checkpoints, and the CronJob and the Slurm epilog kill a run that outlives its deadline.
 
+One mover per hot tier root at a time, cluster-wide: the mover takes an exclusive flock on
+`<hot>/.gpucluster/checkpoint-mover.lock`, a folder root's with mode 0700 (made, opened and checked by fstat through
+descriptors, no link followed), so no user can open the lock, let alone hold it; while another mover holds it, the
+run does nothing and exits 75. A dry run takes no lock.
+
 A crash anywhere leaves either a partial (removed once nothing in it changed for `--settle-s`) or
 a finished cold copy, which a later run verifies against hot and then deletes from hot: nothing is
 copied twice or lost, and a second run moves nothing. A checksum mismatch, a copy error or a
@@ -52,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import fcntl
 import hashlib
 import os
 import re
@@ -950,9 +956,83 @@ def parse_args(argv: Sequence[str] | None) -> TieringSettings:
     )
 
 
+# --- the tier's lock: one mover per hot tier root at a time, cluster-wide ---
+
+LOCK_DIR = ".gpucluster"
+"""In the hot tier root: root's, mode 0700. The lock file lives inside, so a user cannot open it, let alone hold a
+lock on it (a user's shared lock on a readable lock file once stopped every mover of the server)."""
+LOCK_FILE = "checkpoint-mover.lock"
+LOCK_HELD_EXIT = 75
+"""EX_TEMPFAIL (sysexits.h): another mover holds this tier's lock; the epilog logs it, the next CronJob run retries."""
+
+
+class LockUnsafeError(Exception):
+    """The lock's folder or file is not root's alone: a link, another owner, or open to group or others."""
+
+
+def root_only(fd: int, where: Path, kind: Callable[[int], bool], what: str) -> None:
+    """Refuse a lock folder or file that someone else could have made, replaced or opened."""
+    info = os.fstat(fd)
+    if not kind(info.st_mode) or info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077:
+        raise LockUnsafeError(
+            f"{where}: must be a {what} owned by uid {os.geteuid()} with no group or other access (it is uid "
+            f"{info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}); remove it and the next run makes it")
+
+
+@contextmanager
+def tier_lock(hot: Path) -> Iterator[bool]:
+    """Whether this mover holds the exclusive lock of the tier root `hot`, for as long as the block runs. The folder
+    and file are made and opened through descriptors, no link followed, and checked by fstat on what was opened.
+    flock reaches the server on NFSv4, so movers on different nodes exclude each other."""
+    with opened(str(hot)) as hot_fd:
+        with suppress(FileExistsError):
+            os.mkdir(LOCK_DIR, 0o700, dir_fd=hot_fd)
+        folder = hot / LOCK_DIR
+        try:
+            dir_fd = os.open(LOCK_DIR, DIR_FLAGS, dir_fd=hot_fd)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise LockUnsafeError(f"{folder}: a symlink or a file, not the mover's lock folder; remove it "
+                                      "and the next run makes it") from None
+            raise
+    with fd_of(dir_fd):
+        root_only(dir_fd, folder, stat.S_ISDIR, "folder")
+        try:
+            lock_fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600,
+                              dir_fd=dir_fd)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise LockUnsafeError(f"{folder / LOCK_FILE}: a symlink; remove it and the next run makes the "
+                                      "lock file") from None
+            raise
+    with fd_of(lock_fd):
+        root_only(lock_fd, folder / LOCK_FILE, stat.S_ISREG, "regular file")
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_args(argv)
-    report = run_tiering(settings)
+    if settings.dry_run:  # changes nothing, so needs no lock, and makes none
+        return finish(settings, run_tiering(settings))
+    with ExitStack() as lock:
+        try:
+            held = lock.enter_context(tier_lock(settings.hot))
+        except (LockUnsafeError, OSError) as error:
+            progress(f"cannot take the tier's lock, nothing done: {error}")
+            return 1
+        if not held:
+            progress(f"{settings.hot / LOCK_DIR / LOCK_FILE}: held by another mover, nothing done")
+            return LOCK_HELD_EXIT
+        return finish(settings, run_tiering(settings))
+
+
+def finish(settings: TieringSettings, report: TieringReport) -> int:
+    """Say what the run did, write its metrics; the exit status."""
     now = time.time()
     verbs = ("dry run: would move", "copy", "free") if settings.dry_run else ("moved", "copied", "freed")
     progress(

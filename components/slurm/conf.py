@@ -22,6 +22,7 @@ from components.spec.catalog import gres_type
 from components.spec.derived import mover_args, mover_stop_after_s
 from components.spec.site import Node, NodeGroup, Pool, Site
 from components.spec.wellknown import MOVER_LOCK
+from hosts.checkpoint_mover import LOCK_HELD_EXIT
 
 SLURM_POOLS = (Pool.SLURM, Pool.FLEX)
 """Pools whose nodes Slurm schedules; kubernetes-pool nodes are not in slurm.conf at all."""
@@ -43,8 +44,6 @@ MOVER = "/usr/local/lib/gpucluster/checkpoint_tiering.py"
 """The checkpoint mover (hosts/checkpoint_mover.py, stdlib only) on every node, for the epilog."""
 MOVER_START_TIMEOUT_S = 10
 """s the epilog waits for its detached mover to start; the node stays COMPLETING meanwhile."""
-LOCK_HELD = 75
-"""flock(1)'s exit status (-E) when another mover holds the server's lock, told apart from the mover's own."""
 EXPORTER = "/usr/local/lib/gpucluster/slurm_exporter.py"
 """The Slurm exporter (hosts/slurm_exporter.py, stdlib only) on the controller."""
 EXPORTER_UNIT = "gpucluster-slurm-exporter.service"
@@ -340,8 +339,7 @@ def render_epilog(site: Site, mapping_dir: str, overlay: LoopbackOverlay | None 
     hot_root = str(overlay.hot_root) if overlay else storage.nfs_hot.mount_root
     cold_root = str(overlay.cold_root) if overlay else storage.ceph_cold.mount_path
     log_dir = str(overlay.root / "log") if overlay else site.slurm.log_dir
-    move = (f'flock -n -E {LOCK_HELD} "$root/{MOVER_LOCK}" python3 "$mover" --hot "$root" --cold "$cold_root" '
-            f"{shlex.join(mover_args(site))}")
+    move = f'python3 "$mover" --hot "$root" --cold "$cold_root" {shlex.join(mover_args(site))}'
     log = shlex.quote(f"{log_dir}/checkpoint-mover.log")
     return f"""#!/bin/sh
 # Slurm Epilog, see slurm.conf(5): slurmd runs it as root on every node of the job when the job ends; the
@@ -365,7 +363,7 @@ for share in "$hot_root"/*/"$team"; do
     root=${{share%/*}}
     echo "$(date -Is) job $SLURM_JOB_ID ($team) ended: moving checkpoints on $root"
     {move}
-    [ $? -ne {LOCK_HELD} ] || echo "$(date -Is) job $SLURM_JOB_ID: $root is locked by another mover"
+    [ $? -ne {LOCK_HELD_EXIT} ] || echo "$(date -Is) job $SLURM_JOB_ID: $root/{MOVER_LOCK} is held by another mover"
 done' >>{log} 2>&1 </dev/null
 # slurmd kills this script's process group when it exits: return only once the mover runs in its own.
 tries=0

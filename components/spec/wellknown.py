@@ -5,6 +5,8 @@ definition here, which the pack mirrors under a contract test (tests/policy/test
 imports nothing from the program.
 """
 
+from hosts.checkpoint_mover import LOCK_DIR, LOCK_FILE
+
 # Labels, annotations and taints on Kubernetes nodes and namespaces.
 LABEL_PREFIX = "gpucluster.io"
 VALIDATED_LABEL = f"{LABEL_PREFIX}/validated"
@@ -65,9 +67,10 @@ CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"
 """containerd's CRI socket on every node, which crictl talks to (the GPU Operator's toolkit configures containerd)."""
 HPC_JOB_MAPPING_DIR = "/var/run/dcgm-hpc-jobs"
 """Slurm's prolog writes one file per GPU index holding the job id; the DCGM exporter adds it as `hpc_job`."""
-MOVER_LOCK = ".checkpoint-mover.lock"
-"""Lock file in each hot export root: one epilog mover per NFS server at a time, cluster-wide (flock(1) locks
-reach the server on NFSv4). The mover skips names starting with '.'."""
+MOVER_LOCK = f"{LOCK_DIR}/{LOCK_FILE}"
+"""The lock the checkpoint mover takes in each hot export root, in a folder only root may enter (the mover owns both
+names): one mover per NFS server at a time, cluster-wide (flock reaches the server on NFSv4). The mover skips names
+starting with '.'."""
 TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 """Where the checkpoint mover writes its metrics on a node and node-exporter's textfile collector reads them."""
 PREFETCHED_MARKER = ".prefetched"

@@ -19,7 +19,6 @@ from components.spec.site import Site
 from components.spec.wellknown import (
     COLD_CLASS,
     COLD_FILESYSTEM,
-    MOVER_LOCK,
     POOL_TAINT,
     PREFETCHED_MARKER,
     TEAM_LABEL,
@@ -166,11 +165,11 @@ def mover_cronjob(site: Site, server: str, index: int) -> dict[str, Any]:
     """One mover per NFS server: its teams' run directories, to the CephFS archive."""
     nfs, cold = site.storage.nfs_hot, site.storage.ceph_cold
     name = f"checkpoint-mover-{index}"
-    # The same lock the Slurm epilog's mover takes on this export, so the two never sweep one server at once. A run
-    # lands on any node and the file stays on each node it ran on: its metrics carry the mover's name, and the alerts
-    # judge each mover by its newest run (components/monitoring/alerts.py, storage_alerts).
-    args = ["flock", "-n", f"/hot/{MOVER_LOCK}",
-            "python3", "/mover/checkpoint_tiering.py", "--hot", "/hot", "--cold", "/cold", *mover_args(site),
+    # The mover takes the export's lock itself (in a folder only root enters, hosts/checkpoint_mover.tier_lock), the
+    # one the Slurm epilog's mover takes, so the two never sweep one server at once. A run lands on any node and the
+    # file stays on each node it ran on: its metrics carry the mover's name, and the alerts judge each mover by its
+    # newest run (components/monitoring/alerts.py, storage_alerts).
+    args = ["python3", "/mover/checkpoint_tiering.py", "--hot", "/hot", "--cold", "/cold", *mover_args(site),
             "--hot-fill-threshold-pct", f"{nfs.fill_alert_pct:g}",
             "--metrics-file", f"/metrics/checkpoint-tiering-{index}.prom", "--mover-name", name]
     return {

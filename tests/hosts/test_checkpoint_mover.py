@@ -48,8 +48,11 @@ def set_age(path: Path, age_s: float) -> None:
 
 
 def snapshot(root: Path) -> Tree:
+    """The checkpoints' files under a tier root (the mover's lock folder, which it skips as a dot name, left out)."""
     found = {}
-    for directory, _, files in os.walk(root):
+    for directory, dirs, files in os.walk(root):
+        if directory == str(root) and tiering.LOCK_DIR in dirs:
+            dirs.remove(tiering.LOCK_DIR)
         for name in files:
             path = Path(directory, name)
             data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()

@@ -9,6 +9,7 @@ byte was lost. GPUCLUSTER_ATTACK_ROUNDS sets the rounds: 100 in `make test` (the
 of them here), more for a longer hunt (earlier sessions ran 200).
 """
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -23,9 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from components.storage.tiers import mover_cronjob
 from hosts import CHECKPOINT_MOVER
 from hosts import checkpoint_mover as tiering
 from hosts.checkpoint_mover import ErrorKind, TieringSettings
+from tests.builders import parse, prod_values
 from tests.harness.figures import FIGURES
 
 ATTACKER = 65534
@@ -360,3 +363,100 @@ def test_should_never_delete_a_shard_a_slow_rank_writes_late(arena: Path) -> Non
     FIGURES.append(f"late shards: written as the copy was renamed into place in {struck} of {ROUNDS} rounds, "
                    f"{lost} lost")
     assert lost == 0 and struck > 0
+
+
+def hold_shared_locks(root: Path, held: Path) -> None:
+    """As the member: a shared lock on every file under `root` it can open, held until stopped; `held` counts them."""
+    count = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NONBLOCK)
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                continue
+            count += 1  # the descriptor stays open, and the lock with it
+    held.write_text(str(count))
+
+
+def cronjob_mover(hot: Path, cold: Path, metrics: Path) -> list[str]:
+    """The mover CronJob's command as the stack renders it, its container paths mapped to the test's tiers."""
+    site = parse(prod_values())
+    job = mover_cronjob(site, site.storage.nfs_hot.servers[0], 0)
+    (container,) = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    here = {"python3": sys.executable, "/mover/checkpoint_tiering.py": str(CHECKPOINT_MOVER), "/hot": str(hot),
+            "/cold": str(cold), "/metrics": str(metrics)}
+    command = []
+    for arg in container["command"]:
+        mount = next((m for m in here if arg == m or arg.startswith(f"{m}/")), None)
+        command.append(arg if mount is None else here[mount] + arg[len(mount):])
+    return command
+
+
+def old_checkpoint(hot: Path, name: str) -> Path:
+    """A complete checkpoint of the member's, older than archive_after_days, so the mover takes it at once."""
+    checkpoint = hot / "team-a" / "run" / name
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "shard.pt").write_bytes(b"w" * SHARD)
+    (checkpoint / tiering.COMPLETE_MARKER).touch()
+    owned_tree(hot / "team-a")
+    stamp = time.time() - 30 * 86_400
+    for path in (checkpoint / "shard.pt", checkpoint / tiering.COMPLETE_MARKER, checkpoint):
+        os.utime(path, (stamp, stamp))
+    return checkpoint
+
+
+def test_should_move_while_a_member_holds_a_shared_lock_on_every_file_it_can_open(arena: Path) -> None:
+    # Issue 41: flock(1) made <export>/.checkpoint-mover.lock readable by all; a member's shared lock on it stopped
+    # the CronJob's mover and the epilog's (the same lock) for as long as the member liked.
+    hot, cold, _ = round_tiers(arena, 0)
+    command = cronjob_mover(hot, cold, arena)
+    old_checkpoint(hot, "step-000001")
+    first = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert first.returncode == 0, first.stderr
+    second = old_checkpoint(hot, "step-000002")
+    held = arena / "strikes" / "held"
+    attacker = Attacker(lambda: True, lambda: hold_shared_locks(hot, held), arena / "strikes" / "locks")
+    try:
+        deadline = time.monotonic() + 10
+        while not held.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    finally:
+        attacker.stop()
+    FIGURES.append(f"mover's lock: the member held shared locks on {held.read_text()} files of the hot tier it could "
+                   f"open; the CronJob's next run exited {result.returncode}")
+    assert (result.returncode, second.exists()) == (0, False), result.stderr
+    assert (cold / "team-a" / "run" / "step-000002" / "shard.pt").read_bytes() == b"w" * SHARD
+    lock_dir = os.stat(hot / tiering.LOCK_DIR)
+    assert (lock_dir.st_uid, stat.S_IMODE(lock_dir.st_mode)) == (0, 0o700)
+
+
+@pytest.mark.parametrize("plant", [
+    pytest.param(lambda folder: folder.symlink_to("/tmp"), id="the lock folder a symlink"),
+    pytest.param(lambda folder: (folder.mkdir(mode=0o777), folder.chmod(0o777)), id="the lock folder open to all"),
+    pytest.param(lambda folder: (folder.mkdir(mode=0o700), os.chown(folder, ATTACKER, ATTACKER)),
+                 id="the lock folder a member's"),
+    pytest.param(lambda folder: (folder.mkdir(mode=0o700), os.symlink("/etc/passwd", folder / tiering.LOCK_FILE)),
+                 id="the lock file a symlink"),
+])
+def test_should_refuse_a_lock_not_roots_alone_naming_it_and_move_nothing(arena: Path,
+                                                                        plant: Callable[[Path], object]) -> None:
+    hot, cold, _ = round_tiers(arena, 0)
+    checkpoint = make_checkpoint(hot)
+    plant(hot / tiering.LOCK_DIR)
+    result = subprocess.run([sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold),
+                             "--keep", "0", "--settle-s", "0"], capture_output=True, text=True, timeout=20)
+    assert result.returncode == 1 and f"{hot / tiering.LOCK_DIR}" in result.stderr, result.stderr
+    assert checkpoint.exists() and not (cold / "team-a").exists()
+
+
+def test_should_exit_75_and_move_nothing_while_another_mover_holds_the_lock(arena: Path) -> None:
+    hot, cold, _ = round_tiers(arena, 0)
+    checkpoint = make_checkpoint(hot)
+    with tiering.tier_lock(hot) as held:
+        assert held
+        result = subprocess.run([sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold),
+                                 "--keep", "0"], capture_output=True, text=True, timeout=20)
+    assert (result.returncode, checkpoint.exists()) == (tiering.LOCK_HELD_EXIT, True), result.stderr
+    assert "held by another mover" in result.stderr

@@ -272,7 +272,6 @@ def test_should_return_at_once_while_the_teams_mover_runs_detached(tmp_path: Pat
         time.sleep(0.05)
     assert done.read_text() == (f"--hot {overlay.hot_root / server} --cold {overlay.cold_root} --keep 3 "
                                 "--archive-after-days 7 --max-checkpoint-gib 2048 --max-run-gib 8192 --deadline-s 7200")
-    assert (overlay.hot_root / server / ".checkpoint-mover.lock").exists()
 
 
 def test_should_keep_the_mover_alive_when_slurmd_kills_the_epilogs_process_group(

@@ -48,8 +48,9 @@ def test_should_run_the_mover_with_the_specs_keep_and_age(prod: dict[str, Any]) 
     assert container["command"][container["command"].index("--keep") + 1] == "5"
     assert container["command"][container["command"].index("--archive-after-days") + 1] == "14"
     assert job["spec"]["schedule"] == "*/30 * * * *"
-    # The lock the Slurm epilog's mover takes too: never two sweeps of one NFS server at once.
-    assert container["command"][:3] == ["flock", "-n", "/hot/.checkpoint-mover.lock"]
+    # The mover takes the export's lock itself, as the Slurm epilog's does: never two sweeps of one server at once,
+    # and no lock a user can open (flock(1) made one every user could hold).
+    assert container["command"][:4] == ["python3", "/mover/checkpoint_tiering.py", "--hot", "/hot"]
     assert job["spec"]["concurrencyPolicy"] == "Forbid"
     # Bounded: by apparent bytes per checkpoint and per run, and in time, so a stuck run cannot block the next.
     command = container["command"]

@@ -19,8 +19,8 @@ for share in "$hot_root"/*/"$team"; do
     [ -d "$share" ] || continue
     root=${share%/*}
     echo "$(date -Is) job $SLURM_JOB_ID ($team) ended: moving checkpoints on $root"
-    flock -n -E 75 "$root/.checkpoint-mover.lock" python3 "$mover" --hot "$root" --cold "$cold_root" --keep 3 --archive-after-days 7 --max-checkpoint-gib 2048 --max-run-gib 8192 --deadline-s 7200
-    [ $? -ne 75 ] || echo "$(date -Is) job $SLURM_JOB_ID: $root is locked by another mover"
+    python3 "$mover" --hot "$root" --cold "$cold_root" --keep 3 --archive-after-days 7 --max-checkpoint-gib 2048 --max-run-gib 8192 --deadline-s 7200
+    [ $? -ne 75 ] || echo "$(date -Is) job $SLURM_JOB_ID: $root/.gpucluster/checkpoint-mover.lock is held by another mover"
 done' >>/var/log/slurm/checkpoint-mover.log 2>&1 </dev/null
 # slurmd kills this script's process group when it exits: return only once the mover runs in its own.
 tries=0
