@@ -17,7 +17,9 @@ week ago leaves hot), move to the same relative path on cold:
 
 1. copy into `<dest>.partial-<pid>-<random>` (root's, mode 0700, until it is complete), hashing (SHA-256) each
    byte as it is read from hot, then fsync, drop the cold copy from the page cache and re-read it, so the check
-   reads storage; each file and directory keeps its hot owner, group and mode (set-uid/gid dropped);
+   reads storage; each file and directory keeps its hot owner, group and mode (set-uid/gid dropped), and its holes:
+   what SEEK_DATA/SEEK_HOLE report as a hole is not read, and a 64 KiB block of zeros is not written (NFS before
+   4.2 reports no holes), so a sparse file stays sparse on cold; the hash covers every byte, holes as zeros;
 2. rename the partial to `<dest>` (atomic), fsync the directory;
 3. delete from hot exactly what was copied and verified: a file or directory that appeared or changed after
    the scan (a slow rank's late shard) stays on hot with the COMPLETE marker, and the run reports it.
@@ -364,9 +366,80 @@ def refuse_unsupported(entries: Sequence[Entry]) -> None:
 # --- copying and verifying one checkpoint ---
 
 
-def write_all(fd: int, data: memoryview) -> None:
+def write_all_at(fd: int, data: memoryview, offset: int) -> None:
     while data:
-        data = data[os.write(fd, data) :]
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
+
+
+ZERO_BLOCK = 64 << 10
+"""64 KiB: the smallest run of zeros the cold copy leaves as a hole where the hot file system reports none."""
+ZERO_CHUNK = memoryview(bytes(CHUNK_BYTES))
+"""Zeros to hash in a hole's place and to compare a chunk against (calloc'd: the kernel's zero page until read)."""
+
+
+def data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each stretch of the first `size` bytes that the file system says may hold data
+    (lseek(2) SEEK_DATA, SEEK_HOLE); the whole file where it cannot tell (an NFS mount before 4.2 reports none)."""
+    position = 0
+    while position < size:
+        try:
+            start = os.lseek(fd, position, os.SEEK_DATA)
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+        except OSError as error:
+            if error.errno == errno.ENXIO:  # no data past `position`: the rest is a hole
+                return
+            if error.errno != errno.EINVAL:
+                raise
+            start, end = position, size  # holes unsupported: all of it is data
+        if start >= size:
+            return
+        yield start, min(end, size)
+        position = end
+
+
+def copy_sparse(source_fd: int, dest_fd: int, size: int, digest: hashlib._Hash) -> int:
+    """Copy the first `size` bytes, hashing each in order (a hole as the zeros it reads as), and write only what is
+    not zeros: a hole on hot (or a block of zeros, where the file system hides holes) stays a hole on cold.
+    The bytes accounted for: fewer than `size` when the file got shorter."""
+    view, done = chunk_buffer(), 0
+    buffer = view.obj
+    assert isinstance(buffer, bytearray)
+    for start, end in data_extents(source_fd, size):
+        hash_zeros(digest, start - done)
+        done = start
+        while done < end:
+            count = os.preadv(source_fd, [view[: end - done]], done)
+            if not count:
+                return done
+            digest.update(view[:count])
+            write_unless_zeros(dest_fd, view[:count], buffer, done)
+            done += count
+    hash_zeros(digest, size - done)
+    os.ftruncate(dest_fd, size)  # the length, with any trailing hole
+    return size
+
+
+def write_unless_zeros(fd: int, chunk: memoryview, buffer: bytearray, offset: int) -> None:
+    """Write `chunk` (the start of `buffer`) at `offset`, each run of ZERO_BLOCK-sized blocks that are not all zeros
+    in one write; the zero blocks are left unwritten, holes once the file is truncated to its length."""
+    run_start: int | None = None
+    for block in range(0, len(chunk), ZERO_BLOCK):
+        # startswith at an offset is one memcmp, with no copy: a block costs about a hundredth of hashing it.
+        zeros = buffer.startswith(ZERO_CHUNK[: min(ZERO_BLOCK, len(chunk) - block)], block)
+        if zeros and run_start is not None:
+            write_all_at(fd, chunk[run_start:block], offset + run_start)
+            run_start = None
+        elif not zeros and run_start is None:
+            run_start = block
+    if run_start is not None:
+        write_all_at(fd, chunk[run_start:], offset + run_start)
+
+
+def hash_zeros(digest: hashlib._Hash, count: int) -> None:
+    while count > 0:
+        digest.update(ZERO_CHUNK[: min(count, CHUNK_BYTES)])
+        count -= CHUNK_BYTES
 
 
 def chunk_buffer() -> memoryview:
@@ -399,9 +472,9 @@ def check_metadata(info: os.stat_result, entry: Entry, where: str) -> None:
 
 
 def copy_file(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str, entry: Entry) -> None:
-    """Copy one regular file through descriptors: exactly the length the scan saw, hashed as read, then written
-    with the owner, group and mode of the hot file, durable, and re-read from storage to verify."""
-    digest, view, size, where = hashlib.sha256(), chunk_buffer(), 0, entry.relative or src_name
+    """Copy one regular file through descriptors: exactly the length the scan saw, hashed as read, its holes kept,
+    then written with the owner, group and mode of the hot file, durable, and re-read from storage to verify."""
+    digest, where = hashlib.sha256(), entry.relative or src_name
     source_fd = open_same(src_name, src_dir_fd, entry, FILE_FLAGS)
     try:
         if not stat.S_ISREG(os.fstat(source_fd).st_mode):
@@ -410,12 +483,9 @@ def copy_file(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str, en
                           dir_fd=dst_dir_fd)
         try:
             # Bounded by the scanned length: a file that grows (or never ends) is a changed file, not a longer copy.
-            while size < entry.info.st_size and (count := os.readv(source_fd, [view[: entry.info.st_size - size]])):
-                digest.update(view[:count])
-                write_all(dest_fd, view[:count])
-                size += count
+            size = copy_sparse(source_fd, dest_fd, entry.info.st_size, digest)
             after = os.fstat(source_fd)
-            if size != entry.info.st_size or os.read(source_fd, 1) or (after.st_size, after.st_mtime_ns) != (
+            if size != entry.info.st_size or os.pread(source_fd, 1, size) or (after.st_size, after.st_mtime_ns) != (
                     entry.info.st_size, entry.info.st_mtime_ns):
                 raise SourceChangedError(f"{where}: changed on hot while it was copied")
             os.fchown(dest_fd, entry.info.st_uid, entry.info.st_gid)

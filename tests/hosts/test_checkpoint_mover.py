@@ -245,6 +245,41 @@ def test_should_carry_symlinks_inside_a_checkpoint_as_symlinks(tiers: tuple[Path
     assert files_of(snapshot(cold), names[0]) == files_of(originals, names[0])
 
 
+SPARSE_BYTES = 64 << 20
+"""Long enough that writing the zeros shows in st_blocks (issue 41 found a 1 GB hole written whole)."""
+
+
+def _holes(path: Path) -> None:
+    with open(path, "wb") as handle:
+        handle.write(b"head")
+        handle.seek(SPARSE_BYTES // 2)
+        handle.write(b"middle" * 1000)
+        handle.truncate(SPARSE_BYTES)  # and a hole at the end
+
+
+def _written_zeros(path: Path) -> None:
+    # As a file system that reports no holes (NFS before 4.2) shows a sparse file: zeros, read like any data.
+    with open(path, "wb") as handle:
+        handle.write(b"head" + bytes(SPARSE_BYTES - 8) + b"tail")
+
+
+@pytest.mark.parametrize("make", [pytest.param(_holes, id="holes the file system reports"),
+                                  pytest.param(_written_zeros, id="chunks of zeros it reads")])
+def test_should_keep_a_sparse_files_holes_on_cold_and_every_byte(tiers: tuple[Path, Path],
+                                                                   make: Callable[[Path], None]) -> None:
+    hot, cold = tiers
+    write_checkpoint(hot, "team-a/llama-7b/step-000100")
+    make(hot / "team-a/llama-7b/step-000100/optim/sparse.pt")
+    set_age(hot / "team-a/llama-7b/step-000100", 3_600)
+    originals = snapshot(hot)
+
+    assert tiering.main(["--hot", str(hot), "--cold", str(cold), "--keep", "0"]) == 0
+
+    copy = (cold / "team-a/llama-7b/step-000100/optim/sparse.pt").stat()
+    assert copy.st_size == SPARSE_BYTES and copy.st_blocks * 512 <= 1 << 20, f"{copy.st_blocks * 512} bytes on disk"
+    assert snapshot(cold) == originals  # every byte, the holes' zeros included
+
+
 # --- incomplete checkpoints ---
 
 
