@@ -9,13 +9,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from components.spec.lending import Lending
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.options import StackOption, find_project_dir, site_or_exit
-from runbooks.simulate.compare import Comparison, at_stage, compare
+from runbooks.simulate.compare import Comparison, at_stage, checkpoint_s, compare
 from runbooks.simulate.engine import Policy
 from runbooks.simulate.plots import write_plots
 from runbooks.simulate.results import Figures, figures
+from runbooks.simulate.site_model import site_model, static_slices
+from runbooks.simulate.sizing import FlexNeed, LendingOption, flex_need, lending_options
 from runbooks.simulate.traces import Trace, TraceError
 from runbooks.simulate.workload import Mapping
 
@@ -48,6 +51,10 @@ def simulate(
                                   "since the last one. Default: the spec's storage.nfs_hot.checkpoint_interval_minutes."
     )] = None,
     seed: Annotated[int, typer.Option(help="Seed of the thinning and copying of trace jobs.")] = DEFAULTS.seed,
+    size_lending: Annotated[bool, typer.Option(
+        help="Also size lending from the request-rate trace: the flex GPUs its peaks need past replicas.max and, "
+             "per lend and reclaim delay, the peaks served, lent GPU-hours serving, moves and training cost.")
+    ] = False,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write the PNG plots here.")] = None,
     project_dir: Annotated[
         Path | None, typer.Option(help="Directory holding Pulumi.yaml; default: found from the working directory.")
@@ -65,6 +72,14 @@ def simulate(
         raise typer.Exit(ExitCode.INVALID) from None
     results = {policy: figures(outcome) for policy, outcome in comparison.outcomes.items()}
     out.print(_table(comparison, results, stack, mapping))
+    if size_lending:
+        with err.status("sizing lending"):
+            site_now = at_stage(site, stage)
+            model = site_model(site_now)
+            needs = flex_need(model, comparison.workload, site_now.lending)
+            options = lending_options(model, comparison.workload, site_now.lending,
+                                      checkpoint_s(site_now, checkpoint_minutes), static_slices(model, site_now))
+        out.print(_sizing_table(needs, options, site_now.lending, run_name(comparison, stack, mapping)))
     if out_dir is not None:
         try:
             written = write_plots(comparison.outcomes, out_dir, run_name(comparison, stack, mapping))
@@ -123,4 +138,27 @@ def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, m
     row("GPUs lent at peak", static.lent_peak_gpus, ours.lent_peak_gpus, "", 0)
     row("GPU-hours lent", static.lent_gpu_h, ours.lent_gpu_h, "")
     row("  of them serving inference", static.lent_serving_pct, ours.lent_serving_pct, " %", points=True)
+    return table
+
+
+def _sizing_table(needs: list[FlexNeed], options: list[LendingOption], lending: Lending, name: str) -> Table:
+    def pct(value: float) -> str:
+        return "-" if math.isnan(value) else f"{value:.1f} %"
+
+    lines = [f"{n.model}: past replicas.max {n.beyond_pool_h:.1f} h, at most {n.replicas} replicas ({n.gpus} "
+             f"{n.gpu_model} GPUs, {n.nodes} flex nodes); the stack may lend {n.lendable_nodes}" for n in needs]
+    table = Table("lend after (peak_s)", "reclaim after (trough_s)", "peaks served in full",
+                  "peaks with no flex node lendable", "GPU-hours lent",
+                  "of them serving inference", f"moves (most in {lending.flapping_window_h} h)",
+                  "training GPU-hours it costs",
+                  title=f"sizing lending: {name}", caption="\n".join(
+                      [*lines, f"LendingFlapping fires at {lending.flapping_moves} moves in "
+                               f"{lending.flapping_window_h} h; the spec's delays: {lending.peak_s} s, "
+                               f"{lending.trough_s} s"]))
+    for o in options:
+        flapping = " (flapping)" if o.most_moves_in_window >= lending.flapping_moves else ""
+        table.add_row(f"{o.peak_s} s", f"{o.trough_s} s", pct(o.peaks_covered_pct),
+                      pct(o.peaks_unlendable_pct), f"{o.lent_gpu_h:.1f}",
+                      pct(o.lent_serving_pct), f"{o.moves} ({o.most_moves_in_window}){flapping}",
+                      f"{o.training_cost_gpu_h:.1f}")
     return table

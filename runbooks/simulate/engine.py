@@ -36,6 +36,7 @@ from components.scheduling.lending_decision import (
     Signals,
     State,
     decide,
+    lendable,
 )
 from components.spec.lending import Lending
 from components.spec.site import Pool
@@ -130,6 +131,16 @@ class Outcome:
     """GPU-seconds of flex nodes lent to inference."""
     lent_serving_gpu_s: float
     """Of those, GPU-seconds that held a replica."""
+    beyond_pool_s: float
+    """s during which a model with lent_replicas needed more replicas than its replicas.max (the peaks a lend is
+    for)."""
+    beyond_pool_covered_s: float
+    """Of those, s during which every such model had the replicas its load needed."""
+    beyond_pool_unlendable_s: float
+    """Of those, s during which no flex node was lent or lendable (decide()'s `lendable`): the flex nodes ran work a
+    lend may not requeue, or sat at the training floor."""
+    moves: list[float]
+    """When the lending controller started a lend or a reclaim (s), in order."""
     timeline: list[tuple[float, int, int, int]]
     """(s, GPUs allocated on slurm, flex and kubernetes pools) at every change."""
     coverage_timeline: list[tuple[float, bool]]
@@ -189,6 +200,10 @@ class Simulation:
         self.training_gpu_s = 0.0
         self.lent_gpu_s = 0.0
         self.lent_serving_gpu_s = 0.0
+        self.beyond_pool_s = 0.0
+        self.beyond_pool_covered_s = 0.0
+        self.beyond_pool_unlendable_s = 0.0
+        self.moves: list[float] = []
         self.covered = {**{s.demand.model: 0.0 for s in self.served}, "all": 0.0}
         self.offered = {s.demand.model: 0.0 for s in self.served}
         self.served_load = {s.demand.model: 0.0 for s in self.served}
@@ -225,6 +240,11 @@ class Simulation:
                 self.offered[s.demand.model] += dt * s.load
                 self.served_load[s.demand.model] += dt * min(s.load, s.served_replicas)
             self.covered["all"] += dt * all(covered)
+            if any(s.needed > s.demand.max_replicas for s in self.borrowers):
+                self.beyond_pool_s += dt
+                self.beyond_pool_covered_s += dt * all(s.served_replicas >= s.needed for s in self.borrowers)
+                self.beyond_pool_unlendable_s += dt * (self.stack and self.away == 0 and not lendable(
+                    self._flex_nodes(), self.lending, self.wanted_gpus))
         self.last = now
 
     def _record(self) -> None:
@@ -259,7 +279,9 @@ class Simulation:
                     "kubernetes": sum(g for _, g in self.model.flavors.values())}
         return Outcome(self.policy, self.workload.window_s, capacity, self.allocated, self.training_gpu_s, self.runs,
                        self.covered, self.offered, self.served_load, self.lent_peak, self.lent_gpu_s,
-                       self.lent_serving_gpu_s, self.timeline, self.coverage,
+                       self.lent_serving_gpu_s, self.beyond_pool_s, self.beyond_pool_covered_s,
+                       self.beyond_pool_unlendable_s, self.moves,
+                       self.timeline, self.coverage,
                        self.inference, self.unrunnable)
 
     def _arrivals(self) -> Generator[simpy.Event, Any, None]:
@@ -330,6 +352,8 @@ class Simulation:
                               self.lending)
             self.memory = decision.memory
             if decision.action != Action.HOLD:
+                if decision.reason != Reason.FINISH_LEND:
+                    self.moves.append(self.env.now)
                 self._move(decision.action, decision.nodes)
                 self._serve()
                 self._schedule()

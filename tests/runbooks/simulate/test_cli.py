@@ -19,7 +19,8 @@ def gpuctl(*args: str) -> tuple[int, str]:
 
 
 def test_prints_both_policies_and_writes_real_pngs(tmp_path: Path) -> None:
-    code, output = gpuctl("--stack", "prod", "--trace", "alibaba-gpu-2023", "--days", "2", "--out", str(tmp_path))
+    code, output = gpuctl("--stack", "prod", "--trace", "alibaba-gpu-2023", "--days", "2", "--size-lending", "--out",
+                          str(tmp_path))
     assert code == ExitCode.DONE, output
     assert "static" in output and "this stack" in output and "difference" in output
     for figure in ("GPU utilization", "slurm pool", "flex pool", "kubernetes pool", "queue wait p50, all teams",
@@ -30,6 +31,9 @@ def test_prints_both_policies_and_writes_real_pngs(tmp_path: Path) -> None:
     # Static lends nothing: the share of its lent GPU-hours that served is a dash, not a figure.
     (serving,) = [line for line in output.splitlines() if "of them serving inference" in line]
     assert serving.split("│")[2].strip() == "-", serving
+    # The sizing table, one row per delay tried, and the spec's own delays named under it.
+    assert "sizing lending" in output and output.count("1800 s") >= 2
+    assert "the spec's delays: 60 s, 1800 s" in " ".join(output.split())
     # The title says what was offered, as replayed (rich may wrap it).
     assert "training load offered 0." in " ".join(output.split()) and "seed 0" in output
     for name in FILES:
