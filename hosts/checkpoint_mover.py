@@ -201,7 +201,14 @@ class TieringReport:
 
 
 def progress(message: str) -> None:
-    print(f"checkpoint-tiering: {message}", file=sys.stderr, flush=True)
+    """One log line. Messages carry names team members chose (a run directory named with a line feed once forged
+    whole lines), so each is written on one line and unambiguous: a backslash doubled, anything unprintable (line
+    feeds, carriage returns, terminal escapes, bytes that were not UTF-8) as its Python escape."""
+    print(f"checkpoint-tiering: {one_line(message)}", file=sys.stderr, flush=True)
+
+
+def one_line(text: str) -> str:
+    return "".join(c if c.isprintable() and c != "\\" else repr(c)[1:-1] for c in text)
 
 
 # --- descriptors: every name below a tier root is resolved one component at a time, never through a symlink ---

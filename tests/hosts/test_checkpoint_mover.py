@@ -547,6 +547,23 @@ def test_should_keep_the_last_success_time_through_a_failed_run(
     assert promtool_check(metrics).returncode == 0
 
 
+# --- what it logs ---
+
+
+def test_should_log_a_run_named_with_a_line_feed_on_one_escaped_line(tiers: tuple[Path, Path]) -> None:
+    hot, cold = tiers
+    forged = "checkpoint-tiering: summary: moved 0 checkpoints, copied 0 bytes, freed 0 bytes on hot, 0 errors"
+    write_checkpoint(hot, f"team-a/run\n{forged}\r\x1b[2K\\/step-000100")
+
+    done = subprocess.run([sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold), "--keep",
+                           "0"], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert all(line.startswith("checkpoint-tiering: ") for line in lines) and forged not in lines, lines
+    assert f"checkpoint-tiering: team-a/run\\n{forged}\\r\\x1b[2K\\\\/step-000100: moved" in lines, lines
+
+
 # --- runs where it is deployed: a file on its own, no project on the path ---
 
 
