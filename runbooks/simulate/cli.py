@@ -17,7 +17,7 @@ from runbooks.simulate.compare import Comparison, at_stage, checkpoint_s, compar
 from runbooks.simulate.engine import Policy
 from runbooks.simulate.plots import write_plots
 from runbooks.simulate.results import Figures, figures
-from runbooks.simulate.site_model import site_model, static_slices
+from runbooks.simulate.site_model import StaticSplit
 from runbooks.simulate.sizing import FlexNeed, LendingOption, flex_need, lending_options
 from runbooks.simulate.traces import Trace, TraceError
 from runbooks.simulate.workload import Mapping
@@ -51,6 +51,9 @@ def simulate(
                                   "since the last one. Default: the spec's storage.nfs_hot.checkpoint_interval_minutes."
     )] = None,
     seed: Annotated[int, typer.Option(help="Seed of the thinning and copying of trace jobs.")] = DEFAULTS.seed,
+    static_split: Annotated[StaticSplit, typer.Option(
+        help="How the static world cuts each team's slices: by fairshare and Kueue quota (as the site shares today), "
+             "or in proportion to each team's demand in the replayed trace.")] = StaticSplit.FAIRSHARE,
     size_lending: Annotated[bool, typer.Option(
         help="Also size lending from the request-rate trace: the flex GPUs its peaks need past replicas.max and, "
              "per lend and reclaim delay, the peaks served, lent GPU-hours serving, moves and training cost.")
@@ -66,7 +69,8 @@ def simulate(
     try:
         mapping = Mapping(trace, days, training_load, short_job_hours, inference_peak, _pairs(team_map or []), seed)
         with err.status("simulating static and this stack"):
-            comparison = compare(at_stage(site, stage), traces or project / TRACES, mapping, checkpoint_minutes)
+            comparison = compare(at_stage(site, stage), traces or project / TRACES, mapping, checkpoint_minutes,
+                                 static_split)
     except (TraceError, ValueError) as error:
         err.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(ExitCode.INVALID) from None
@@ -74,12 +78,11 @@ def simulate(
     out.print(_table(comparison, results, stack, mapping))
     if size_lending:
         with err.status("sizing lending"):
-            site_now = at_stage(site, stage)
-            model = site_model(site_now)
-            needs = flex_need(model, comparison.workload, site_now.lending)
-            options = lending_options(model, comparison.workload, site_now.lending,
-                                      checkpoint_s(site_now, checkpoint_minutes), static_slices(model, site_now))
-        out.print(_sizing_table(needs, options, site_now.lending, run_name(comparison, stack, mapping)))
+            lending = at_stage(site, stage).lending
+            needs = flex_need(comparison.model, comparison.workload, lending)
+            options = lending_options(comparison.model, comparison.workload, lending,
+                                      checkpoint_s(site, checkpoint_minutes), comparison.slices)
+        out.print(_sizing_table(needs, options, lending, run_name(comparison, stack, mapping)))
     if out_dir is not None:
         try:
             written = write_plots(comparison.outcomes, out_dir, run_name(comparison, stack, mapping))
@@ -105,7 +108,7 @@ def run_name(comparison: Comparison, stack: str, mapping: Mapping) -> str:
     return (f"gpuctl simulate --stack {stack}: {mapping.trace}, {mapping.days:g} days, {len(workload.jobs):,} training "
             f"jobs (x{workload.scale:.2f} of the trace), training load offered {workload.offered_load:.2f} of the "
             f"site's GPU-hours (--training-load {mapping.training_load:g}), inference peak {mapping.inference_peak:g}, "
-            f"seed {mapping.seed}")
+            f"seed {mapping.seed}, static slices by {comparison.split}")
 
 
 def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, mapping: Mapping) -> Table:

@@ -4,7 +4,9 @@ team's Kueue quota and guarantee (components.teams.plan), who preempts whom (com
 for the static "before" world, the fixed slices each team and inference would own instead.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from components.scheduling.kueue import team_flavors
 from components.scheduling.preemption import inference_preempts, priority_classes, slurm_qos
@@ -87,17 +89,32 @@ def largest_remainder(total: int, weights: dict[str, int]) -> dict[str, int]:
     return shares
 
 
+class StaticSplit(StrEnum):
+    """How the "before" world cuts the teams' slices."""
+
+    FAIRSHARE = "fairshare"
+    """As the site shares today: Slurm's GPUs by each team's fairshare, each flavor by its Kueue quota there."""
+    DEMAND = "demand"
+    """In proportion to each team's demand in the replayed workload (GPU-hours of its jobs for each side): the
+    slices a planner who knew the month ahead would cut, so no team's slice idles while another queues for want of
+    it."""
+
+
 @dataclass(frozen=True)
 class StaticSlices:
-    """The "before" world: every team owns a fixed share of Slurm's GPUs (by fairshare) and of each Kubernetes flavor
-    (by its quota there), inference a fixed share of each flavor, sized for its models' replicas.max."""
+    """The "before" world: every team owns a fixed share of Slurm's GPUs and of each Kubernetes flavor (StaticSplit
+    says in proportion to what), inference a fixed share of each flavor, sized for its models' replicas.max."""
 
     slurm: dict[str, int]
     kubernetes: dict[tuple[str, str], int]
     inference: dict[str, int]
 
 
-def static_slices(model: SiteModel, site: Site) -> StaticSlices:
+def static_slices(model: SiteModel, site: Site,
+                  demand: Mapping[str, tuple[float, float]] | None = None) -> StaticSlices:
+    """Slices by fairshare and quota (StaticSplit.FAIRSHARE), or, given each team's demand (team -> GPU-seconds of
+    its Slurm jobs, of its Kubernetes jobs), in proportion to it (StaticSplit.DEMAND), among the teams with a quota
+    on the flavor."""
     serving: dict[str, int] = dict.fromkeys(model.flavors, 0)
     for served in site.inference.models:
         flavor = model.flavor_of(served.gpu_model)
@@ -106,6 +123,9 @@ def static_slices(model: SiteModel, site: Site) -> StaticSlices:
     inference = {f: min(gpus, model.flavors[f][1]) for f, gpus in serving.items()}
     kubernetes: dict[tuple[str, str], int] = {}
     for f, (_, gpus) in model.flavors.items():
-        for team, share in largest_remainder(gpus - inference[f], {t: model.quota[t, f] for t in model.teams}).items():
+        weights = {t: model.quota[t, f] if demand is None else round(demand.get(t, (0, 0))[1]) * (model.quota[t, f] > 0)
+                   for t in model.teams}
+        for team, share in largest_remainder(gpus - inference[f], weights).items():
             kubernetes[team, f] = share
-    return StaticSlices(largest_remainder(sum(n.gpus for n in model.nodes), model.fairshare), kubernetes, inference)
+    slurm = model.fairshare if demand is None else {t: round(demand.get(t, (0, 0))[0]) for t in model.teams}
+    return StaticSlices(largest_remainder(sum(n.gpus for n in model.nodes), slurm), kubernetes, inference)

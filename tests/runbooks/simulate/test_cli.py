@@ -36,6 +36,7 @@ def test_prints_both_policies_and_writes_real_pngs(tmp_path: Path) -> None:
     assert "the spec's delays: 60 s, 1800 s" in " ".join(output.split())
     # The title says what was offered, as replayed (rich may wrap it).
     assert "training load offered 0." in " ".join(output.split()) and "seed 0" in output
+    assert "static slices by fairshare" in " ".join(output.split())
     for name in FILES:
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 10_000, name  # a drawn figure, not an empty canvas

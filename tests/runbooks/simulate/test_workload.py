@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from components.spec.site import Site
-from runbooks.simulate.compare import at_stage
+from runbooks.simulate.compare import at_stage, team_demand
 from runbooks.simulate.site_model import site_model, static_slices
 from runbooks.simulate.traces import Trace, TraceError, servegen_rates, training_jobs
 from runbooks.simulate.workload import DAY_S, Mapping, Side, build
@@ -33,6 +33,17 @@ def test_prod_site_model_comes_from_the_stack_planners(prod_site: Site) -> None:
     assert sum(slices.kubernetes.values()) == 8  # what inference leaves of the RTX 4090 flavor
 
 
+def test_static_slices_by_demand_follow_each_teams_gpu_hours_and_leave_idle_teams_none(prod_site: Site) -> None:
+    """StaticSplit.DEMAND: Slurm's 80 GPUs 3:1 between the two teams with Slurm work, the RTX 4090s teams may use (8)
+    all to the one team with Kubernetes work; every other team owns nothing, unlike the fairshare split above."""
+    model = site_model(prod_site)
+    first, second, third = model.teams[:3]
+    slices = static_slices(model, prod_site, {first: (3 * 3600, 0), second: (3600, 0), third: (0, 7200)})
+    assert {t: g for t, g in slices.slurm.items() if g} == {first: 60, second: 20}
+    assert {k: g for k, g in slices.kubernetes.items() if g} == {(third, "rtx4090-kubernetes"): 8}
+    assert slices.inference == static_slices(model, prod_site).inference  # inference keeps its slice
+
+
 def test_gavel_vcs_go_to_teams_in_turn_and_load_is_scaled(prod_site: Site) -> None:
     mapping = Mapping(Trace.GAVEL, days=10, training_load=0.5)
     workload = build(prod_site, site_model(prod_site).teams, TRACES, mapping)
@@ -51,6 +62,14 @@ def test_the_load_offered_is_the_load_asked_when_teams_take_only_some_groups(pro
     offered = sum(j.gpus * j.duration_s for j in workload.jobs) / (128 * 10 * DAY_S)
     assert workload.offered_load == pytest.approx(offered)
     assert offered == pytest.approx(0.5, rel=0.2)
+
+
+def test_team_demand_sums_each_teams_gpu_seconds_by_side(prod_site: Site) -> None:
+    workload = build(prod_site, site_model(prod_site).teams, TRACES, Mapping(Trace.GAVEL, days=5))
+    demand = team_demand(workload)
+    assert sum(s + k for s, k in demand.values()) == pytest.approx(sum(j.gpus * j.duration_s for j in workload.jobs))
+    assert sum(k for _, k in demand.values()) == pytest.approx(
+        sum(j.gpus * j.duration_s for j in workload.jobs if j.side == Side.KUBERNETES))
 
 
 def test_team_map_routes_a_group_to_the_named_team(prod_site: Site) -> None:
