@@ -3,7 +3,7 @@
 from typing import Any
 
 from components.spec.site import Site
-from components.spec.wellknown import DRIVER_ROOT, HPC_JOB_MAPPING_DIR, POOL_TAINT, TOOLKIT_DIR, UNVALIDATED_TAINT
+from components.spec.wellknown import DRIVER_ROOT, POOL_TAINT, TOOLKIT_DIR, UNVALIDATED_TAINT
 
 COUNTERS_CONFIGMAP = "dcgm-exporter-counters"
 COUNTERS_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"
@@ -52,6 +52,6 @@ def operator_values(site: Site) -> dict[str, Any]:
             ],
             # The Slurm prolog's GPU-to-job files: the operator mounts the host directory read-only and points
             # DCGM_HPC_JOB_MAPPING_DIR at it, so Slurm jobs' GPU metrics carry `hpc_job`.
-            "hpcJobMapping": {"enabled": True, "directory": HPC_JOB_MAPPING_DIR},
+            "hpcJobMapping": {"enabled": True, "directory": site.gpu_operator.hpc_job_mapping_dir},
         },
     }

@@ -1,8 +1,8 @@
 """Slurm's configuration files and accounting setup, rendered from the site spec.
 
-Pure: no pulumi, no I/O. The same functions render the production files (no overlay) and the files of
-a loopback test cluster (a `LoopbackOverlay`: every daemon on 127.0.0.1 under one directory), so the
-real slurmctld, slurmd and slurmdbd that the tests start judge exactly what production gets.
+Pure: no pulumi, no I/O. Everything a file names (hosts, ports, users, paths) comes from the site spec, so the
+real slurmctld, slurmd and slurmdbd that the tests start on one machine run the files `gpuctl plan --out` wrote for a
+test stack that names that machine's addresses and folders (tests/harness/slurm_cluster.py), never an edited copy.
 
 Option semantics cite the Slurm 22.05 man pages (Debian 12 ships slurm-wlm 22.05.8):
 slurm.conf(5), gres.conf(5), cgroup.conf(5), slurmdbd.conf(5), sacctmgr(1), also at
@@ -12,8 +12,6 @@ https://slurm.schedmd.com/archive/slurm-22.05.8/.
 import math
 import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 from components.scheduling.preemption import KILL_WAIT_S, PREEMPTED_GRACE_S, preempted_qos, slurm_qos, team_qos
 from components.slurm.containers import PLUGSTACK
@@ -30,22 +28,11 @@ SLURM_POOLS = (Pool.SLURM, Pool.FLEX)
 PARTITION_ROLE = {Pool.SLURM: "train", Pool.FLEX: "flex"}
 """Partition name suffix per pool: `a800-train`, `a800-flex`."""
 
-GPU_DEVICES = "/dev/nvidia"
-"""NVIDIA character devices (major 195, minor = GPU index) that gres.conf binds GPUs to."""
-
 ACCOUNTING_DB = "slurm_acct_db"
 """MariaDB database slurmdbd keeps accounting in (the slurmdbd.conf(5) StorageLoc default)."""
 
-PROLOG = "/etc/slurm/prolog.sh"
-EPILOG = "/etc/slurm/epilog.sh"
-"""On every node: 22.05 configless slurmd fetches slurm.conf, gres.conf and cgroup.conf, never the scripts
-(shipping them arrived in 23.02), so the node command installs them at these paths."""
-MOVER = "/usr/local/lib/gpucluster/checkpoint_tiering.py"
-"""The checkpoint mover (hosts/checkpoint_mover.py, stdlib only) on every node, for the epilog."""
 MOVER_START_TIMEOUT_S = 10
 """s the epilog waits for its detached mover to start; the node stays COMPLETING meanwhile."""
-EXPORTER = "/usr/local/lib/gpucluster/slurm_exporter.py"
-"""The Slurm exporter (hosts/slurm_exporter.py, stdlib only) on the controller."""
 EXPORTER_UNIT = "gpucluster-slurm-exporter.service"
 LENDING_UNIT = "gpucluster-flex-controller.service"
 """The lending controller (`gpuctl flex control`, runbooks/flex/controller.py) on the controller."""
@@ -55,55 +42,24 @@ SCRIPT_SEARCH_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 """slurmd runs Prolog and Epilog without a search path (Prolog and Epilog Guide, slurm.schedmd.com)."""
 
 
-@dataclass(frozen=True)
-class LoopbackOverlay:
-    """What a test cluster on one machine changes in the production files, and nothing else."""
+def prolog_path(site: Site) -> str:
+    """On every node: 22.05 configless slurmd fetches slurm.conf, gres.conf and cgroup.conf, never the scripts
+    (shipping them arrived in 23.02), so the node command installs them in slurm.scripts_dir."""
+    return f"{site.slurm.scripts_dir}/prolog.sh"
 
-    root: Path
-    """Directory holding every state, spool, log and PID file and the fake GPU device files."""
-    slurmctld_port: int
-    slurmd_ports: dict[str, int]
-    """Port of each node's slurmd: every node is a `slurmd -N <node>` on 127.0.0.1."""
-    slurmdbd_port: int
-    munge_socket: Path
-    storage_port: int
-    """TCP port of the private MariaDB on 127.0.0.1."""
-    storage_user: str
-    storage_pass: str
-    """A throwaway password for the private MariaDB (production slurmdbd logs in over the unix socket)."""
-    slurm_user: str = "root"
-    """The daemons run as the test's user; production runs them as `slurm`."""
 
-    @property
-    def dev_dir(self) -> Path:
-        return self.root / "dev"
+def epilog_path(site: Site) -> str:
+    return f"{site.slurm.scripts_dir}/epilog.sh"
 
-    @property
-    def prolog(self) -> Path:
-        return self.root / "etc" / "prolog.sh"
 
-    @property
-    def epilog(self) -> Path:
-        return self.root / "etc" / "epilog.sh"
+def mover_path(site: Site) -> str:
+    """The checkpoint mover (hosts/checkpoint_mover.py, stdlib only) on every node, for the epilog."""
+    return f"{site.slurm.programs_dir}/checkpoint_tiering.py"
 
-    @property
-    def mover(self) -> Path:
-        return self.root / "etc" / "checkpoint_tiering.py"
 
-    @property
-    def mapping_dir(self) -> Path:
-        """Stands in for the GPU Operator's DCGM job mapping directory."""
-        return self.root / "dcgm-hpc-jobs"
-
-    @property
-    def hot_root(self) -> Path:
-        """Stands in for storage.nfs_hot.mount_root: one directory per NFS server."""
-        return self.root / "hot"
-
-    @property
-    def cold_root(self) -> Path:
-        """Stands in for storage.ceph_cold.mount_path."""
-        return self.root / "cold"
+def exporter_path(site: Site) -> str:
+    """The Slurm exporter (hosts/slurm_exporter.py, stdlib only) on the controller."""
+    return f"{site.slurm.programs_dir}/slurm_exporter.py"
 
 
 class ConfigFile:
@@ -138,6 +94,13 @@ def real_memory_mib(site: Site, group: NodeGroup) -> int:
     return math.floor(group.memory_gib * 1024 * (1 - site.slurm.os_memory_reserve_pct / 100))
 
 
+def hosts_shared(site: Site) -> bool:
+    """Several Slurm nodes on one ssh_host: Slurm's multiple-slurmd mode, each `slurmd -N <node>` on its own port
+    (components.spec.rules.check_slurmd_ports) and with its own spool, PID and log file."""
+    hosts = [n.ssh_host for n in slurm_nodes(site)]
+    return len(set(hosts)) < len(hosts)
+
+
 def partitions(site: Site) -> dict[str, list[NodeGroup]]:
     """Partition name -> its node groups: one partition per GPU type and pool, in spec order."""
     found: dict[str, list[NodeGroup]] = {}
@@ -147,27 +110,21 @@ def partitions(site: Site) -> dict[str, list[NodeGroup]]:
     return found
 
 
-def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:
+def render_slurm_conf(site: Site) -> str:
     slurm = site.slurm
     conf = ConfigFile("slurm.conf, see slurm.conf(5)")
     conf.record(ClusterName=site.site_name)
-    if overlay is None:
-        conf.record(SlurmctldHost=slurm.controller_host)
-        conf.record(SlurmctldPort=slurm.slurmctld_port)
-        conf.record(SlurmdPort=slurm.slurmd_port)
-        conf.record(SlurmUser="slurm")
-    else:
-        conf.record(SlurmctldHost="localhost(127.0.0.1)")
-        conf.record(SlurmctldPort=overlay.slurmctld_port)
-        conf.record(SlurmUser=overlay.slurm_user)
+    conf.record(SlurmctldHost=slurm.controller_host)
+    conf.record(SlurmctldPort=slurm.slurmctld_port)
+    conf.record(SlurmdPort=slurm.slurmd_port)
+    conf.record(SlurmUser=slurm.slurm_user)
     conf.record(AuthType="auth/munge")
+    # slurm.conf(5) AuthInfo: socket= is the MUNGE socket the daemons and clients talk to.
+    conf.record(AuthInfo=f"socket={slurm.munge_socket}")
     # slurm.conf(5) SlurmctldParameters=enable_configless: slurmd started with --conf-server fetches
     # slurm.conf, gres.conf and cgroup.conf from slurmctld, so only the controller holds the files.
     conf.record(SlurmctldParameters="enable_configless")
-    if overlay is not None:
-        # slurm.conf(5) AuthInfo: socket= is the MUNGE socket the daemons and clients talk to.
-        conf.record(AuthInfo=f"socket={overlay.munge_socket}")
-    for key, value in _paths(site, overlay):
+    for key, value in _paths(site):
         conf.record(**{key: value})
 
     conf.section("Resources: GPUs, cores and memory are all consumable")
@@ -181,20 +138,20 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
     conf.record(ProctrackType="proctrack/cgroup")
     conf.record(TaskPlugin="task/cgroup,task/affinity")
     conf.record(JobAcctGatherType="jobacct_gather/cgroup")
-    if overlay is not None:
-        # slurm.conf(5) SlurmdParameters=config_overrides: every emulated node claims its production
-        # CPUs, memory and GRES instead of what the small test machine really has.
+    if slurm.config_overrides:
+        # slurm.conf(5) SlurmdParameters=config_overrides: every (emulated) node claims the CPUs, memory and GRES
+        # written here instead of what its host really has.
         conf.record(SlurmdParameters="config_overrides")
 
     # spank(8): Pyxis runs job steps in enroot containers that get the GPU Operator's driver (docs/gpu-driver.md).
     # Named on local disk, where each host's plugins are installed: a configless node would look beside its fetched
-    # slurm.conf instead. The loopback cluster keeps the line: on a test host without Pyxis the file is Debian's
-    # own (an include of an empty folder), or none, and Slurm loads no plugin.
+    # slurm.conf instead. On a test host without Pyxis the file is Debian's own (an include of an empty folder), or
+    # none, and Slurm loads no plugin.
     conf.record(PlugStackConfig=PLUGSTACK)
 
     conf.section("Job scripts: the GPU-to-job mapping for DCGM and the checkpoint mover")
-    conf.record(Prolog=str(overlay.prolog) if overlay else PROLOG)
-    conf.record(Epilog=str(overlay.epilog) if overlay else EPILOG)
+    conf.record(Prolog=prolog_path(site))
+    conf.record(Epilog=epilog_path(site))
     # slurm.conf(5) PrologFlags=Alloc: the prolog runs on every node at allocation, not only where a step
     # starts later, so all of a multi-node batch job's GPUs carry its label from the start.
     conf.record(PrologFlags="Alloc")
@@ -221,15 +178,11 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
 
     conf.section("Accounting: slurmdbd enforces associations, limits and QoS")
     conf.record(AccountingStorageType="accounting_storage/slurmdbd")
-    if overlay is None:
-        conf.record(AccountingStorageHost=slurm.controller_host)
-        conf.record(AccountingStoragePort=slurm.slurmdbd_port)
-    else:
-        conf.record(AccountingStorageHost="localhost")
-        conf.record(AccountingStoragePort=overlay.slurmdbd_port)
-        # slurm.conf(5) AccountingStoragePass: with slurmdbd and MUNGE, the socket of the MUNGE daemon
-        # that authenticates to slurmdbd (AuthInfo alone does not reach that connection).
-        conf.record(AccountingStoragePass=str(overlay.munge_socket))
+    conf.record(AccountingStorageHost=slurm.controller_host)
+    conf.record(AccountingStoragePort=slurm.slurmdbd_port)
+    # slurm.conf(5) AccountingStoragePass: with slurmdbd and MUNGE, the socket of the MUNGE daemon
+    # that authenticates to slurmdbd (AuthInfo alone does not reach that connection).
+    conf.record(AccountingStoragePass=slurm.munge_socket)
     # GPUs are a tracked TRES so fairshare and limits count GPU-time, not only CPU-time.
     conf.record(AccountingStorageTRES="gres/gpu")
     # Without qos enforcement an unknown --qos is accepted silently (slurm.conf(5) AccountingStorageEnforce).
@@ -239,12 +192,8 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
     for group in slurm_groups(site):
         gres = f"gpu:{gres_type(group.gpu_model)}:{group.gpus_per_node}"
         for node in group.nodes:
-            if overlay is None:
-                where: dict[str, str | int | None] = {"NodeAddr": node.ssh_host}
-            else:
-                where = {"NodeHostname": "localhost", "NodeAddr": "127.0.0.1", "Port": overlay.slurmd_ports[node.name]}
-            conf.record(NodeName=node.name, **where, CPUs=group.cpus, RealMemory=real_memory_mib(site, group),
-                        Gres=gres, State="UNKNOWN")
+            conf.record(NodeName=node.name, NodeAddr=node.ssh_host, Port=node.slurmd_port, CPUs=group.cpus,
+                        RealMemory=real_memory_mib(site, group), Gres=gres, State="UNKNOWN")
 
     conf.section("Partitions: one per GPU type and pool")
     for index, (name, groups) in enumerate(partitions(site).items()):
@@ -254,33 +203,25 @@ def render_slurm_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str
     return conf.render()
 
 
-def _paths(site: Site, overlay: LoopbackOverlay | None) -> Iterator[tuple[str, str]]:
+def _paths(site: Site) -> Iterator[tuple[str, str]]:
     slurm = site.slurm
-    if overlay is None:
-        yield "StateSaveLocation", slurm.state_save_dir
-        yield "SlurmdSpoolDir", slurm.slurmd_spool_dir
-        yield "SlurmctldPidFile", "/run/slurmctld.pid"
-        yield "SlurmdPidFile", "/run/slurmd.pid"
-        yield "SlurmctldLogFile", f"{slurm.log_dir}/slurmctld.log"
-        yield "SlurmdLogFile", f"{slurm.log_dir}/slurmd.log"
-        return
     # slurm.conf(5): %n in SlurmdSpoolDir, SlurmdPidFile and SlurmdLogFile is the node name, so every
-    # `slurmd -N <node>` on one machine gets its own.
-    root = overlay.root
-    yield "StateSaveLocation", str(root / "state")
-    yield "SlurmdSpoolDir", str(root / "spool" / "%n")
-    yield "SlurmctldPidFile", str(root / "run" / "slurmctld.pid")
-    yield "SlurmdPidFile", str(root / "run" / "slurmd-%n.pid")
-    yield "SlurmctldLogFile", str(root / "log" / "slurmctld.log")
-    yield "SlurmdLogFile", str(root / "log" / "slurmd-%n.log")
+    # `slurmd -N <node>` on one host gets its own.
+    node = "-%n" if hosts_shared(site) else ""
+    yield "StateSaveLocation", slurm.state_save_dir
+    yield "SlurmdSpoolDir", slurm.slurmd_spool_dir + ("/%n" if node else "")
+    yield "SlurmctldPidFile", f"{slurm.run_dir}/slurmctld.pid"
+    yield "SlurmdPidFile", f"{slurm.run_dir}/slurmd{node}.pid"
+    yield "SlurmctldLogFile", f"{slurm.log_dir}/slurmctld.log"
+    yield "SlurmdLogFile", f"{slurm.log_dir}/slurmd{node}.log"
 
 
-def render_gres_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:
+def render_gres_conf(site: Site) -> str:
     """One line per node group. Every GPU is bound to its device file: lines without File= are dropped
     by slurmd and the node goes INVAL (gres.conf(5) File; AutoDetect=off so NVML is not needed)."""
     conf = ConfigFile("gres.conf, see gres.conf(5)")
     conf.record(AutoDetect="off")
-    devices = str(overlay.dev_dir / "nvidia") if overlay else GPU_DEVICES
+    devices = site.slurm.gpu_device_prefix
     for group in slurm_groups(site):
         conf.record(NodeName=",".join(n.name for n in group.nodes), Name="gpu", Type=gres_type(group.gpu_model),
                     File=f"{devices}[0-{group.gpus_per_node - 1}]")
@@ -318,7 +259,7 @@ exit 0
 """
 
 
-def render_epilog(site: Site, mapping_dir: str, overlay: LoopbackOverlay | None = None) -> str:
+def render_epilog(site: Site, mapping_dir: str) -> str:
     """Removes the job's GPU mapping, then starts the checkpoint mover for the job's team (its account).
 
     The node stays COMPLETING until the epilog exits (slurm.conf(5) Epilog), so the epilog does only local file
@@ -335,10 +276,8 @@ def render_epilog(site: Site, mapping_dir: str, overlay: LoopbackOverlay | None 
     the team stops using the node and fire the last-success alert; the CronJob's metrics stay the signal.
     """
     storage = site.storage
-    mover = str(overlay.mover) if overlay else MOVER
-    hot_root = str(overlay.hot_root) if overlay else storage.nfs_hot.mount_root
-    cold_root = str(overlay.cold_root) if overlay else storage.ceph_cold.mount_path
-    log_dir = str(overlay.root / "log") if overlay else site.slurm.log_dir
+    mover, hot_root, cold_root = mover_path(site), storage.nfs_hot.mount_root, storage.ceph_cold.mount_path
+    log_dir = site.slurm.log_dir
     move = f'python3 "$mover" --hot "$root" --cold "$cold_root" {shlex.join(mover_args(site))}'
     log = shlex.quote(f"{log_dir}/checkpoint-mover.log")
     return f"""#!/bin/sh
@@ -444,7 +383,7 @@ def render_exporter_unit(site: Site) -> str:
         "[Unit]", "Description=Slurm scheduler metrics for Prometheus (gpu-cluster)",
         "Wants=network-online.target", "After=network-online.target slurmctld.service", "",
         "[Service]",
-        f"ExecStart=/usr/bin/python3 {EXPORTER} --listen {site.slurm.exporter_address} "
+        f"ExecStart=/usr/bin/python3 {exporter_path(site)} --listen {site.slurm.exporter_address} "
         f"--port {site.slurm.exporter_port} --interval {defaults.SLURM_EXPORTER_INTERVAL_S}",
         "DynamicUser=yes", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
         "Restart=always", "RestartSec=10", "",
@@ -452,37 +391,25 @@ def render_exporter_unit(site: Site) -> str:
     ])
 
 
-def render_slurmdbd_conf(site: Site, overlay: LoopbackOverlay | None = None) -> str:
+def render_slurmdbd_conf(site: Site) -> str:
     """slurmdbd.conf(5): one Key=Value per line (unlike slurm.conf, it rejects several on one line).
 
-    Production logs in to MariaDB as `slurm` over the local unix socket (a MariaDB user IDENTIFIED VIA
-    unix_socket), so the file holds no password; the test's private MariaDB listens on TCP instead.
+    slurmdbd logs in to MariaDB as slurm.slurm_user over the local unix socket (a MariaDB user IDENTIFIED VIA
+    unix_socket), so the file holds no password.
     """
     slurm = site.slurm
     conf = ConfigFile("slurmdbd.conf, see slurmdbd.conf(5); the file must be mode 0600")
     conf.record(AuthType="auth/munge")
-    if overlay is None:
-        conf.record(DbdHost=slurm.controller_host)
-        conf.record(DbdPort=slurm.slurmdbd_port)
-        conf.record(SlurmUser="slurm")
-        conf.record(PidFile="/run/slurmdbd.pid")
-        conf.record(LogFile=f"{slurm.log_dir}/slurmdbd.log")
-        conf.record(StorageType="accounting_storage/mysql")
-        conf.record(StorageHost="localhost")
-        conf.record(StorageUser="slurm")
-    else:
-        conf.record(AuthInfo=f"socket={overlay.munge_socket}")
-        conf.record(DbdHost="localhost")
-        conf.record(DbdAddr="127.0.0.1")
-        conf.record(DbdPort=overlay.slurmdbd_port)
-        conf.record(SlurmUser=overlay.slurm_user)
-        conf.record(PidFile=str(overlay.root / "run" / "slurmdbd.pid"))
-        conf.record(LogFile=str(overlay.root / "log" / "slurmdbd.log"))
-        conf.record(StorageType="accounting_storage/mysql")
-        conf.record(StorageHost="127.0.0.1")
-        conf.record(StoragePort=overlay.storage_port)
-        conf.record(StorageUser=overlay.storage_user)
-        conf.record(StoragePass=overlay.storage_pass)
+    conf.record(AuthInfo=f"socket={slurm.munge_socket}")
+    conf.record(DbdHost=slurm.controller_host)
+    conf.record(DbdPort=slurm.slurmdbd_port)
+    conf.record(SlurmUser=slurm.slurm_user)
+    conf.record(PidFile=f"{slurm.run_dir}/slurmdbd.pid")
+    conf.record(LogFile=f"{slurm.log_dir}/slurmdbd.log")
+    conf.record(StorageType="accounting_storage/mysql")
+    # localhost: the client library's unix socket, not TCP (slurmdbd.conf(5) StorageHost).
+    conf.record(StorageHost="localhost")
+    conf.record(StorageUser=slurm.slurm_user)
     conf.record(StorageLoc=ACCOUNTING_DB)
     return conf.render()
 

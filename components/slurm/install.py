@@ -11,12 +11,12 @@ from components.facility.admission import Verdict
 from components.scheduling.preemption import slurm_qos
 from components.slurm.conf import (
     ACCOUNTING_DB,
-    EPILOG,
-    EXPORTER,
     EXPORTER_UNIT,
-    MOVER,
-    PROLOG,
+    epilog_path,
+    exporter_path,
+    mover_path,
     partitions,
+    prolog_path,
     render_cgroup_conf,
     render_epilog,
     render_exporter_unit,
@@ -28,7 +28,7 @@ from components.slurm.conf import (
 )
 from components.slurm.containers import ENROOT_TMPFILES, containers_step, node_container_files, submit_files
 from components.spec.site import Site
-from components.spec.wellknown import COLD_FILESYSTEM, HPC_JOB_MAPPING_DIR
+from components.spec.wellknown import COLD_FILESYSTEM
 from components.teams.plan import NFS_MOUNT_OPTIONS
 from hosts import SLURM_EXPORTER
 
@@ -78,19 +78,19 @@ def controller_files(site: Site) -> dict[str, tuple[str, int]]:
     return {**{f"{CONFIG_DIR}/{name}": content for name, content in files.items()},
             **submit_files(),
             APT_SOURCE: (f"{site.slurm.package_source}\n", 0o644),
-            EXPORTER: (SLURM_EXPORTER.read_text(), 0o644),
+            exporter_path(site): (SLURM_EXPORTER.read_text(), 0o644),
             f"{SYSTEMD_UNIT_DIR}/{EXPORTER_UNIT}": (render_exporter_unit(site), 0o644)}
 
 
 def node_files(site: Site) -> dict[str, tuple[str, int]]:
     """What every Slurm node holds, the same on each: Debian's slurmd.service reads SLURMD_OPTIONS from
-    /etc/default/slurmd; the job scripts (the mover they start comes as a file of its own: MOVER); the apt source of
-    Slurm; the tier mount units; what containerised steps need to get the GPU Operator's driver
+    /etc/default/slurmd; the job scripts (the mover they start comes as a file of its own: mover_path); the apt source
+    of Slurm; the tier mount units; what containerised steps need to get the GPU Operator's driver
     (components.slurm.containers)."""
     server = f"{site.slurm.controller_host}:{site.slurm.slurmctld_port}"
     files = {SLURMD_DEFAULTS: (f'SLURMD_OPTIONS="--conf-server {server}"\n', 0o644),
-             PROLOG: (render_prolog(HPC_JOB_MAPPING_DIR), 0o755),
-             EPILOG: (render_epilog(site, HPC_JOB_MAPPING_DIR), 0o755),
+             prolog_path(site): (render_prolog(site.gpu_operator.hpc_job_mapping_dir), 0o755),
+             epilog_path(site): (render_epilog(site, site.gpu_operator.hpc_job_mapping_dir), 0o755),
              APT_SOURCE: (f"{site.slurm.package_source}\n", 0o644),
              **node_container_files()}
     for unit, content in tier_mounts(site).items():
@@ -125,14 +125,15 @@ def node_command(site: Site, node: str, verdict: Verdict) -> str:
     """What a node runs once its files are in place: Slurm from the spec's source, the MUNGE key (on stdin), the
     mover put in place from its copy, enroot and Pyxis from the mirror, its services, then its admission."""
     return " && ".join([package_step(site, NODE_PACKAGES), MUNGE_KEY_STEP,
-                        f'install -D -m 0644 "$HOME/{MOVER_COPY}" {MOVER}', containers_step(site),
+                        f'install -D -m 0644 "$HOME/{MOVER_COPY}" {shlex.quote(mover_path(site))}',
+                        containers_step(site),
                         start_node_services(site), node_admission(site, node, verdict)])
 
 
 MOVER_COPY = "gpucluster-checkpoint_tiering.py"
 """Where the mover's copy lands on a node: in ssh_user's home, which SFTP starts in and only that user writes.
 CopyToRemote makes no missing parent directory (pulumi-command's remotePath), so the node's command installs it at
-MOVER."""
+mover_path."""
 APT_SOURCE = "/etc/apt/sources.list.d/gpucluster-slurm.list"
 MUNGE_KEY = "/etc/munge/munge.key"
 MUNGE_KEY_BYTES = (32, 1024)
@@ -191,13 +192,14 @@ def answers(what: str, check: str, tries: int = ANSWER_TRIES) -> str:
             "sleep 1; done; }")
 
 
-def database_step() -> str:
-    """MariaDB's slurm_acct_db and the `slurm` user slurmdbd logs in as over the local socket (unix_socket
-    authentication: the OS user slurm is the database user slurm, so no password exists to leak); root runs it
-    through Debian's own unix_socket login."""
+def database_step(site: Site) -> str:
+    """MariaDB's slurm_acct_db and the user slurmdbd logs in as over the local socket, slurm.slurm_user (unix_socket
+    authentication: the OS user is the database user, so no password exists to leak); root runs it through Debian's
+    own unix_socket login."""
+    user = f"'{site.slurm.slurm_user}'@'localhost'"  # the spec's pattern leaves no quote in it
     sql = (f"CREATE DATABASE IF NOT EXISTS {ACCOUNTING_DB}; "
-           "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED VIA unix_socket; "
-           f"GRANT ALL ON {ACCOUNTING_DB}.* TO 'slurm'@'localhost';")
+           f"CREATE USER IF NOT EXISTS {user} IDENTIFIED VIA unix_socket; "
+           f"GRANT ALL ON {ACCOUNTING_DB}.* TO {user};")
     up = answers("MariaDB", f"mariadb -e {shlex.quote('SELECT 1')}")
     return (f"systemctl enable mariadb && systemctl start mariadb && {up} "
             f"&& mariadb -e {shlex.quote(sql)}")
@@ -223,14 +225,14 @@ def controller_command(site: Site) -> str:
     enroot and Pyxis from the mirror (jobs submitted here take --container-image), the accounting database, then the
     daemons restarted and asked whether they answer."""
     return " && ".join([package_step(site, CONTROLLER_PACKAGES), owned_by_slurm(site), MUNGE_KEY_STEP,
-                        containers_step(site), database_step(), restart_daemons(site)])
+                        containers_step(site), database_step(site), restart_daemons(site)])
 
 
 def owned_by_slurm(site: Site) -> str:
-    """What the daemons refuse unless SlurmUser owns it (the package made the user): slurmdbd.conf ("slurmdbd.conf
+    """What the daemons refuse unless SlurmUser owns it (the package made `slurm`): slurmdbd.conf ("slurmdbd.conf
     not owned by SlurmUser"), and slurmctld's StateSaveLocation, which it makes as SlurmUser."""
-    state = shlex.quote(site.slurm.state_save_dir)
-    return f"chown slurm:slurm {CONFIG_DIR}/slurmdbd.conf && install -d -o slurm -g slurm -m 0755 {state}"
+    state, user = shlex.quote(site.slurm.state_save_dir), site.slurm.slurm_user
+    return f"chown {user}:{user} {CONFIG_DIR}/slurmdbd.conf && install -d -o {user} -g {user} -m 0755 {state}"
 
 
 def admission_command(node: str, verdict: Verdict) -> str:

@@ -174,6 +174,25 @@ def check_slurm_version(site: Site) -> list[Problem]:
                     f"{version} is older than Slurm {oldest}, the oldest release the site runs", "slurm-version")]
 
 
+def check_slurmd_ports(site: Site) -> list[Problem]:
+    """Slurm nodes that share an ssh_host run one slurmd each on that host (slurm.conf(5) NodeName Port=): two on one
+    port would fight for it, and slurmctld would reach only one of them."""
+    seen: dict[tuple[str, int], str] = {}
+    problems = []
+    for i, group in enumerate(site.node_groups):
+        if group.pool not in (Pool.SLURM, Pool.FLEX):
+            continue
+        for j, node in enumerate(group.nodes):
+            port = node.slurmd_port or site.slurm.slurmd_port
+            other = seen.setdefault((node.ssh_host, port), node.name)
+            if other != node.name:
+                problems.append(Problem(f"node_groups[{i}].nodes[{j}].slurmd_port",
+                                        f"{node.name}'s slurmd would listen on {node.ssh_host}:{port}, as {other}'s "
+                                        "does: give each Slurm node on one host a port of its own",
+                                        "slurmd-ports-distinct"))
+    return problems
+
+
 def check_node_failure_detectable(site: Site) -> list[Problem]:
     """Slurm sees a dead node only after SlurmdTimeout: a node-failure drill must be given that long to detect it."""
     acceptance, timeout = site.acceptance, site.slurm.slurmd_timeout_s
@@ -303,6 +322,7 @@ SPEC_RULES: tuple[Rule, ...] = (
     rule(check_retention, "monitoring"),
     rule(check_driver_version, "gpu_operator", "node_check"),
     rule(check_slurm_version, "slurm"),
+    rule(check_slurmd_ports, "node_groups", "slurm"),
     rule(check_node_failure_detectable, "acceptance", "slurm"),
     rule(check_inference_names, "inference"),
     rule(check_inference_teams, "inference", "teams"),

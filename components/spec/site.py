@@ -32,6 +32,7 @@ from components.spec.types import (
     Percent,
     Spec,
 )
+from components.spec.wellknown import HPC_JOB_MAPPING_DIR
 
 # Written as a Kubernetes quantity with :g (`<n>Ti`), which turns to `1e+06` from a million and `1e-05` under 1e-4,
 # neither a quantity; 100 PiB is past any site.
@@ -125,6 +126,9 @@ class Node(Spec):
     """Address the node is reached at over SSH for validation and Slurm."""
     bmc_host: Hostname
     """Address of the node's BMC (IPMI) for PSU and power readings."""
+    slurmd_port: Port | None = None
+    """TCP port of this node's slurmd (slurm.conf(5) NodeName Port=) when it is not slurm.slurmd_port: where several
+    Slurm nodes share one ssh_host (Slurm's multiple-slurmd mode, an emulated cluster), each needs its own."""
 
 
 class Pool(StrEnum):
@@ -506,6 +510,28 @@ class SlurmSettings(Spec):
     """Where each slurmd keeps batch scripts and its state (Debian's slurmd package default)."""
     log_dir: AbsolutePath = "/var/log/slurm"
     """Where the daemons write their logs (Debian's slurm-wlm default)."""
+    run_dir: AbsolutePath = "/run"
+    """Where the daemons write their PID files (Debian's units read them there)."""
+    # A POSIX user name (useradd(8)'s default NAME_REGEX).
+    slurm_user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$", max_length=32)] = "slurm"
+    """The user slurmctld and slurmdbd run as (slurm.conf(5) SlurmUser), who owns their state, and who logs in to
+    MariaDB over its socket (unix_socket authentication: the OS user is the database user; the Debian packages make
+    `slurm`)."""
+    munge_socket: AbsolutePath = "/run/munge/munge.socket.2"
+    """The MUNGE daemon's socket on every Slurm host (munged(8) --socket; the munge package's default), named by
+    slurm.conf(5) AuthInfo and AccountingStoragePass and slurmdbd.conf(5) AuthInfo."""
+    scripts_dir: AbsolutePath = "/etc/slurm"
+    """Where every node holds the job scripts slurm.conf names (prolog.sh, epilog.sh): configless slurmd in 22.05
+    fetches the config files, never the scripts."""
+    programs_dir: AbsolutePath = "/usr/local/lib/gpucluster"
+    """Where Slurm hosts hold the stack's host programs: the checkpoint mover the epilog starts, the Slurm exporter."""
+    gpu_device_prefix: AbsolutePath = "/dev/nvidia"
+    """The GPU character devices gres.conf binds, `<prefix><index>` (the NVIDIA driver's: major 195, minor = GPU
+    index; gres.conf(5) File)."""
+    config_overrides: bool = False
+    """slurmd takes each node's CPUs, memory and GPUs from slurm.conf, not from what it detects (slurm.conf(5)
+    SlurmdParameters=config_overrides): for emulated nodes only; a real node that has less would take jobs it cannot
+    run."""
     # slurm.conf(5) SlurmdTimeout: "The value may not exceed 65533 seconds".
     slurmd_timeout_s: Annotated[Int, Field(gt=0, le=65533)] = defaults.SLURMD_TIMEOUT_S
     """s slurmctld waits for a node's slurmd to answer before it sets the node DOWN and requeues its jobs: how long
@@ -537,6 +563,9 @@ class GpuOperator(Spec):
     driver_version: Annotated[str, Field(pattern=r"^\d+(\.\d+)+$")] = defaults.GPU_DRIVER_VERSION
     """NVIDIA driver the operator installs on every GPU node, the one driver Kubernetes and Slurm share."""
     namespace: Name = "gpu-operator"
+    hpc_job_mapping_dir: AbsolutePath = HPC_JOB_MAPPING_DIR
+    """Where Slurm's prolog writes, per GPU index, the job holding it, and the DCGM exporter reads it to label that
+    GPU's metrics `hpc_job` (the operator's dcgmExporter.hpcJobMapping.directory)."""
 
 
 def _with_builtin_catalog(overrides: Any) -> Any:

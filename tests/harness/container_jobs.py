@@ -2,23 +2,21 @@
 (tests/integration/test_slurm_containers.py), where the stack's deploy step installed enroot and Pyxis and wrote the
 plugin's line at the paths production uses.
 
-`python -m tests.harness.container_jobs IMAGE ROOT` brings the cluster up under ROOT (tests/harness/slurm_cluster.py,
-the prod site with its Slurm nodes renamed, so its cgroups never meet the session cluster's), runs the jobs and prints
-one JSON object of what each printed; every daemon is stopped before it exits, whatever happened.
+`python -m tests.harness.container_jobs IMAGE ROOT` brings the cluster up under ROOT (tests/harness/slurm_cluster.py:
+the loopback test stack of prod with its Slurm nodes renamed, so its cgroups never meet the session cluster's, planned
+by `gpuctl plan`), runs the jobs and prints one JSON object of what each printed; every daemon is stopped before it
+exits, whatever happened.
 """
 
 import json
-import secrets
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from components.slurm.conf import LoopbackOverlay, slurm_nodes
-from components.spec.site import Pool, Site
-from tests.builders import parse, prod_values
-from tests.harness.daemons import free_ports
-from tests.harness.slurm_cluster import Cluster, bring_up
+from components.spec.site import Pool
+from tests.builders import prod_values
+from tests.harness.slurm_cluster import Cluster, bring_up, loopback_cluster
 
 NODE_PREFIX = "ctr-"
 """Slurm names its cgroups after the node (cgroup v1, several slurmd on one host): these never meet the session's."""
@@ -36,22 +34,22 @@ two emulated nodes on one machine must not share them (both would unpack job 1's
 class NodesOnOwnDisks(Cluster):
     """Each slurmd in a mount namespace of its own whose NODE_LOCAL folders are empty, as on separate machines."""
 
-    def start(self, name: str, *args: str) -> None:
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
         if name.startswith("slurmd-"):
             local = " && ".join(f"mkdir -p {path} && mount -t tmpfs -o mode=1777 tmpfs {path}" for path in NODE_LOCAL)
             # unshare execs, and so does sh: the daemon keeps the PID the cluster stops it by.
             args = ("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", f'{local} && exec "$@"',
                     "slurmd", *args)
-        super().start(name, *args)
+        super().start(name, *args, env=env)
 
 
-def renamed_site() -> Site:
+def renamed() -> dict[str, Any]:
     values = prod_values()
     for group in values["node_groups"]:
         if group["pool"] in (Pool.SLURM, Pool.FLEX):
             for node in group["nodes"]:
                 node["name"] = NODE_PREFIX + node["name"]
-    return parse(values)
+    return values
 
 
 def run_jobs(cluster: Cluster, image: str) -> dict[str, Any]:
@@ -70,22 +68,14 @@ def run_jobs(cluster: Cluster, image: str) -> dict[str, Any]:
         except AssertionError as error:
             state = {"error": str(error)}
         seconds[name] = time.monotonic() - started
-        out = cluster.overlay.root / "log" / f"job-{job}.out"
+        out = cluster.stack.log_dir / f"job-{job}.out"
         outcome[name] = {"state": state, "stdout": out.read_text() if out.exists() else ""}
     return outcome | {"seconds": seconds}
 
 
 def main(image: str, root: Path) -> None:
-    site = renamed_site()
-    nodes = slurm_nodes(site)
-    ports = free_ports(len(nodes) + 3)
-    overlay = LoopbackOverlay(root=root, slurmctld_port=ports[0], slurmdbd_port=ports[1], storage_port=ports[2],
-                              slurmd_ports={n.name: port for n, port in zip(nodes, ports[3:], strict=True)},
-                              munge_socket=root / "munge" / "munge.socket", storage_user="slurm",
-                              storage_pass=secrets.token_hex(16))
-    conf_dir = root / "etc"
-    conf_dir.mkdir(parents=True)
-    cluster = NodesOnOwnDisks(site, overlay, conf_dir)
+    root.mkdir(parents=True)
+    cluster = loopback_cluster(root, renamed(), NodesOnOwnDisks)
     started = time.monotonic()
     try:
         bring_up(cluster)

@@ -1,18 +1,25 @@
-"""A real Slurm 22.05 cluster on 127.0.0.1 from the rendered prod configuration, shared by the tests that need one.
+"""A real Slurm 22.05 cluster on 127.0.0.1 that runs the files `gpuctl plan --out` wrote, shared by the tests that need
+one.
 
-One session cluster: munged, a private MariaDB, slurmdbd, slurmctld and one `slurmd -N <node>` per node in
-slurm.conf, all from `render_*(prod site, LoopbackOverlay)`, with the accounting commands applied by sacctmgr.
-Every daemon is a child process stopped by its PID in the finalizer; every client call has a timeout; every wait
-is bounded. See ../shared/notes/slurm-on-loopback.md. tests/conftest.py makes the fixtures visible everywhere;
-a module using them marks itself with `slurm_marks()`.
+The loopback test stack is prod with what a site names for a cluster whose daemons all run on this machine (a
+`LoopbackStack`: addresses, ports, the daemons' user and folders, one slurmd port per node); the real `gpuctl plan`
+renders it, and the daemons read the plan's slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf unchanged (copied
+with the modes the deploy gives them) and run the prolog and epilog the plan's node command installs. What is not a
+file of the plan is runtime setup: the folders, the GPU device files, munged, a private MariaDB on a socket.
+
+One session cluster: munged, MariaDB, slurmdbd, slurmctld and one `slurmd -N <node>` per node in slurm.conf, with the
+accounting script applied by the real sacctmgr. Every daemon is a child process stopped by its PID in the finalizer;
+every client call has a timeout; every wait is bounded. See ../shared/notes/slurm-on-loopback.md. tests/conftest.py
+makes the fixtures visible everywhere; a module using them marks itself with `slurm_marks()`.
 """
 
 import contextlib
+import copy
 import errno
 import fcntl
+import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import stat
@@ -21,25 +28,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
-from components.slurm.conf import (
-    LoopbackOverlay,
-    accounting_script,
-    render_cgroup_conf,
-    render_epilog,
-    render_gres_conf,
-    render_prolog,
-    render_slurm_conf,
-    render_slurmdbd_conf,
-    slurm_groups,
-    slurm_nodes,
-)
-from components.spec.site import Site
+from components.slurm.conf import epilog_path, mover_path, prolog_path, slurm_groups, slurm_nodes
+from components.slurm.install import installed_files
+from components.spec.site import Pool, Site
 from hosts import CHECKPOINT_MOVER
+from runbooks.cli import app
 from runbooks.flex.lending import flex_nodes
-from tests.builders import parse, prod_values
+from tests.builders import copy_project, parse, prod_values, set_path, with_changes
 from tests.harness.daemons import free_ports, stop_all, wait_for
 from tests.harness.figures import FIGURES
 
@@ -51,6 +51,9 @@ START_TIMEOUT_S = 30
 """s a daemon may take to answer after start."""
 ACTIVE = "PD,R,CG,CF,S,RQ"
 """squeue states of jobs not yet over (ended jobs stay listed for MinJobAge)."""
+CONFIG_FILES = {"slurm.conf": 0o644, "gres.conf": 0o644, "cgroup.conf": 0o644, "slurmdbd.conf": 0o600}
+"""The plan's slurm/ files the daemons read, with the modes the deploy installs them with
+(components.slurm.install.controller_files): slurmdbd refuses a slurmdbd.conf others may read."""
 
 
 def _missing() -> str | None:
@@ -63,11 +66,97 @@ def _missing() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class LoopbackStack:
+    """What the loopback test stack names, as a site names its own hosts, ports and folders: every daemon on 127.0.0.1,
+    run by this test's user (root), every file under one folder, each node's slurmd on a port of its own."""
+
+    root: Path
+    slurmctld_port: int
+    slurmdbd_port: int
+    slurmd_ports: dict[str, int]
+    """slurm.conf's NodeName Port= of each node: every node is a `slurmd -N <node>` on 127.0.0.1."""
+
+    @property
+    def dev_dir(self) -> Path:
+        """Holds the GPU device files gres.conf binds (slurm.gpu_device_prefix)."""
+        return self.root / "dev"
+
+    @property
+    def mapping_dir(self) -> Path:
+        """gpu_operator.hpc_job_mapping_dir: the prolog's GPU-to-job files."""
+        return self.root / "dcgm-hpc-jobs"
+
+    @property
+    def hot_root(self) -> Path:
+        """storage.nfs_hot.mount_root: one folder per NFS server."""
+        return self.root / "hot"
+
+    @property
+    def cold_root(self) -> Path:
+        """storage.ceph_cold.mount_path."""
+        return self.root / "cold"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.root / "munge" / "munge.socket"
+
+    def values(self, values: dict[str, Any]) -> dict[str, Any]:
+        """A stack's config values (tests.builders.prod_values's form) made the loopback test stack's."""
+        loopback = copy.deepcopy(values)
+        root = self.root
+        for path, value in {
+            "slurm.controller_host": "localhost", "slurm.slurmctld_port": self.slurmctld_port,
+            "slurm.slurmdbd_port": self.slurmdbd_port, "slurm.slurm_user": "root",
+            "slurm.munge_socket": str(self.munge_socket), "slurm.state_save_dir": str(root / "state"),
+            "slurm.slurmd_spool_dir": str(root / "spool"), "slurm.log_dir": str(self.log_dir),
+            "slurm.run_dir": str(root / "run"), "slurm.scripts_dir": str(root / "etc"),
+            "slurm.programs_dir": str(root / "lib"), "slurm.gpu_device_prefix": str(self.dev_dir / "nvidia"),
+            # Every node claims its production CPUs, memory and GPUs on this small machine.
+            "slurm.config_overrides": True,
+            "storage.nfs_hot.mount_root": str(self.hot_root), "storage.ceph_cold.mount_path": str(self.cold_root),
+        }.items():
+            set_path(loopback, path, value)
+        loopback.setdefault("gpu_operator", {})["hpc_job_mapping_dir"] = str(self.mapping_dir)
+        for group in loopback["node_groups"]:
+            if group["pool"] in (Pool.SLURM, Pool.FLEX):
+                for node in group["nodes"]:
+                    node.update(ssh_host="127.0.0.1", slurmd_port=self.slurmd_ports[node["name"]])
+        return loopback
+
+
+def plan(values: dict[str, Any], out: Path) -> Path:
+    """`gpuctl plan --out out` of a copy of the project whose stack holds `values`; returns out."""
+    project = out.with_name(f"{out.name}-project")
+    project.mkdir()
+    copy_project(project, lambda config: config.update({f"gpu-cluster:{k}": v for k, v in values.items()}))
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def node_scripts(plan_dir: Path, site: Site) -> dict[str, str]:
+    """The prolog and epilog, by path, as the plan's command for the first Slurm node installs them."""
+    node = slurm_nodes(site)[0].name
+    (command,) = (plan_dir / "resources").glob(f"command-remote-Command--*{node}-config.json")
+    files, _ = installed_files(json.loads(command.read_text())["inputs"]["create"])
+    return {path: files[path] for path in (prolog_path(site), epilog_path(site))}
+
+
 @dataclass
 class Cluster:
     site: Site
-    overlay: LoopbackOverlay
+    stack: LoopbackStack
+    plan_dir: Path
+    """What `gpuctl plan --out` wrote for the loopback test stack."""
     conf_dir: Path
+    """The plan's config files as the daemons read them: SLURM_CONF is conf_dir/slurm.conf."""
+    values: dict[str, Any] = field(default_factory=dict)
+    """The loopback test stack's config values (tests.builders.prod_values's form)."""
     daemons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -83,23 +172,33 @@ class Cluster:
             raise AssertionError(f"{' '.join(args)} exited {result.returncode}: {result.stderr or result.stdout}")
         return result
 
-    def start(self, name: str, *args: str) -> None:
-        log = (self.overlay.root / "log" / f"{name}.stdout").open("wb")
-        self.daemons[name] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                              start_new_session=True)
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
+        log = (self.stack.log_dir / f"{name}.stdout").open("wb")
+        self.daemons[name] = subprocess.Popen(args, env={**self.env, **(env or {})}, stdout=log,
+                                              stderr=subprocess.STDOUT, start_new_session=True)
 
-    def reconfigure(self, site: Site) -> None:
-        """slurm.conf rendered for `site` on this cluster's overlay, read again by slurmctld and every slurmd (a
-        test's own Slurm settings, such as its SlurmdTimeout); the same nodes as the cluster's own site."""
-        # Whole or not at all: a slurmd starting meanwhile must never read a half-written file.
-        new = self.conf_dir / "slurm.conf.new"
-        write(new, render_slurm_conf(site, self.overlay))
-        new.replace(self.conf_dir / "slurm.conf")
+    def install_config(self, plan_dir: Path, names: tuple[str, ...] = tuple(CONFIG_FILES)) -> None:
+        """The plan's config files into conf_dir, byte for byte, each replaced whole: a slurmd starting meanwhile must
+        never read a half-written file."""
+        for name in names:
+            new = self.conf_dir / f"{name}.new"
+            shutil.copyfile(plan_dir / "slurm" / name, new)
+            new.chmod(CONFIG_FILES[name])
+            new.replace(self.conf_dir / name)
+
+    def reconfigure(self, **changes: Any) -> None:
+        """slurm.conf of the loopback test stack with `changes` (tests.builders.with_changes paths, such as
+        slurm__slurmd_timeout_s=5), planned by `gpuctl plan` and read again by slurmctld and every slurmd; with no
+        changes, the cluster's own slurm.conf again. The nodes stay the cluster's."""
+        plan_dir = self.plan_dir
+        if changes:
+            plan_dir = plan(with_changes(self.values, **changes), self.stack.root / f"plan-{time.monotonic_ns()}")
+        self.install_config(plan_dir, ("slurm.conf",))
         self.run("scontrol", "reconfigure")
 
     def slurmd_pid_file(self, node: str) -> Path:
-        """Where `slurmd -N node` writes its PID (the overlay's SlurmdPidFile)."""
-        return self.overlay.root / "run" / f"slurmd-{node}.pid"
+        """Where `slurmd -N node` writes its PID (SlurmdPidFile, per node: several slurmd share this host)."""
+        return Path(self.site.slurm.run_dir) / f"slurmd-{node}.pid"
 
     def adopt_slurmd(self, node: str) -> None:
         """A node's slurmd that a drill killed and started again on its own (detached): stopped by its PID file and
@@ -120,7 +219,7 @@ class Cluster:
         def ready() -> bool:
             for name, process in self.daemons.items():
                 if process.poll() is not None:
-                    tail = (self.overlay.root / "log" / f"{name}.stdout").read_text()[-2000:]
+                    tail = (self.stack.log_dir / f"{name}.stdout").read_text()[-2000:]
                     raise AssertionError(f"{name} exited {process.returncode} while waiting for {what}:\n{tail}")
             return check()
 
@@ -150,8 +249,8 @@ class Cluster:
 
     def sbatch(self, *args: str) -> str:
         # Job output goes to the session directory, never the working tree.
-        out = self.run("sbatch", "--parsable", f"--chdir={self.overlay.root}",
-                       f"--output={self.overlay.root / 'log' / 'job-%j.out'}", *args).stdout.strip()
+        out = self.run("sbatch", "--parsable", f"--chdir={self.stack.root}",
+                       f"--output={self.stack.log_dir / 'job-%j.out'}", *args).stdout.strip()
         return out.split(";")[0]
 
     def job(self, job_id: str) -> dict[str, str]:
@@ -214,52 +313,55 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
 
 def bring_up(cluster: Cluster) -> dict[str, float]:
     """Starts everything; returns when each phase ended (time.monotonic())."""
-    overlay, root = cluster.overlay, cluster.overlay.root
-    for sub in ("state", "spool", "run", "log", "dev", "munge", "mysql", "hot", "cold"):
-        (root / sub).mkdir()
-    (root / "munge").chmod(0o755)
-    for group in slurm_groups(cluster.site):
+    site, stack, root = cluster.site, cluster.stack, cluster.stack.root
+    plan(cluster.values, cluster.plan_dir)
+    phases: dict[str, float] = {}
+    phases["gpuctl plan"] = time.monotonic()
+    for folder in (site.slurm.state_save_dir, site.slurm.slurmd_spool_dir, site.slurm.run_dir, site.slurm.log_dir,
+                   site.slurm.scripts_dir, site.slurm.programs_dir, stack.dev_dir, stack.munge_socket.parent,
+                   root / "mysql", stack.hot_root, stack.cold_root, cluster.conf_dir):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    stack.munge_socket.parent.chmod(0o755)
+    for group in slurm_groups(site):
         for index in range(group.gpus_per_node):
-            device = overlay.dev_dir / f"nvidia{index}"
+            device = Path(f"{site.slurm.gpu_device_prefix}{index}")
             if not device.exists():
                 os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(195, index))
-    write(cluster.conf_dir / "slurm.conf", render_slurm_conf(cluster.site, overlay))
-    write(cluster.conf_dir / "gres.conf", render_gres_conf(cluster.site, overlay))
-    write(cluster.conf_dir / "cgroup.conf", render_cgroup_conf())
-    write(cluster.conf_dir / "slurmdbd.conf", render_slurmdbd_conf(cluster.site, overlay), 0o600)
-    write(overlay.prolog, render_prolog(str(overlay.mapping_dir)), 0o755)
-    write(overlay.epilog, render_epilog(cluster.site, str(overlay.mapping_dir), overlay), 0o755)
-    write(overlay.mover, CHECKPOINT_MOVER.read_text())
+    cluster.install_config(cluster.plan_dir)
+    # What the node command installs: the plan's job scripts, and the mover from its copy.
+    for path, content in node_scripts(cluster.plan_dir, site).items():
+        write(Path(path), content, 0o755)
+    write(Path(mover_path(site)), CHECKPOINT_MOVER.read_text())
 
-    phases = {"configs": time.monotonic()}
+    phases["files"] = time.monotonic()
     key = root / "munge" / "munge.key"
-    key.write_bytes(secrets.token_bytes(1024))
+    key.write_bytes(os.urandom(1024))
     key.chmod(0o600)
-    cluster.start("munged", "munged", "--foreground", "--force", f"--socket={overlay.munge_socket}",
+    cluster.start("munged", "munged", "--foreground", "--force", f"--socket={site.slurm.munge_socket}",
                   f"--key-file={key}", f"--pid-file={root / 'run' / 'munged.pid'}",
-                  f"--log-file={root / 'log' / 'munged.log'}", f"--seed-file={root / 'munge' / 'seed'}")
+                  f"--log-file={stack.log_dir / 'munged.log'}", f"--seed-file={root / 'munge' / 'seed'}")
 
     phases["munged"] = time.monotonic()
+    # No TCP listener: slurmdbd logs in as root over the socket (unix_socket authentication), as production's
+    # slurmdbd does as its SlurmUser; the client library finds the socket in MYSQL_UNIX_PORT.
     datadir, mysql_socket = root / "mysql" / "data", root / "mysql" / "mysqld.sock"
     subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
                     "--auth-root-authentication-method=socket", "--skip-test-db"],
                    check=True, capture_output=True, timeout=60)
-    cluster.start("mariadbd", "mariadbd", "--no-defaults", f"--datadir={datadir}", "--user=root",
-                  "--bind-address=127.0.0.1", f"--port={overlay.storage_port}", f"--socket={mysql_socket}",
-                  f"--pid-file={root / 'run' / 'mariadbd.pid'}", "--skip-log-bin", "--innodb-buffer-pool-size=64M")
-    sql = (f"CREATE USER '{overlay.storage_user}'@'127.0.0.1' IDENTIFIED BY '{overlay.storage_pass}';"
-           f"GRANT ALL ON *.* TO '{overlay.storage_user}'@'127.0.0.1';")
+    cluster.start("mariadbd", "mariadbd", "--no-defaults", f"--datadir={datadir}", "--user=root", "--skip-networking",
+                  f"--socket={mysql_socket}", f"--pid-file={root / 'run' / 'mariadbd.pid'}", "--skip-log-bin",
+                  "--innodb-buffer-pool-size=64M")
     cluster.wait("MariaDB", lambda: subprocess.run(
-        ["mariadb", "--no-defaults", f"--socket={mysql_socket}", "-uroot", "-e", sql],
+        ["mariadb", "--no-defaults", f"--socket={mysql_socket}", "-uroot", "-e", "SELECT 1"],
         capture_output=True, timeout=CLIENT_TIMEOUT_S).returncode == 0)
 
     phases["mariadb"] = time.monotonic()
     # slurmdbd reads slurmdbd.conf beside $SLURM_CONF (it has no -f).
-    cluster.start("slurmdbd", "slurmdbd", "-D")
+    cluster.start("slurmdbd", "slurmdbd", "-D", env={"MYSQL_UNIX_PORT": str(mysql_socket)})
     cluster.wait("slurmdbd", lambda: cluster.run("sacctmgr", "--noheader", "list", "qos", check=False).returncode == 0)
     phases["slurmdbd"] = time.monotonic()
-    # The script the controller runs in production, against the real sacctmgr and slurmdbd.
-    cluster.run("bash", "-c", accounting_script(cluster.site))
+    # The script the controller runs in production, as the plan wrote it, against the real sacctmgr and slurmdbd.
+    cluster.run("bash", "-c", (cluster.plan_dir / "slurm" / "accounting.sh").read_text())
     # Test users: root submits for the onboarded teams (real users come with team onboarding).
     teams = ",".join(t.name for t in cluster.site.teams_onboarded())
     cluster.run("sacctmgr", "--immediate", "add", "user", "root", f"account={teams}")
@@ -274,28 +376,23 @@ def bring_up(cluster: Cluster) -> dict[str, float]:
     return phases
 
 
+def loopback_cluster(root: Path, values: dict[str, Any], cluster_type: type[Cluster] = Cluster) -> Cluster:
+    """A cluster of the loopback test stack made from `values` (prod's form), with free ports, under root."""
+    nodes = slurm_nodes(parse(values))
+    ports = free_ports(len(nodes) + 2)
+    stack = LoopbackStack(root=root, slurmctld_port=ports[0], slurmdbd_port=ports[1],
+                          slurmd_ports={n.name: port for n, port in zip(nodes, ports[2:], strict=True)})
+    loopback = stack.values(values)
+    return cluster_type(parse(loopback), stack, root / "plan", root / "conf", loopback)
+
+
 LOOPBACK_LOCK = Path("/tmp/gpucluster-loopback-slurm.lock")
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    site = parse(prod_values())
-    root = tmp_path_factory.mktemp("slurm")
-    nodes = slurm_nodes(site)
-    ports = free_ports(len(nodes) + 3)
-    overlay = LoopbackOverlay(
-        root=root,
-        slurmctld_port=ports[0],
-        slurmdbd_port=ports[1],
-        storage_port=ports[2],
-        slurmd_ports={n.name: port for n, port in zip(nodes, ports[3:], strict=True)},
-        munge_socket=root / "munge" / "munge.socket",
-        storage_user="slurm",
-        storage_pass=secrets.token_hex(16),
-    )
-    conf_dir = root / "etc"
-    conf_dir.mkdir()
-    cluster = Cluster(site, overlay, conf_dir)
+    cluster = loopback_cluster(tmp_path_factory.mktemp("slurm"), prod_values())
+    nodes = slurm_nodes(cluster.site)
     # Every loopback cluster names its nodes alike, and slurmd names its cgroups after the node: two test runs on
     # one machine take turns.
     with open(LOOPBACK_LOCK, "w") as lock:

@@ -264,13 +264,13 @@ def acceptance_slurm(slurm: Cluster, world: World) -> Iterator[Cluster]:
     """The session cluster with the acceptance site's SlurmdTimeout and a long training job on node B (the node
     failure's requeue needs one there); node B's slurmd, started again by the drill's undo, is the cluster's again
     after, and the prod settings are back."""
-    slurm.reconfigure(acceptance_site())
+    slurm.reconfigure(acceptance=ACCEPTANCE, slurm__slurmd_timeout_s=SLURMD_TIMEOUT_S)
     try:
         slurm.sbatch("-A", TEAM, "--qos=train_normal", "-w", world.node_b, "-p", "a800-train", "--requeue",
                      "--wrap", "sleep 600")
         yield slurm
     finally:
-        slurm.reconfigure(slurm.site)
+        slurm.reconfigure()
         slurm.adopt_slurmd(world.node_b)
         slurm.run("scontrol", "update", f"nodename={world.node_b}", "state=resume", check=False)
 

@@ -131,7 +131,7 @@ class TestOnRealSlurm:
 
     def test_should_wait_for_a_job_slurm_cannot_requeue(self, flex_slurm: Cluster) -> None:
         # Its owner chose a working directory that reads as the fields of a job Slurm could requeue.
-        disguise = flex_slurm.overlay.root / "run Requeue=1 BatchFlag=1"
+        disguise = flex_slurm.stack.root / "run Requeue=1 BatchFlag=1"
         disguise.mkdir(exist_ok=True)
         job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "--no-requeue", f"--chdir={disguise}",
                                 "-w", FLEX[0], *GPU8)
@@ -191,7 +191,7 @@ class TestOnRealSlurm:
     def test_should_not_requeue_an_ended_job_whose_owner_wrote_a_lend_mark_into_its_paths(
             self, flex_slurm: Cluster) -> None:
         # `scontrol show job` prints StdErr after AdminComment (unset here): this path reads as a lend's mark there.
-        forged = flex_slurm.overlay.root / "x AdminComment=gpuctl-flex-requeue-at-restart-0"
+        forged = flex_slurm.stack.root / "x AdminComment=gpuctl-flex-requeue-at-restart-0"
         forged.mkdir(exist_ok=True)
         job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", f"--error={forged / 'err'}", "-w",
                                 FLEX[0], *GPU8)

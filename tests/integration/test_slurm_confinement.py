@@ -32,14 +32,14 @@ NO_DRIVER = {errno.errorcode[errno.ENXIO], errno.errorcode[errno.ENODEV]}
 
 
 def test_should_let_a_two_gpu_job_open_only_its_two_devices(slurm: Cluster, tmp_path: Path) -> None:
-    probe = slurm.overlay.root / "probe-devices.py"
+    probe = slurm.stack.root / "probe-devices.py"
     probe.write_text(PROBE)
     probe.chmod(0o755)
     job = slurm.sbatch("-A", "speech", "--qos=train_normal", "-p", "a800-train", "-N", "1", "--gres=gpu:a800:2",
-                       "--cpus-per-gpu=1", str(probe), str(slurm.overlay.dev_dir))
+                       "--cpus-per-gpu=1", str(probe), str(slurm.stack.dev_dir))
     done = slurm.wait_state(job, "COMPLETED", timeout_s=30)
     assert done["ExitCode"] == "0:0", done
-    seen = json.loads((slurm.overlay.root / "log" / f"job-{job}.out").read_text().strip().splitlines()[-1])
+    seen = json.loads((slurm.stack.log_dir / f"job-{job}.out").read_text().strip().splitlines()[-1])
     outcome: dict[str, str] = seen["outcome"]
     given = {f"nvidia{index}" for index in seen["job_gpus"].split(",")}
     FIGURES.append(f"2-GPU job {job} got {sorted(given)}; open() of each device: {outcome}")

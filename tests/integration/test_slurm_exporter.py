@@ -146,7 +146,7 @@ def exporter_url(slurm: Cluster) -> Iterator[str]:
     """The exporter as its service runs it, on 127.0.0.1, polling the session cluster every second."""
     (port,) = free_ports(1)
     env = {**os.environ, "SLURM_CONF": str(slurm.conf_dir / "slurm.conf")}
-    log = (slurm.overlay.root / "log" / "slurm-exporter.log").open("a")
+    log = (slurm.stack.log_dir / "slurm-exporter.log").open("a")
     process = subprocess.Popen([sys.executable, str(EXPORTER), "--listen", "127.0.0.1", "--port", str(port),
                                 "--interval", "1"], env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}/metrics"

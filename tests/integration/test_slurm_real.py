@@ -1,6 +1,8 @@
 """The rendered prod Slurm configuration, judged by real Slurm 22.05 daemons on 127.0.0.1
 (tests/harness/slurm_cluster.py)."""
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -11,12 +13,12 @@ import pytest
 
 from components.scheduling.preemption import slurm_qos, team_qos
 from components.slurm.conf import (
-    accounting_script,
     render_cgroup_conf,
     render_gres_conf,
     render_slurm_conf,
     slurm_nodes,
 )
+from components.slurm.install import installed_files
 from components.teams.plan import team_shares
 from tests.builders import parse, prod_values
 from tests.harness.daemons import wait_for
@@ -51,6 +53,32 @@ def test_should_parse_prod_slurm_conf_in_a_real_client(tmp_path: Path, extra: st
         assert result.stdout.split() == [f"gpu-a800-{i:02}" for i in range(1, 11)]
 
 
+def sha256(text: str | bytes) -> str:
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def test_should_run_the_files_gpuctl_plan_wrote_for_the_loopback_stack(slurm: Cluster) -> None:
+    plan = slurm.plan_dir
+    # slurmctld names the file it read; it and its neighbours are the plan's bytes, as the controller's deploy
+    # installs them too.
+    shown = dict(re.findall(r"^(\S+)\s+= (.*)$", slurm.run("scontrol", "show", "config").stdout, re.MULTILINE))
+    assert Path(shown["SLURM_CONF"]) == slurm.conf_dir / "slurm.conf"
+    (controller,) = (plan / "resources").glob("command-remote-Command--*-slurm-controller-config.json")
+    installed, _ = installed_files(json.loads(controller.read_text())["inputs"]["create"])
+    for name in ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf"):
+        fed = sha256((slurm.conf_dir / name).read_bytes())
+        assert fed == sha256((plan / "slurm" / name).read_bytes()) == sha256(installed[f"/etc/slurm/{name}"]), name
+    # The job scripts slurmd runs are the node command's, at the paths the plan's slurm.conf names.
+    (node,) = (plan / "resources").glob("command-remote-Command--*-gpu-a800-01-config.json")
+    scripts, _ = installed_files(json.loads(node.read_text())["inputs"]["create"])
+    for key in ("Prolog", "Epilog"):
+        assert sha256(Path(shown[key]).read_bytes()) == sha256(scripts[shown[key]]), key
+    # What the loopback stack names, the plan carried into the file: each node's own slurmd port on this host.
+    for node_name, port in slurm.stack.slurmd_ports.items():
+        described = slurm.run("scontrol", "--oneliner", "show", "node", node_name).stdout
+        assert "NodeAddr=127.0.0.1 " in described and f"Port={port} " in described, described
+
+
 def test_should_schedule_only_slurm_and_flex_pool_nodes(slurm: Cluster) -> None:
     out = slurm.run("sinfo", "--noheader", "--Node", "--format=%N %P %T").stdout
     partitions: dict[str, set[str]] = {}
@@ -77,7 +105,7 @@ def test_should_apply_accounting_commands_idempotently(slurm: Cluster) -> None:
 
     before = table()
     # Every `add` now finds its object there (sacctmgr exits 1); the script must still succeed and change nothing.
-    slurm.run("bash", "-c", accounting_script(slurm.site))
+    slurm.run("bash", "-c", (slurm.plan_dir / "slurm" / "accounting.sh").read_text())
     assert table() == before
     assert "train_high|10000|train_normal,train_preemptible" in before.splitlines()
 
@@ -138,7 +166,7 @@ def test_should_start_a_two_node_job_only_when_both_nodes_are_free(slurm: Cluste
     ],
 )
 def test_should_refuse_at_submit(slurm: Cluster, args: tuple[str, ...], refusal: str) -> None:
-    result = slurm.run("sbatch", *args, f"--chdir={slurm.overlay.root}", "--gres=gpu:a800:1", "--wrap=true",
+    result = slurm.run("sbatch", *args, f"--chdir={slurm.stack.root}", "--gres=gpu:a800:1", "--wrap=true",
                        check=False)
     assert result.returncode != 0 and refusal in result.stderr, result
 
@@ -165,7 +193,7 @@ PROD_QOS = [q.name for q in slurm_qos(parse(prod_values()))]
 def test_should_let_a_team_submit_only_with_its_allowed_qos(slurm: Cluster, qos: str) -> None:
     allowed = qos in team_qos(slurm.site)
     result = slurm.run("sbatch", "--parsable", "--hold", "-A", "speech", f"--qos={qos}",
-                       f"--chdir={slurm.overlay.root}", "--gres=gpu:a800:1", "--wrap=true", check=False)
+                       f"--chdir={slurm.stack.root}", "--gres=gpu:a800:1", "--wrap=true", check=False)
     assert (result.returncode == 0) is allowed, result
     if allowed:
         assert slurm.job(result.stdout.strip().split(";")[0])["QOS"] == qos
@@ -204,7 +232,7 @@ def gpu_indices(slurm: Cluster, job_id: str) -> list[str]:
 
 def mapped(slurm: Cluster) -> dict[str, str]:
     """GPU index -> the job id its DCGM mapping file holds (one emulated node's GPUs per test)."""
-    directory = slurm.overlay.mapping_dir
+    directory = slurm.stack.mapping_dir
     return {f.name: f.read_text().strip() for f in directory.iterdir() if not f.name.startswith(".")} \
         if directory.exists() else {}
 
@@ -225,9 +253,9 @@ DAY_S = 86_400
 
 
 def test_should_move_the_teams_old_checkpoints_to_cold_when_its_job_ends(slurm: Cluster) -> None:
-    site, overlay = slurm.site, slurm.overlay
+    site, stack = slurm.site, slurm.stack
     (server,) = [s.server for s in team_shares(site) if s.team == "speech"]
-    checkpoint = overlay.hot_root / server / "speech" / "run-1" / "step-000100"
+    checkpoint = stack.hot_root / server / "speech" / "run-1" / "step-000100"
     checkpoint.mkdir(parents=True)
     (checkpoint / "shard-0.bin").write_bytes(b"weights" * 1000)
     (checkpoint / "COMPLETE").touch()
@@ -235,10 +263,10 @@ def test_should_move_the_teams_old_checkpoints_to_cold_when_its_job_ends(slurm: 
     old = time.time() - (site.storage.ceph_cold.archive_after_days + 1) * DAY_S
     for path in (checkpoint / "shard-0.bin", checkpoint / "COMPLETE", checkpoint):
         os.utime(path, (old, old))
-    archived = overlay.cold_root / "speech" / "run-1" / "step-000100" / "shard-0.bin"
+    archived = stack.cold_root / "speech" / "run-1" / "step-000100" / "shard-0.bin"
     job = slurm.sbatch("-A", "speech", "-p", "a800-train", "--gres=gpu:a800:1", "--wrap=true")
     slurm.wait_state(job, "COMPLETED")
-    log = overlay.root / "log" / "checkpoint-mover.log"
+    log = stack.log_dir / "checkpoint-mover.log"
     try:
         wait_for("the epilog's mover to archive the checkpoint", lambda: archived.exists() and not checkpoint.exists(),
                  timeout_s=30)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from components.facility.admission import Verdict
-from components.slurm.conf import MOVER, accounting_script
+from components.slurm.conf import accounting_script, mover_path
 from components.slurm.install import (
     MUNGE_KEY,
     answers,
@@ -98,7 +98,7 @@ def test_should_keep_a_nodes_command_a_few_kilobytes(prod: dict[str, Any]) -> No
     # The mover (44 kB) is copied by reference (components/slurm/component.py), never inside the command.
     site = parse(prod)
     script = install_script(node_files(site), node_command(site, "gpu-a800-01", Verdict(True, "")))
-    assert MOVER not in node_files(site)
+    assert mover_path(site) not in node_files(site)
     assert len(script) < 16_000, len(script)
 
 

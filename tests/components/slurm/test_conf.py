@@ -15,7 +15,8 @@ import pytest
 
 from components.slurm.conf import (
     EXPORTER_UNIT,
-    LoopbackOverlay,
+    epilog_path,
+    mover_path,
     real_memory_mib,
     render_accounting_commands,
     render_cgroup_conf,
@@ -26,13 +27,12 @@ from components.slurm.conf import (
     render_slurm_conf,
     render_slurmdbd_conf,
     render_tier_mounts,
-    slurm_nodes,
     systemd_path_unit,
 )
 from components.spec.site import Site
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR
 from components.teams.plan import NFS_MOUNT_OPTIONS, team_shares
-from tests.builders import parse, with_changes
+from tests.builders import parse, problems, with_changes
 
 GOLDEN = Path(__file__).parent / "golden"
 KUBERNETES_NODES = ["gpu-a800-11", "gpu-a800-12", "gpu-4090-01", "gpu-4090-02", "gpu-4090-03", "gpu-4090-04"]
@@ -202,20 +202,13 @@ def test_should_give_no_grace_to_a_qos_another_preempts_and_kill_after_killwait(
     assert "\nKillWait=5\n" in render_slurm_conf(site)
 
 
-def loopback(root: Path, site: Site) -> LoopbackOverlay:
-    """An overlay for rendering only: nothing listens on its ports."""
-    return LoopbackOverlay(root=root, slurmctld_port=1, slurmd_ports={n.name: 10 for n in slurm_nodes(site)},
-                           slurmdbd_port=2, munge_socket=root / "m", storage_port=3, storage_user="slurm",
-                           storage_pass="x")
-
-
 def run_script(script: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(script)], env={**os.environ, **env}, capture_output=True, text=True, timeout=10)
 
 
-def test_should_point_a_loopback_clusters_job_scripts_into_its_root(prod: dict[str, Any], tmp_path: Path) -> None:
-    site = parse(prod)
-    conf = render_slurm_conf(site, loopback(tmp_path, site)).splitlines()
+def test_should_name_the_job_scripts_where_the_spec_puts_them(prod: dict[str, Any], tmp_path: Path) -> None:
+    site = parse(with_changes(prod, slurm__scripts_dir=str(tmp_path / "etc")))
+    conf = render_slurm_conf(site).splitlines()
     assert f"Prolog={tmp_path}/etc/prolog.sh" in conf and f"Epilog={tmp_path}/etc/epilog.sh" in conf
 
 
@@ -235,34 +228,38 @@ def test_should_exit_0_and_write_nothing_for_a_job_without_gpus(tmp_path: Path) 
     assert not (tmp_path / "map").exists()
 
 
-def epilog_in(tmp_path: Path, prod: dict[str, Any], mover: str) -> tuple[Path, LoopbackOverlay]:
-    """A loopback epilog whose mover is a stand-in Python script."""
-    overlay = loopback(tmp_path, parse(prod))
-    for directory in (overlay.root / "etc", overlay.root / "log", overlay.mapping_dir, overlay.cold_root):
-        directory.mkdir(parents=True)
-    overlay.epilog.write_text(render_epilog(parse(prod), str(overlay.mapping_dir), overlay))
-    overlay.epilog.chmod(0o755)
-    overlay.mover.write_text(mover)
-    return overlay.epilog, overlay
+def epilog_in(tmp_path: Path, prod: dict[str, Any], mover: str) -> tuple[Path, Site]:
+    """The epilog of a test stack whose folders are under tmp_path (mapping files in tmp_path/map), its mover a
+    stand-in Python script."""
+    site = parse(with_changes(
+        prod, slurm__scripts_dir=str(tmp_path / "etc"), slurm__programs_dir=str(tmp_path / "lib"),
+        slurm__log_dir=str(tmp_path / "log"), storage__nfs_hot__mount_root=str(tmp_path / "hot"),
+        storage__ceph_cold__mount_path=str(tmp_path / "cold")))
+    for directory in ("etc", "lib", "log", "map", "cold"):
+        (tmp_path / directory).mkdir()
+    epilog = Path(epilog_path(site))
+    epilog.write_text(render_epilog(site, str(tmp_path / "map")))
+    epilog.chmod(0o755)
+    Path(mover_path(site)).write_text(mover)
+    return epilog, site
 
 
 def test_should_unmap_only_the_ending_jobs_gpus_in_the_epilog(tmp_path: Path, prod: dict[str, Any]) -> None:
-    epilog, overlay = epilog_in(tmp_path, prod, "")
+    epilog, _ = epilog_in(tmp_path, prod, "")
     for gpu, job in (("0", "41"), ("1", "41"), ("2", "42")):
-        (overlay.mapping_dir / gpu).write_text(f"{job}\n")
+        (tmp_path / "map" / gpu).write_text(f"{job}\n")
     assert run_script(epilog, SLURM_JOB_ID="41", SLURM_JOB_GPUS="0,1,2", SLURM_JOB_ACCOUNT="root").returncode == 0
-    assert sorted(f.name for f in overlay.mapping_dir.iterdir()) == ["2"]
+    assert sorted(f.name for f in (tmp_path / "map").iterdir()) == ["2"]
 
 
 def test_should_return_at_once_while_the_teams_mover_runs_detached(tmp_path: Path, prod: dict[str, Any]) -> None:
-    site = parse(prod)
     gate, done = tmp_path / "gate", tmp_path / "mover-args"
     # The stand-in mover blocks until the test opens the gate, as a long copy would.
-    epilog, overlay = epilog_in(tmp_path, prod, (
+    epilog, site = epilog_in(tmp_path, prod, (
         f"import os, sys, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
         f"open({str(done)!r}, 'w').write(' '.join(sys.argv[1:]))\n"))
     (server,) = [s.server for s in team_shares(site) if s.team == "speech"]
-    (overlay.hot_root / server / "speech").mkdir(parents=True)
+    ((tmp_path / "hot") / server / "speech").mkdir(parents=True)
     started = time.monotonic()
     assert run_script(epilog, SLURM_JOB_ID="41", SLURM_JOB_ACCOUNT="speech").returncode == 0
     assert time.monotonic() - started < 3
@@ -270,18 +267,17 @@ def test_should_return_at_once_while_the_teams_mover_runs_detached(tmp_path: Pat
     deadline = time.monotonic() + 10
     while not done.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert done.read_text() == (f"--hot {overlay.hot_root / server} --cold {overlay.cold_root} --keep 3 "
+    assert done.read_text() == (f"--hot {tmp_path}/hot/{server} --cold {tmp_path}/cold --keep 3 "
                                 "--archive-after-days 7 --max-checkpoint-gib 2048 --max-run-gib 8192 --deadline-s 7200")
 
 
 def test_should_keep_the_mover_alive_when_slurmd_kills_the_epilogs_process_group(
         tmp_path: Path, prod: dict[str, Any]) -> None:
-    site = parse(prod)
     done = tmp_path / "mover-ran"
     # Slow to start, as python3 is on a loaded node: the kill below lands before the mover would have got going.
-    epilog, overlay = epilog_in(tmp_path, prod, f"import time\ntime.sleep(0.5)\nopen({str(done)!r}, 'w').close()\n")
+    epilog, site = epilog_in(tmp_path, prod, f"import time\ntime.sleep(0.5)\nopen({str(done)!r}, 'w').close()\n")
     (server,) = [s.server for s in team_shares(site) if s.team == "speech"]
-    (overlay.hot_root / server / "speech").mkdir(parents=True)
+    ((tmp_path / "hot") / server / "speech").mkdir(parents=True)
     for _ in range(20):
         done.unlink(missing_ok=True)
         # As slurmd runs an epilog (run_command.c): in a process group of its own, killed whole once it exits.
@@ -293,7 +289,7 @@ def test_should_keep_the_mover_alive_when_slurmd_kills_the_epilogs_process_group
         deadline = time.monotonic() + 10
         while not done.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert done.exists(), (overlay.root / "log" / "checkpoint-mover.log").read_text()
+        assert done.exists(), (tmp_path / "log" / "checkpoint-mover.log").read_text()
 
 
 def test_should_bound_the_mover_and_never_give_it_a_metrics_file(prod: dict[str, Any]) -> None:
@@ -364,3 +360,47 @@ def test_should_run_the_exporter_unprivileged_on_the_spec_address_and_port(prod:
 )
 def test_should_name_a_mount_unit_as_systemd_escape_does(path: str, unit: str) -> None:
     assert systemd_path_unit(path, "mount") == unit
+
+
+def on_one_host(prod: dict[str, Any], ports: list[int | None]) -> dict[str, Any]:
+    """The first len(ports) Slurm nodes (gpu-a800-01, ...) on one host, each with the given slurmd port."""
+    changes = {f"node_groups__0__nodes__{i}__ssh_host": "10.20.1.99" for i in range(len(ports))}
+    changes |= {f"node_groups__0__nodes__{i}__slurmd_port": port for i, port in enumerate(ports)}
+    return with_changes(prod, **changes)
+
+
+def test_should_give_each_slurmd_on_a_shared_host_its_port_spool_pid_and_log(prod: dict[str, Any]) -> None:
+    # Slurm's multiple-slurmd mode (slurm.conf(5) NodeName Port=, %n): what the loopback test stack names.
+    conf = render_slurm_conf(parse(on_one_host(prod, [27001, 27002])))
+    assert node_lines(conf)["gpu-a800-01"].startswith("NodeName=gpu-a800-01 NodeAddr=10.20.1.99 Port=27001 CPUs=")
+    assert node_lines(conf)["gpu-a800-02"].startswith("NodeName=gpu-a800-02 NodeAddr=10.20.1.99 Port=27002 CPUs=")
+    assert {"SlurmdSpoolDir=/var/spool/slurmd/%n", "SlurmdPidFile=/run/slurmd-%n.pid",
+            "SlurmdLogFile=/var/log/slurm/slurmd-%n.log"} <= set(conf.splitlines())
+    # One slurmd per host, as prod has it: the packages' own paths, and no Port= on any node.
+    prod_conf = render_slurm_conf(parse(prod))
+    assert "SlurmdPidFile=/run/slurmd.pid" in prod_conf.splitlines() and " Port=" not in prod_conf
+
+
+@pytest.mark.parametrize("ports", [
+    pytest.param([None, None], id="rejects two slurmd on one host on the default port"),
+    pytest.param([27001, 27001], id="rejects two slurmd on one host on one port"),
+    pytest.param([None, 6818], id="rejects a node port equal to another's default"),
+])
+def test_should_refuse_two_slurmd_on_one_host_and_port(prod: dict[str, Any], ports: list[int | None]) -> None:
+    port = ports[1] or 6818
+    assert problems(on_one_host(prod, ports)) == [
+        f"node_groups[0].nodes[1].slurmd_port: gpu-a800-02's slurmd would listen on 10.20.1.99:{port}, as "
+        "gpu-a800-01's does: give each Slurm node on one host a port of its own"]
+
+
+def test_should_name_the_sites_slurm_user_munge_socket_and_pid_folder_in_both_daemons_files(
+        prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, slurm__slurm_user="slurmadm", slurm__munge_socket="/var/run/munge/m.sock",
+                              slurm__run_dir="/var/run/slurm"))
+    conf, dbd = render_slurm_conf(site).splitlines(), render_slurmdbd_conf(site).splitlines()
+    assert {"SlurmUser=slurmadm", "AuthInfo=socket=/var/run/munge/m.sock",
+            "AccountingStoragePass=/var/run/munge/m.sock", "SlurmctldPidFile=/var/run/slurm/slurmctld.pid"} <= set(conf)
+    # slurmdbd logs in to MariaDB as the user it runs as, over the socket: no password in the file.
+    assert {"SlurmUser=slurmadm", "StorageUser=slurmadm", "AuthInfo=socket=/var/run/munge/m.sock",
+            "PidFile=/var/run/slurm/slurmdbd.pid", "StorageHost=localhost"} <= set(dbd)
+    assert not any(line.startswith(("StoragePass", "StoragePort")) for line in dbd)
