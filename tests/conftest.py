@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from runbooks.rollout.audit import KEY_FILE_ENV
 from tests.builders import prod_values
 from tests.harness.figures import FIGURES
 from tests.harness.slurm_cluster import (  # noqa: F401 (the real Slurm cluster's fixtures, for every module)
@@ -11,6 +12,16 @@ from tests.harness.slurm_cluster import (  # noqa: F401 (the real Slurm cluster'
     flex_slurm,
     slurm,
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def audit_key_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """gpuctl's audit key file defaults to /etc/gpucluster/audit.key: every test, and every gpuctl it starts, keeps
+    its key in a folder of the session's instead, never the machine's."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv(KEY_FILE_ENV, str(tmp_path_factory.mktemp("audit-key") / "audit.key"))
+    yield
+    patch.undo()
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@
 Exit codes (runbooks.exit_codes.ExitCode): 0 done (run: the campaign passed); 1 a command or daemon failed; 2 the
 input is wrong (spec, targets file, a missing SOP) or another run holds the campaign's lock; 4 the campaign ended
 failed. Secrets come from the environment: GPUCTL_ACCEPTANCE_KEY (the gateway key the inference load uses),
-GPUCTL_AUDIT_KEY (the audit logs' key; else <rollout state dir>/audit.key, shared with `gpuctl rollout`, whose gate
-reads the passed campaign from its audit log). The BMC password stays in its root-only file.
+GPUCTL_AUDIT_KEY (the audit logs' key; else the file GPUCTL_AUDIT_KEY_FILE names, default /etc/gpucluster/audit.key,
+shared with `gpuctl rollout`, whose gate reads the passed campaign from its audit log). The BMC password stays in its
+root-only file.
 """
 
 import os

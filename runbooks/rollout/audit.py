@@ -14,12 +14,14 @@ bytes moved to `<log>.torn`, a record saying so), so a torn line never stops the
 Secrets never enter a record: callers pass identities and facts, not credentials. The key is never logged.
 """
 
+import errno
 import fcntl
 import hashlib
 import hmac
 import json
 import os
 import secrets
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,8 +33,14 @@ GENESIS = "0" * 64
 
 KEY_ENV = "GPUCTL_AUDIT_KEY"
 """The audit key as a string of at least MIN_KEY_CHARS characters; when unset, the key file is used."""
-KEY_FILE = "audit.key"
-"""In the state dir: 32 random bytes (hex), created mode 0600 on first use when KEY_ENV is unset."""
+KEY_FILE_ENV = "GPUCTL_AUDIT_KEY_FILE"
+"""Where the key file is, when not at DEFAULT_KEY_FILE."""
+DEFAULT_KEY_FILE = Path("/etc/gpucluster/audit.key")
+"""32 random bytes (hex), made mode 0600 on first use when KEY_ENV is unset, in a folder made 0700: apart from the
+state it protects, so whoever can write the state dir cannot also read the key and re-chain the log."""
+STATE_DIR_KEY = "audit.key"
+"""Where earlier versions kept the key: in the state dir, beside the log. A key found there is refused."""
+MAX_KEY_FILE_BYTES = 4096
 MIN_KEY_CHARS = 32
 HEAD_PREFIX = "audit chain head:"
 """How a posted head starts: `audit chain head: record <seq> mac <mac>`."""
@@ -99,40 +107,94 @@ class ChainReport:
 
 
 def audit_key(state_dir: Path, environ: Mapping[str, str] = os.environ) -> bytes:
-    """The key: KEY_ENV if set, else the key file in the state dir (made on first use, readable by its owner only)."""
+    """The key: KEY_ENV if set, else the key file (KEY_FILE_ENV, default DEFAULT_KEY_FILE), made on first use. The
+    file is opened from its folder's descriptor without following a link, and refused unless both are the caller's
+    alone (fstat on what was opened); a key in the state dir `state_dir`, where earlier versions kept it, is refused."""
     given = environ.get(KEY_ENV)
     if given is not None:
         if len(given) < MIN_KEY_CHARS:
             raise AuditKeyError(f"{KEY_ENV} must be at least {MIN_KEY_CHARS} characters (it has {len(given)})")
         return given.encode()
-    path = state_dir / KEY_FILE
+    path = Path(environ.get(KEY_FILE_ENV) or DEFAULT_KEY_FILE)
+    beside = state_dir / STATE_DIR_KEY
+    if os.path.lexists(beside):
+        raise AuditKeyError(f"{beside}: the audit key sits beside the state it protects; move it out of the state dir: "
+                            f"`install -D -m 600 {beside} {path} && rm {beside}` (or set {KEY_ENV})")
+    if state_dir.resolve() in (path.parent.resolve(), *path.parent.resolve().parents):
+        raise AuditKeyError(f"{KEY_FILE_ENV}={path}: inside the state dir {state_dir}, beside the state it protects; "
+                            "name a file elsewhere")
     try:
-        if not path.exists():
-            _create_key_file(path)
-        mode = path.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise AuditKeyError(f"{path} is readable by others (mode {mode:o}): `chmod 600 {path}`, or set {KEY_ENV}")
-        key = path.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError) as error:
-        raise AuditKeyError(f"cannot read or create the audit key {path}: {error.__class__.__name__}") from None
+        key = _read_key_file(path)
+    except OSError as error:
+        raise AuditKeyError(f"cannot read or create the audit key {path}: {error.strerror or type(error).__name__} "
+                            f"(run gpuctl as the key's owner, or set {KEY_ENV} or {KEY_FILE_ENV})") from None
     if len(key) < MIN_KEY_CHARS:
         raise AuditKeyError(f"{path} must hold at least {MIN_KEY_CHARS} characters (it has {len(key)})")
     return key.encode()
 
 
-def _create_key_file(path: Path) -> None:
+KEY_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _read_key_file(path: Path) -> str:
+    folder = path.parent
+    if not os.path.lexists(folder):
+        folder.mkdir(mode=0o700, parents=True)
+    try:
+        dir_fd = os.open(folder, KEY_DIR_FLAGS)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise AuditKeyError(f"{folder}: a symlink or a file, not the audit key's folder") from None
+        raise
+    try:
+        info = os.fstat(dir_fd)
+        if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:
+            raise AuditKeyError(f"{folder}: others could replace the audit key in it (owner uid {info.st_uid}, mode "
+                                f"{stat.S_IMODE(info.st_mode):o}); it must be root's or yours, writable by no one else")
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            _create_key_file(dir_fd, path.name)
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise AuditKeyError(f"{path} is a symlink: the audit key must be a file of its own") from None
+            raise
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            mode = stat.S_IMODE(info.st_mode)
+            if not stat.S_ISREG(info.st_mode):
+                raise AuditKeyError(f"{path} is not a regular file")
+            if info.st_uid != os.geteuid():
+                raise AuditKeyError(f"{path} belongs to uid {info.st_uid}, not to the user running gpuctl "
+                                    f"({os.geteuid()})")
+            if mode & 0o077:
+                raise AuditKeyError(f"{path} is readable by group or others (mode {mode:o}): `chmod 600 {path}`, or "
+                                    f"set {KEY_ENV}")
+            data = handle.read(MAX_KEY_FILE_BYTES + 1)
+    finally:
+        os.close(dir_fd)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise AuditKeyError(f"{path} holds over {MAX_KEY_FILE_BYTES} bytes, which no audit key file does")
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise AuditKeyError(f"{path} holds bytes that are not ASCII, which no audit key file does") from None
+
+
+def _create_key_file(dir_fd: int, name: str) -> None:
     # Written whole under a private name, then linked into place: a concurrent gpuctl sees all of it or none.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    draft = path.with_name(f".{path.name}.{os.getpid()}")
-    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    draft = f".{name}.{os.getpid()}"
+    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=dir_fd)
     with os.fdopen(descriptor, "w", encoding="ascii") as handle:
         handle.write(secrets.token_hex(32) + "\n")
     try:
-        os.link(draft, path)
+        os.link(draft, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
     except FileExistsError:
         pass  # another process made it first: use theirs
     finally:
-        draft.unlink()
+        os.unlink(draft, dir_fd=dir_fd)
 
 
 def _canonical(body: dict[str, Any]) -> bytes:

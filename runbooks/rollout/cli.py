@@ -5,7 +5,8 @@ nothing open, bad spec); 3 held (no passed acceptance campaign for the deployed 
 it again later); 4 the rollout ended without advancing (rejected, failed, rolled back). Secrets come from the
 environment and are never printed: SLACK_BOT_TOKEN (chat:write, usergroups:read, channels:history), SLACK_USER_TOKEN
 (the requester's own user token: Slack says who requests), SLACK_APP_TOKEN (Socket Mode, connections:write),
-SLACK_SIGNING_SECRET (HTTP receiver), GPUCTL_AUDIT_KEY (the audit log's key; else <state-dir>/audit.key);
+SLACK_SIGNING_SECRET (HTTP receiver), GPUCTL_AUDIT_KEY (the audit log's key; else the file GPUCTL_AUDIT_KEY_FILE
+names, default /etc/gpucluster/audit.key, apart from the state dir);
 SLACK_API_URL overrides the Web API base URL.
 """
 

@@ -5,12 +5,14 @@ import hashlib
 import json
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runbooks.rollout.audit import (
     KEY_ENV,
-    KEY_FILE,
+    KEY_FILE_ENV,
+    STATE_DIR_KEY,
     AuditChainBrokenError,
     AuditKeyError,
     AuditLog,
@@ -120,22 +122,52 @@ def test_should_set_a_torn_last_line_aside_and_keep_appending(tmp_path: Path) ->
     store.close()
 
 
-def test_should_make_a_key_file_only_its_owner_can_read(tmp_path: Path) -> None:
-    key = audit_key(tmp_path, environ={})
-    assert stat.S_IMODE((tmp_path / KEY_FILE).stat().st_mode) == 0o600
-    assert audit_key(tmp_path, environ={}) == key and len(key) == 64
+def key_file_at(tmp_path: Path) -> dict[str, str]:
+    return {KEY_FILE_ENV: str(tmp_path / "keys" / "audit.key")}
 
 
-def test_should_refuse_a_key_file_others_can_read(tmp_path: Path) -> None:
-    audit_key(tmp_path, environ={})
-    (tmp_path / KEY_FILE).chmod(0o644)
-    with pytest.raises(AuditKeyError, match=f"{tmp_path / KEY_FILE} is readable by others \\(mode 644\\)"):
-        audit_key(tmp_path, environ={})
+def test_should_make_a_key_file_only_its_owner_can_read_apart_from_the_state(tmp_path: Path) -> None:
+    state, environ = tmp_path / "state", key_file_at(tmp_path)
+    key = audit_key(state, environ)
+    assert stat.S_IMODE((tmp_path / "keys" / "audit.key").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "keys").stat().st_mode) == 0o700
+    assert audit_key(state, environ) == key and len(key) == 64
+    assert not (state / STATE_DIR_KEY).exists()
+
+
+@pytest.mark.parametrize(("spoil", "message"), [
+    pytest.param(lambda path: path.chmod(0o640), "is readable by group or others \\(mode 640\\)",
+                 id="readable by its group"),
+    pytest.param(lambda path: path.chmod(0o604), "is readable by group or others \\(mode 604\\)",
+                 id="readable by others"),
+    pytest.param(lambda path: (path.rename(path.with_name("real")), path.symlink_to("real")), "is a symlink",
+                 id="a symlink to a key file"),
+    pytest.param(lambda path: path.parent.chmod(0o777), "others could replace the audit key in it",
+                 id="in a folder others can write"),
+])
+def test_should_refuse_a_key_file_not_its_owners_alone(tmp_path: Path, spoil: Any, message: str) -> None:
+    environ = key_file_at(tmp_path)
+    audit_key(tmp_path / "state", environ)
+    spoil(tmp_path / "keys" / "audit.key")
+    with pytest.raises(AuditKeyError, match=message):
+        audit_key(tmp_path / "state", environ)
+
+
+def test_should_refuse_a_key_left_beside_the_state_naming_where_to_move_it(tmp_path: Path) -> None:
+    state, environ = tmp_path / "state", key_file_at(tmp_path)
+    state.mkdir()
+    (state / STATE_DIR_KEY).write_text("a" * 64 + "\n")
+    with pytest.raises(AuditKeyError, match="the audit key sits beside the state it protects") as refused:
+        audit_key(state, environ)
+    assert f"install -D -m 600 {state / STATE_DIR_KEY} {tmp_path / 'keys' / 'audit.key'}" in str(refused.value)
+    (state / STATE_DIR_KEY).unlink()
+    with pytest.raises(AuditKeyError, match="inside the state dir"):
+        audit_key(state, {KEY_FILE_ENV: str(state / "keys" / "audit.key")})
 
 
 def test_should_take_the_key_from_the_environment_and_refuse_a_short_one(tmp_path: Path) -> None:
     assert audit_key(tmp_path, environ={KEY_ENV: KEY.decode()}) == KEY
-    assert not (tmp_path / KEY_FILE).exists()
+    assert not (tmp_path / STATE_DIR_KEY).exists()
     with pytest.raises(AuditKeyError, match=f"{KEY_ENV} must be at least 32 characters \\(it has 5\\)"):
         audit_key(tmp_path, environ={KEY_ENV: "short"})
 

@@ -1,11 +1,13 @@
 """`gpuctl rollout` through Typer: request, status while approvals come in, break-glass rollback without Slack."""
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from runbooks.rollout import audit
 from runbooks.rollout.cli import app
 from tests.runbooks.rollout.conftest import APPROVERS, Harness, run
 
@@ -76,3 +78,29 @@ def test_should_refuse_bad_arguments_with_exit_2_and_no_traceback(gpuctl: Harnes
     assert message in re.sub(r"[│\s]+", " ", text) and "Traceback" not in text  # Rich wraps it in a box
     assert not (gpuctl.state_dir / "audit.jsonl").exists() or "rollback" not in (
         gpuctl.state_dir / "audit.jsonl").read_text()
+
+
+def test_should_keep_the_audit_key_apart_from_the_state_it_protects(gpuctl: Harness, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 41: by default the key was made in <state-dir>/audit.key, beside the log it protects.
+    # The key the harness's acceptance campaign was audited with, where the operator keeps it now.
+    default = tmp_path / "etc" / "gpucluster" / "audit.key"  # stands for /etc/gpucluster/audit.key
+    default.parent.mkdir(mode=0o700, parents=True)
+    default.write_text(os.environ["GPUCTL_AUDIT_KEY"] + "\n")
+    default.chmod(0o600)
+    monkeypatch.delenv("GPUCTL_AUDIT_KEY")
+    monkeypatch.delenv(audit.KEY_FILE_ENV)  # the suite's own key file (tests/conftest.py): the default is tested
+    monkeypatch.setattr(audit, "DEFAULT_KEY_FILE", default, raising=False)
+    state = tmp_path / "state"
+    code, text = run(gpuctl, "status", state_dir=state)
+    assert code == 0, text  # the campaign's records verified: the key came from the default file
+    assert not (state / "audit.key").exists()
+
+    (state / "audit.key").write_text(default.read_text())  # as an earlier version left it
+    code, text = run(gpuctl, "status", state_dir=state)
+    assert code == 2 and "the audit key sits beside the state it protects" in text, text
+    (state / "audit.key").rename(tmp_path / "key")
+    default.unlink()
+    default.symlink_to(tmp_path / "key")  # a link to a key file of the right mode
+    code, text = run(gpuctl, "status", state_dir=state)
+    assert code == 2 and f"{default} is a symlink" in text, text
