@@ -25,8 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from components.spec.catalog import GpuClass
 from components.spec.health import Health
 from components.spec.maintenance_window import within
+from components.spec.site import Site
 
 REASON_PREFIX = "gpuctl health: "
 SUSPECT_REASON = f"{REASON_PREFIX}suspect"
@@ -213,6 +215,13 @@ def holder(view: NodeView) -> str | None:
     if kube is not None and kube.cordoned:
         return "cordoned in Kubernetes by someone else"
     return None
+
+
+def diag_level(site: Site, node: str) -> int:
+    """The `dcgmi diag -r` level the node is diagnosed at: health.diag_level, or 1 on a consumer GPU (dcgmi diag
+    reference: "Non-datacenter GPUs support level 1")."""
+    group = next(g for g in site.node_groups if any(n.name == node for n in g.nodes))
+    return 1 if site.gpu(group).gpu_class is GpuClass.CONSUMER else site.health.diag_level
 
 
 def drain_budget(settings: Health, node_count: int) -> int:

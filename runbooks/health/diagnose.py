@@ -21,8 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.scheduling.health_decision import Diagnosis, DiagStatus
-from components.spec.catalog import GpuClass
+from components.scheduling.health_decision import Diagnosis, DiagStatus, diag_level
 from components.spec.derived import nodes_by_name
 from components.spec.site import Site
 from components.spec.wellknown import CRI_ENDPOINT, DCGM_CONTAINER
@@ -35,12 +34,6 @@ REMOTE_KILL_AFTER_S = 10
 REMOTE_TIMED_OUT = 124
 """timeout(1)'s exit status when it stopped the command (GNU coreutils manual, "timeout invocation"): read as the
 diagnosis stopped at its deadline, as the node check reads one it stopped itself."""
-
-
-def diag_level(site: Site, node: str) -> int:
-    """health.diag_level, or 1 on a consumer GPU (dcgmi diag reference: "Non-datacenter GPUs support level 1")."""
-    group = next(g for g in site.node_groups if any(n.name == node for n in g.nodes))
-    return 1 if site.gpu(group).gpu_class is GpuClass.CONSUMER else site.health.diag_level
 
 
 def ssh_command(site: Site) -> Callable[[str], list[str]]:

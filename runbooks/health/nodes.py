@@ -25,7 +25,8 @@ from components.scheduling.health_decision import (
     Phase,
     SlurmView,
 )
-from components.spec.site import Pool, Site
+from components.slurm.conf import slurm_nodes
+from components.spec.site import Site
 from components.spec.wellknown import FLEX_LENT_LABEL, HEALTH_ANNOTATION, HOLD_LABEL
 from runbooks.flex import slurm_read
 from runbooks.flex.lending import LIVE, REQUEUE_MARK, Runner
@@ -97,7 +98,7 @@ def _items(text: str, what: str) -> list[dict[str, Any]]:
 
 
 def slurm_node_names(site: Site) -> set[str]:
-    return {n.name for g in site.node_groups if g.pool in (Pool.SLURM, Pool.FLEX) for n in g.nodes}
+    return {n.name for n in slurm_nodes(site)}
 
 
 @dataclass
