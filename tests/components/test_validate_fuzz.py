@@ -7,11 +7,17 @@ are in reach): a string becomes hostile text (newlines, spaces, shell metacharac
 a number becomes a huge, non-finite, boolean or plausible one, a key goes or an unknown one comes, a whole section
 becomes raw text. SPEC_FUZZ_EXAMPLES sets the example count (4,000 in `make test`, about 25 s here; earlier sessions
 ran 10,000); the distinct accepted slurm.conf files, at most SCONTROL_CAP, go to `scontrol` after the run.
+
+Each run draws from a seed it prints (SPEC_FUZZ_SEED=<seed> replays that run's draws), and a failure also prints
+Hypothesis's reproduce blob. Examples that once failed are pinned with `@example`: a draw once set
+slurm.slurmd_timeout_s to 1, which slurm.conf carried as SlurmdTimeout=1 while this test's model still held the prod
+file's 300 as a fixed setting (the spec had grown the value since; 70e06c5 made the model read it from the spec).
 """
 
 import json
 import math
 import os
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -21,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from components.slurm.conf import render_slurm_conf, render_tier_mounts
@@ -41,6 +47,8 @@ SCONTROL_CAP = 300
 BASELINE = parse(prod_values())
 WHOLE_SITE = BASELINE.model_dump(mode="json")
 SECRETS = {key: "placeholder" for key in SECRET_KEYS}
+SEED = int(os.environ.get("SPEC_FUZZ_SEED") or secrets.randbits(64))
+"""The run's draws: printed with the figures and on a failure, so any run can be replayed."""
 
 
 def _leaves(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -113,6 +121,16 @@ def hostile_site(draw: st.DrawFn) -> dict[str, str]:
         else:
             parent[last] = draw(st.one_of(hostile_text, hostile_number, junk))
     return encode(values) | raw_sections | SECRETS
+
+
+def _changed(path: tuple[Any, ...], value: Any) -> dict[str, str]:
+    """The whole site with one value set, as the CLI hands it over: a pinned example."""
+    values = json.loads(json.dumps(WHOLE_SITE))
+    parent = values
+    for part in path[:-1]:
+        parent = parent[part]
+    parent[path[-1]] = value
+    return encode(values) | SECRETS
 
 
 def _records(text: str) -> list[dict[str, str]]:
@@ -199,9 +217,11 @@ def test_should_never_give_a_traceback_and_render_only_what_the_spec_implies(
     examples, accepted_specs = [0], [0]
     accepted: dict[str, None] = {}
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    @seed(SEED)
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, print_blob=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(raw=hostile_site())
+    @example(raw=_changed(("slurm", "slurmd_timeout_s"), 1))
     def judge(raw: dict[str, str]) -> None:
         examples[0] += 1
         try:
@@ -212,8 +232,13 @@ def test_should_never_give_a_traceback_and_render_only_what_the_spec_implies(
         accepted_specs[0] += 1
         accepted.setdefault(_check_accepted(site))
 
+    report_figure(f"spec fuzz: seed {SEED} (SPEC_FUZZ_SEED={SEED} replays this run)")
     started = time.monotonic()
-    judge()
+    try:
+        judge()
+    except BaseException as error:
+        error.add_note(f"spec fuzz seed {SEED}: SPEC_FUZZ_SEED={SEED} replays this run's draws")
+        raise
     fuzzed_s = time.monotonic() - started
     confs = list(accepted)[:SCONTROL_CAP]
     report_figure(f"spec fuzz: {examples[0]} examples in {fuzzed_s:.1f} s, {accepted_specs[0]} accepted, "
