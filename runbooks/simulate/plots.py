@@ -4,6 +4,7 @@ names the run (trace, days, load, seed) above its plots, draws the two policies 
 overlap (static dashed under this stack's solid line), and keeps its legend outside the data. matplotlib's Agg
 backend: no display needed."""
 
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,13 @@ def _utilization(outcome: Outcome) -> list[float]:
     return [100 * v / capacity for v in hourly([(t, s + f + k) for t, s, f, k in outcome.timeline], outcome.window_s)]
 
 
+def _name(figure: Figure, run: str) -> None:
+    """The run's name above the plots, wrapped to the figure's width: on one line it set the image's width and left
+    the axes a third of it."""
+    figure.suptitle(textwrap.fill(run, width=int(figure.get_figwidth() * 10)), fontsize="medium")
+    figure.tight_layout()
+
+
 def _days(values: list[float]) -> list[float]:
     return [h / 24 for h in range(len(values))]
 
@@ -72,8 +80,7 @@ def _draw(title: str, xlabel: str, ylabel: str, outcomes: dict[Policy, Outcome],
         axes.plot(_days(values), values, label=LABELS[policy], **STYLES[policy])
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel, ylim=(0, 105))
     axes.legend(**OUTSIDE)
-    figure.suptitle(run)
-    figure.tight_layout()
+    _name(figure, run)
     return figure
 
 
@@ -85,18 +92,18 @@ def _draw_inference(outcomes: dict[Policy, Outcome], run: str) -> Figure:
         series = {name: hourly([(point[0], float(point[i])) for point in outcome.inference_timeline], outcome.window_s)
                   for i, name in ((1, "asked"), (2, "held"), (3, "lent"))}
         if policy == Policy.STACK:  # its autoscaler asks the most: replicas.max plus lent_replicas
-            gpus.plot(_days(series["asked"]), series["asked"], label="GPUs asked, this stack", color="black",
-                      linestyle=(0, (1, 2)), linewidth=0.8, zorder=4)
+            # An area under the lines: where held equals asked (most hours) a line on its edge, where short a gap.
+            gpus.fill_between(_days(series["asked"]), series["asked"], label="GPUs asked, this stack",
+                              color="0.85", linewidth=0, zorder=1)
         gpus.plot(_days(series["held"]), series["held"], label=f"GPUs held, {LABELS[policy]}", **STYLES[policy])
         if policy == Policy.STACK:
             gpus.plot(_days(series["lent"]), series["lent"], label="flex GPUs lent", color="tab:green",
-                      linestyle=":", linewidth=1.2)
+                      linewidth=1.2, zorder=4)
     share.set(title="Inference: share of each hour with the replicas its load needs", ylabel="%", ylim=(0, 105))
     gpus.set(title="Inference GPUs, hourly means", xlabel="day", ylabel="GPUs")
     share.legend(**OUTSIDE)
     gpus.legend(fontsize="small", **OUTSIDE)
-    figure.suptitle(run)
-    figure.tight_layout()
+    _name(figure, run)
     return figure
 
 
@@ -114,6 +121,5 @@ def _draw_cdf(outcomes: dict[Policy, Outcome], run: str) -> Figure:
     axes.set_xscale("symlog", linthresh=0.1)
     axes.set_xlim(left=0)
     axes.legend(**OUTSIDE)
-    figure.suptitle(run)
-    figure.tight_layout()
+    _name(figure, run)
     return figure
