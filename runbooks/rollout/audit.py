@@ -222,7 +222,7 @@ class AuditLog:
                detail: dict[str, Any] | None = None, at: datetime | None = None) -> AuditRecord:
         when = at or datetime.now(UTC)
         # An exclusive lock: the receiver threads and a concurrent CLI append to the same chain.
-        with self.path.open("a+b") as handle:
+        with open(self.path, "a+b", opener=_no_follow) as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             handle.seek(0)
             content = handle.read()
@@ -231,7 +231,7 @@ class AuditLog:
             lines: list[AuditRecord] = []
             if len(complete) < len(content):
                 fragment = content[len(complete):]
-                with self.path.with_name(self.path.name + ".torn").open("ab") as kept:
+                with open(self.path.with_name(self.path.name + ".torn"), "ab", opener=_no_follow) as kept:
                     kept.write(fragment + b"\n")
                 handle.truncate(len(complete))
                 previous = self._record(previous, when, who="gpuctl", what="audit.torn_line", decision="set_aside",
@@ -325,8 +325,14 @@ class AuditLog:
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
     if not path.exists():
         return
-    with path.open("rb") as handle:
+    with open(path, "rb", opener=_no_follow) as handle:
         yield from enumerate(handle, start=1)
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """gpuctl may run as root: a log (or its .torn file) swapped for a link is an error (ELOOP), never followed into
+    a file elsewhere that the append would truncate or write."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
 
 
 def _parse(line: bytes) -> AuditRecord | None:

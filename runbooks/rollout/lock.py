@@ -27,7 +27,8 @@ class StackLock:
     @contextmanager
     def held(self, command: str) -> Iterator[None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        # O_NOFOLLOW: the holder's line is written and truncated here, never in a file a link leads to.
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

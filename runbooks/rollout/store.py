@@ -7,8 +7,11 @@ record of its decision (`audit_mac`): the state is where a decision is looked up
 what makes it count.
 """
 
+import errno
 import json
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -168,13 +171,33 @@ class StateCorruptError(Exception):
     """The state file is there but is not a usable rollout state; names the path."""
 
 
+def private_state_dir(folder: Path) -> None:
+    """Make the state dir (0700) if it is missing, and refuse one that is a link, is not the caller's, or that group
+    or others may write. gpuctl may run as root, and whoever can put a name in the state dir could point the lock,
+    the audit log or the database at any file; judged by fstat on the folder opened without following a link."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise StateUnavailableError(f"{folder}: a symlink or a file, not a state dir") from None
+        raise
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise StateUnavailableError(f"{folder}: others could put links in this state dir (owner uid {info.st_uid}, "
+                                    f"mode {stat.S_IMODE(info.st_mode):o}); it must be yours, writable by no one else")
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         # One connection shared by the receiver threads, serialized by a lock; autocommit, with explicit
         # transactions where a write touches more than one row.
         self._lock = threading.RLock()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_state_dir(path.parent)
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         except (OSError, sqlite3.Error) as error:
             raise StateUnavailableError(f"cannot create the rollout state {path}: {error}") from None

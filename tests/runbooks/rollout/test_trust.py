@@ -274,3 +274,29 @@ def test_should_refuse_a_corrupt_state_file_with_exit_1(gpuctl: Harness, tmp_pat
     assert code == 1, text
     assert f"{tmp_path / 'corrupt' / 'rollout.sqlite'} is not a usable rollout state" in text.replace("\n", "")
     assert "Traceback" not in text
+
+
+def test_should_refuse_a_state_dir_others_can_write_and_follow_no_link_in_it(gpuctl: Harness,
+                                                                              tmp_path: Path) -> None:
+    # Issue 41: gpuctl runs as root; whoever could write the state dir linked the stack's lock to a root file, and
+    # breaking glass wrote its holder line there and truncated it.
+    approved(gpuctl)
+    victim = tmp_path / "victim"
+    victim.write_text("root's own")
+    gpuctl.state_dir.chmod(0o777)
+    (gpuctl.state_dir / "prod.lock").unlink(missing_ok=True)
+    (gpuctl.state_dir / "prod.lock").symlink_to(victim)
+    code, text = run(gpuctl, "rollback", "--to", "canary", "--operator", "alice", "--reason", "drill")
+    assert code == 2, text
+    assert f"{gpuctl.state_dir}: others could put links in this state dir" in text.replace("\n", "")
+    assert victim.read_text() == "root's own"
+
+
+def test_should_refuse_an_audit_log_swapped_for_a_link(harness: Harness, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("root's own, no newline at the end")  # the append would truncate it as a torn line
+    harness.audit.path.unlink(missing_ok=True)
+    harness.audit.path.symlink_to(victim)
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        harness.audit.append(who="alice", what="test", decision="x")
+    assert victim.read_text() == "root's own, no newline at the end"
