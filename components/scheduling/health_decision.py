@@ -327,6 +327,11 @@ def _suspect(view: NodeView, mind: NodeMemory, settings: Health, at: float,
     if view.findings is None:
         return NodeDecision(name, Action.WAIT, Reason.STALE, f"diagnosis passed, but no DCGM sample within "
                             f"{settings.stale_after_s} s to confirm it"), mind
+    if view.findings and at - diagnosis.started_at < settings.window_s:
+        # An XID or a counter's rise stays a finding for window_s after it happened, and a quick diagnosis (level 1,
+        # seconds) passes inside it: only a finding still there window_s after the diagnosis began persists.
+        return NodeDecision(name, Action.WAIT, Reason.DIAG_PASSED, f"diagnosis passed; {'; '.join(view.findings)} "
+                            f"has until {settings.window_s} s after its start to age out"), mind
     if view.findings:
         return _failed(name, mind, diagnosis, settings, at, Reason.DIAG_FAILED,
                        f"diagnosis passed but {'; '.join(view.findings)} persists")
