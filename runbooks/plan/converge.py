@@ -135,25 +135,49 @@ def claimed_classes(obj: dict[str, Any]) -> Iterator[tuple[str | None, str]]:
                 yield spec[key].get("storageClass"), f"spec.{key}.storageClass"
 
 
-def mounted_secrets(obj: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(Secret, where) of every Secret a pod of the object needs to start: volumes and env, unless optional."""
-    for pod in pod_specs(obj):
+PROMETHEUS_OPERATOR_PODS = frozenset({"Prometheus", "Alertmanager"})
+"""monitoring.coreos.com kinds whose pods the operator builds from the spec: its pod fields (volumes, containers,
+serviceAccountName, priorityClassName, imagePullSecrets) and spec.secrets and spec.configMaps, mounted by name."""
+
+
+def _refs(kind: str, holder: dict[str, Any] | None, key: str, where: str) -> Iterator[tuple[str, str, str]]:
+    if holder and not holder.get("optional") and holder.get(key):
+        yield kind, str(holder[key]), where
+
+
+def uses(obj: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(kind, name, where) of every object the pods of `obj` need, in its namespace (PriorityClasses cluster-wide)."""
+    spec = obj.get("spec") or {}
+    pods = list(pod_specs(obj))
+    if obj.get("kind") in PROMETHEUS_OPERATOR_PODS and str(obj.get("apiVersion", "")).startswith(
+            "monitoring.coreos.com/"):
+        yield from (("Secret", name, "spec.secrets") for name in spec.get("secrets") or [])
+        yield from (("ConfigMap", name, "spec.configMaps") for name in spec.get("configMaps") or [])
+        pods.append(spec)
+    if obj.get("kind") == "Cluster" and str(obj.get("apiVersion", "")).startswith("postgresql.cnpg.io/"):
+        yield from _refs("PriorityClass", spec, "priorityClassName", "spec.priorityClassName")
+    for pod in pods:
+        yield "ServiceAccount", str(pod.get("serviceAccountName") or pod.get("serviceAccount") or "default"), \
+            "serviceAccountName"
+        yield from _refs("PriorityClass", pod, "priorityClassName", "priorityClassName")
+        yield from (("Secret", str(s["name"]), "imagePullSecrets") for s in pod.get("imagePullSecrets") or [])
         for volume in pod.get("volumes") or []:
-            secret = volume.get("secret")
-            if secret and not secret.get("optional"):
-                yield secret.get("secretName", ""), f"volume {volume.get('name')}"
+            where = f"volume {volume.get('name')}"
+            yield from _refs("Secret", volume.get("secret"), "secretName", where)
+            yield from _refs("ConfigMap", volume.get("configMap"), "name", where)
+            yield from _refs("PersistentVolumeClaim", volume.get("persistentVolumeClaim"), "claimName", where)
             for source in (volume.get("projected") or {}).get("sources") or []:
-                if source.get("secret") and not source["secret"].get("optional"):
-                    yield source["secret"].get("name", ""), f"volume {volume.get('name')}"
+                yield from _refs("Secret", source.get("secret"), "name", where)
+                yield from _refs("ConfigMap", source.get("configMap"), "name", where)
         for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
+            where = f"container {container.get('name')}"
             for env in container.get("env") or []:
-                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
-                if ref and not ref.get("optional"):
-                    yield ref.get("name", ""), f"container {container.get('name')} env {env.get('name')}"
+                source = env.get("valueFrom") or {}
+                yield from _refs("Secret", source.get("secretKeyRef"), "name", f"{where} env {env.get('name')}")
+                yield from _refs("ConfigMap", source.get("configMapKeyRef"), "name", f"{where} env {env.get('name')}")
             for env_from in container.get("envFrom") or []:
-                ref = env_from.get("secretRef")
-                if ref and not ref.get("optional"):
-                    yield ref.get("name", ""), f"container {container.get('name')} envFrom"
+                yield from _refs("Secret", env_from.get("secretRef"), "name", f"{where} envFrom")
+                yield from _refs("ConfigMap", env_from.get("configMapRef"), "name", f"{where} envFrom")
 
 
 def node_label_keys(obj: dict[str, Any]) -> set[str]:
@@ -214,16 +238,19 @@ def startup_budget_s(obj: dict[str, Any]) -> tuple[int, str]:
 
 
 def first_install_converges(deployed: Deployed) -> list[str]:
-    """On an empty cluster, each consumer's namespace, StorageClass, CRD and mounted Secret comes from a resource it
-    waits for (or from itself), and each waiting release waits at least as long as its workloads' probes allow them to
-    start, and for every node patch that sets a label its workloads' pods need on their node."""
+    """On an empty cluster, each consumer's namespace, StorageClass and CRD, and each Secret and ConfigMap its pods
+    use that the stack makes, comes from a resource it waits for (or from itself), and each waiting release waits at
+    least as long as its workloads' probes allow them to start, and for every node patch that sets a label its
+    workloads' pods need on their node. Not judged: that what a StorageClass names is ready to provision (Ceph's
+    cluster and filesystem healthy) before a claim's consumer stops waiting."""
     if not deployed.installs:
         return ["no dependency graph was given with the rendered objects: convergence cannot be judged"]
     node_labels: dict[str, list[str]] = {}
     namespaces: dict[str, list[str]] = {}
     classes: dict[str, list[str]] = {}
     crds: dict[tuple[str, str], list[str]] = {}
-    secrets: dict[tuple[str, str], list[str]] = {}
+    made: dict[tuple[str, str, str], list[str]] = {}
+    """(kind, namespace, name) of each Secret and ConfigMap the stack makes -> the resources that make it."""
     for install in deployed.installs:
         for obj in install.objects:
             metadata = obj.get("metadata") or {}
@@ -238,8 +265,11 @@ def first_install_converges(deployed: Deployed) -> list[str]:
                 spec = obj.get("spec") or {}
                 crds.setdefault((spec.get("group", ""), (spec.get("names") or {}).get("kind", "")), []).append(
                     install.urn)
+            if obj.get("kind") == "ConfigMap":
+                made.setdefault(("ConfigMap", metadata.get("namespace", ""), metadata.get("name", "")), []).append(
+                    install.urn)
             for secret in made_secrets(obj):
-                secrets.setdefault((metadata.get("namespace", ""), secret), []).append(install.urn)
+                made.setdefault(("Secret", metadata.get("namespace", ""), secret), []).append(install.urn)
 
     def reaches(install: Install, makers: list[str]) -> bool:
         return any(m == install.urn or m in install.waits_for for m in makers)
@@ -273,12 +303,12 @@ def first_install_converges(deployed: Deployed) -> list[str]:
                 elif not reaches(install, makers):
                     problems.append(f"{consumer}: the CRD of {group} {obj.get('kind')} comes from "
                                     f"{', '.join(map(_short, makers))}, which it does not wait for")
-            for secret, where in mounted_secrets(obj):
-                makers = secrets.get((namespace, secret), [])
-                # A Secret nothing in the stack makes is the site's to create before `pulumi up`
-                # (references-resolve judges that it is listed).
+            for kind, name, where in uses(obj):
+                makers = made.get((kind, namespace, name), [])
+                # One nothing in the stack makes is the site's to create before `pulumi up`, or the cluster's
+                # (kube-root-ca.crt): references-resolve judges that it is listed or built in.
                 if makers and not reaches(install, makers):
-                    problems.append(f"{consumer} {where}: Secret {namespace}/{secret} comes from "
+                    problems.append(f"{consumer} {where}: {kind} {namespace}/{name} comes from "
                                     f"{', '.join(map(_short, makers))}, which it does not wait for")
         if install.wait_s is not None:
             for obj in install.objects:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from runbooks.plan.converge import made_secrets, pod_specs
+from runbooks.plan.converge import made_secrets, uses
 from runbooks.plan.producers import Deployed
 
 ADDRESS = re.compile(
@@ -112,51 +112,6 @@ BUILTIN_OBJECTS = frozenset({
     ("PriorityClass", "", "system-cluster-critical"), ("PriorityClass", "", "system-node-critical"),
 })
 USED_KINDS = ("Secret", "ConfigMap", "PersistentVolumeClaim", "ServiceAccount", "PriorityClass")
-PROMETHEUS_OPERATOR_PODS = frozenset({"Prometheus", "Alertmanager"})
-"""monitoring.coreos.com kinds whose pods the operator builds from the spec: its pod fields (volumes, containers,
-serviceAccountName, priorityClassName, imagePullSecrets) and spec.secrets and spec.configMaps, mounted by name."""
-
-
-def _refs(kind: str, holder: dict[str, Any] | None, key: str, where: str) -> Iterator[tuple[str, str, str]]:
-    if holder and not holder.get("optional") and holder.get(key):
-        yield kind, str(holder[key]), where
-
-
-def uses(obj: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
-    """(kind, name, where) of every object the pods of `obj` need, in its namespace (PriorityClasses cluster-wide)."""
-    spec = obj.get("spec") or {}
-    pods = list(pod_specs(obj))
-    if obj.get("kind") in PROMETHEUS_OPERATOR_PODS and str(obj.get("apiVersion", "")).startswith(
-            "monitoring.coreos.com/"):
-        yield from (("Secret", name, "spec.secrets") for name in spec.get("secrets") or [])
-        yield from (("ConfigMap", name, "spec.configMaps") for name in spec.get("configMaps") or [])
-        pods.append(spec)
-    if obj.get("kind") == "Cluster" and str(obj.get("apiVersion", "")).startswith("postgresql.cnpg.io/"):
-        yield from _refs("PriorityClass", spec, "priorityClassName", "spec.priorityClassName")
-    for pod in pods:
-        yield "ServiceAccount", str(pod.get("serviceAccountName") or pod.get("serviceAccount") or "default"), \
-            "serviceAccountName"
-        yield from _refs("PriorityClass", pod, "priorityClassName", "priorityClassName")
-        yield from (("Secret", str(s["name"]), "imagePullSecrets") for s in pod.get("imagePullSecrets") or [])
-        for volume in pod.get("volumes") or []:
-            where = f"volume {volume.get('name')}"
-            yield from _refs("Secret", volume.get("secret"), "secretName", where)
-            yield from _refs("ConfigMap", volume.get("configMap"), "name", where)
-            yield from _refs("PersistentVolumeClaim", volume.get("persistentVolumeClaim"), "claimName", where)
-            for source in (volume.get("projected") or {}).get("sources") or []:
-                yield from _refs("Secret", source.get("secret"), "name", where)
-                yield from _refs("ConfigMap", source.get("configMap"), "name", where)
-        for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
-            where = f"container {container.get('name')}"
-            for env in container.get("env") or []:
-                source = env.get("valueFrom") or {}
-                yield from _refs("Secret", source.get("secretKeyRef"), "name", f"{where} env {env.get('name')}")
-                yield from _refs("ConfigMap", source.get("configMapKeyRef"), "name", f"{where} env {env.get('name')}")
-            for env_from in container.get("envFrom") or []:
-                yield from _refs("Secret", env_from.get("secretRef"), "name", f"{where} envFrom")
-                yield from _refs("ConfigMap", env_from.get("configMapRef"), "name", f"{where} envFrom")
-
-
 def objects_exist(deployed: Deployed) -> list[str]:
     """One violation per object a pod uses that nothing makes and no operator is told to supply."""
     made = set(BUILTIN_OBJECTS) | {(s.kind, s.namespace, s.name) for s in deployed.supplied}

@@ -551,6 +551,10 @@ def wait_s(release: str, seconds: int) -> Any:
                  "Deployment inference/llm-gateway-litellm (from prod-inference-gateway) container litellm env "
                  "DATABASE_PASSWORD: Secret inference/llm-gateway-db-cluster-app comes from prod-inference-database, "
                  "which it does not wait for", id="should hold a pod created before the Secret it mounts"),
+    pytest.param(stop_waiting("prod-storage-mover-0", "prod-storage-checkpoint-mover"),
+                 "CronJob storage/checkpoint-mover-0 (from prod-storage-mover-0) volume mover: ConfigMap "
+                 "storage/checkpoint-mover comes from prod-storage-checkpoint-mover, which it does not wait for",
+                 id="should hold a pod created before the ConfigMap it mounts"),
     pytest.param(stop_waiting("prod-inference-gateway", "prod-inference-namespace"),
                  "Deployment inference/llm-gateway-litellm (from prod-inference-gateway): Namespace inference comes "
                  "from prod-inference-namespace, which it does not wait for",
