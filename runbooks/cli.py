@@ -3,28 +3,51 @@
 Exit codes: runbooks.exit_codes.ExitCode, one table for every command (the README lists it).
 """
 
+import importlib
+from typing import Any
+
 import typer
+from typer import _click as click  # typer 0.29 runs its own copy of click; its classes are these, not the package's
+from typer.core import TyperGroup
 
-from runbooks.acceptance.cli import app as acceptance_app
-from runbooks.flex.cli import app as flex_app
-from runbooks.gateway.cli import app as gateway_app
-from runbooks.health.cli import app as health_app
-from runbooks.mirror.cli import app as mirror_app
-from runbooks.plan.cli import plan
-from runbooks.report.cli import report
-from runbooks.rollout.cli import app as rollout_app
-from runbooks.simulate.cli import simulate
+RUNBOOKS = {
+    # name: (module, attribute): a command function, or a Typer app of sub-commands.
+    "plan": ("runbooks.plan.cli", "plan"),
+    "simulate": ("runbooks.simulate.cli", "simulate"),
+    "report": ("runbooks.report.cli", "report"),
+    "rollout": ("runbooks.rollout.cli", "app"),
+    "flex": ("runbooks.flex.cli", "app"),
+    "gateway": ("runbooks.gateway.cli", "app"),
+    "health": ("runbooks.health.cli", "app"),
+    "acceptance": ("runbooks.acceptance.cli", "app"),
+    "mirror": ("runbooks.mirror.cli", "app"),
+}
+"""Each sub-command and where it lives, in the order --help lists them."""
 
-app = typer.Typer(no_args_is_help=True, help="Deliver and operate the GPU cluster.")
-app.command()(plan)
-app.command()(simulate)
-app.add_typer(rollout_app, name="rollout")
-app.add_typer(flex_app, name="flex")
-app.add_typer(gateway_app, name="gateway")
-app.add_typer(health_app, name="health")
-app.add_typer(acceptance_app, name="acceptance")
-app.add_typer(mirror_app, name="mirror")
-app.command()(report)
+
+class Runbooks(TyperGroup):
+    """Imports a sub-command's runbook when it runs (all of them for --help): each imports its own dependencies, and
+    all of them together took 1.7 s of CPU, 0.6 s more than `gpuctl plan` needs (matplotlib, slack-sdk, the
+    Automation API, the simulator)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(RUNBOOKS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in RUNBOOKS:
+            return None
+        module, attribute = RUNBOOKS[cmd_name]
+        runbook: Any = getattr(importlib.import_module(module), attribute)
+        if isinstance(runbook, typer.Typer):
+            group = typer.main.get_group(runbook)
+            group.name = cmd_name
+            return group
+        single = typer.Typer(add_completion=False)
+        single.command(name=cmd_name)(runbook)
+        return typer.main.get_command(single)
+
+
+app = typer.Typer(cls=Runbooks, no_args_is_help=True, help="Deliver and operate the GPU cluster.")
 
 
 @app.callback()
