@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,39 +14,38 @@ import pytest
 
 from components.scheduling.preemption import slurm_qos, team_qos
 from components.slurm.conf import (
-    render_cgroup_conf,
-    render_gres_conf,
-    render_slurm_conf,
     slurm_nodes,
 )
 from components.slurm.install import installed_files
 from components.teams.plan import team_shares
 from tests.builders import parse, prod_values
 from tests.harness.daemons import wait_for
-from tests.harness.slurm_cluster import CLIENT_TIMEOUT_S, Cluster, slurm_marks, write
+from tests.harness.slurm_cluster import CLIENT_TIMEOUT_S, Cluster, plan, slurm_marks
 
 pytestmark = slurm_marks()
 
 
-def write_prod_files(conf_dir: Path) -> Path:
-    site = parse(prod_values())
-    conf_dir.mkdir(exist_ok=True)
-    write(conf_dir / "slurm.conf", render_slurm_conf(site))
-    write(conf_dir / "gres.conf", render_gres_conf(site))
-    write(conf_dir / "cgroup.conf", render_cgroup_conf())
-    return conf_dir / "slurm.conf"
+@pytest.fixture(scope="module")
+def prod_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What `gpuctl plan --out` writes for the prod stack."""
+    return plan(prod_values(), tmp_path_factory.mktemp("prod") / "plan")
 
 
 @pytest.mark.parametrize(
     ("extra", "accepted"),
     [
-        pytest.param("", True, id="accepts the rendered prod slurm.conf"),
+        pytest.param("", True, id="accepts the slurm.conf the prod plan wrote"),
         pytest.param("NoSuchOption=1\n", False, id="rejects an unknown key, so the check has teeth"),
     ],
 )
-def test_should_parse_prod_slurm_conf_in_a_real_client(tmp_path: Path, extra: str, accepted: bool) -> None:
-    conf = write_prod_files(tmp_path)
-    conf.write_text(conf.read_text() + extra)
+def test_should_parse_prod_slurm_conf_in_a_real_client(prod_plan: Path, tmp_path: Path, extra: str,
+                                                       accepted: bool) -> None:
+    conf = prod_plan / "slurm" / "slurm.conf"
+    if extra:  # the negative case: the plan's file with a key Slurm does not know added, beside its gres.conf
+        for name in ("slurm.conf", "gres.conf", "cgroup.conf"):
+            shutil.copyfile(prod_plan / "slurm" / name, tmp_path / name)
+        conf = tmp_path / "slurm.conf"
+        conf.write_text(conf.read_text() + extra)
     result = subprocess.run(["scontrol", "show", "hostnames", "gpu-a800-[01-10]"], capture_output=True, text=True,
                             env={**os.environ, "SLURM_CONF": str(conf)}, timeout=CLIENT_TIMEOUT_S)
     assert (result.returncode == 0) is accepted, result.stderr
