@@ -20,13 +20,15 @@ from components.spec.problems import Problem, SiteSpecError
 from components.spec.rules import SPEC_RULES, Rule, rule
 from components.spec.sections import run_rules, validate_sections
 from components.spec.site import Site
+from components.spec.wellknown import PLATFORM_ACCOUNT
 from components.storage.tiers import CEPH_NAMESPACE
 from components.storage.tiers import NAMESPACE as STORAGE_NAMESPACE
 from components.teams.plan import check_team_quotas
 
 KUBERNETES_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-SLURM_ACCOUNTS = ("root",)
-"""Slurm's own account: its users hold every QoS, the operators-only ones included."""
+SLURM_ACCOUNTS = ("root", PLATFORM_ACCOUNT)
+"""Slurm's own account (its users hold every QoS, the operators-only ones included), and the operators' platform
+account, which is also their account on the LLM gateway."""
 
 SECRET_KEYS = ("ssh_private_key", "bmc_password", "llm_gateway_master_key", "munge_key")
 """Config keys that must be Pulumi secrets; they never enter the spec, only Pulumi outputs."""

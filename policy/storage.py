@@ -9,10 +9,13 @@ from pulumi_policy import PolicyResource, ReportViolation, StackValidationArgs, 
 
 def check_tiers(tiers: PolicyResource) -> None:
     text(tiers, "nvme.storage_class")
+    servers = items(tiers, "nfs_hot.servers")
+    if not servers or not all(isinstance(s, str) and s for s in servers):
+        raise ViolationError(f"{describe(tiers)}: nfs_hot.servers must name at least one NFS server, got {servers!r}")
+    # A storage class per onboarded team: none before the first team (the first stage onboards none).
     classes = items(tiers, "nfs_hot.storage_classes")
-    if not classes or not all(isinstance(c, str) and c for c in classes):
-        raise ViolationError(f"{describe(tiers)}: nfs_hot.storage_classes must name at least one storage class, "
-                             f"got {classes!r}")
+    if not all(isinstance(c, str) and c for c in classes):
+        raise ViolationError(f"{describe(tiers)}: nfs_hot.storage_classes must be storage class names, got {classes!r}")
     if not flag(tiers, "ceph_cold.enabled"):
         raise ViolationError(f"{describe(tiers)}: ceph_cold.enabled is false; checkpoints have no cold tier")
 

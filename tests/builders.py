@@ -21,6 +21,13 @@ def prod_config() -> StackConfig:
     return load_stack_config(REPO, "prod")
 
 
+def prod_config_at(stage: str) -> StackConfig:
+    """Pulumi.prod.yaml's config with `stage` set: a test stack at a stage that onboards teams (prod's first, as
+    shipped, onboards none)."""
+    config = prod_config()
+    return StackConfig(config.project, {**config.values, "gpu-cluster:stage": stage}, config.secret_keys)
+
+
 def prod_values() -> dict[str, Any]:
     """The prod site's config keys, objects decoded, secrets left out (see `parse`)."""
     raw, _ = prod_config().project_values()

@@ -1,6 +1,7 @@
 """The whole program (`__main__.py`) under the offline engine, on the prod site and on broken ones."""
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -13,6 +14,7 @@ from components.spec.wellknown import (
     GPU_OPERATOR_TYPE,
     INFERENCE_TYPE,
     MONITORING_TYPE,
+    PLATFORM_ACCOUNT,
     RACK_TYPE,
     SCHEDULING_TYPE,
     SLURM_TYPE,
@@ -21,7 +23,7 @@ from components.spec.wellknown import (
 )
 from runbooks.offline.engine import ProgramError, Resource, ResourceGraph, Secret, StackConfig, run_program
 from runbooks.plan.helm import RELEASE_TYPE
-from tests.builders import REPO, encode, prod_config, prod_values, with_changes
+from tests.builders import REPO, encode, prod_config, prod_config_at, prod_values, with_changes
 
 NODE_URN = (
     "urn:pulumi:prod::gpu-cluster::gpucluster:cluster:GpuCluster$gpucluster:facility:Facility"
@@ -50,28 +52,28 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         CHECK_TYPE: 16 + 3 + 10,
         GPU_OPERATOR_TYPE: 1, MONITORING_TYPE: 1, STORAGE_TYPE: 1, COLD_TIER_TYPE: 1, SLURM_TYPE: 1,
         SCHEDULING_TYPE: 1, INFERENCE_TYPE: 1,
-        TEAM_TYPE: 2,  # the 2 canary teams
-        # gpu-operator, monitoring, storage, rook-ceph, kueue-system, inference, keda, cnpg-system, one per team
-        "kubernetes:core/v1:Namespace": 8 + 2,
+        # no Team: prod's first stage, platform, onboards none
+        # gpu-operator, monitoring, storage, rook-ceph, kueue-system, inference, keda, cnpg-system
+        "kubernetes:core/v1:Namespace": 8,
         "kubernetes:core/v1:ConfigMap": 7,  # DCGM counters, 5 dashboards, the checkpoint mover
         # gpu-operator, kube-prometheus-stack, victoria-metrics, local volumes, NFS CSI, Rook operator and cluster,
         # Kueue; KEDA, CloudNativePG and the gateway's database, the model servers, the gateway
         "kubernetes:helm.sh/v3:Release": 8 + 5,
         "kubernetes:monitoring.coreos.com/v1:PrometheusRule": 1,
         "kubernetes:monitoring.coreos.com/v1:ServiceMonitor": 2,  # DCGM exporter, LLM gateway
-        # the gateway's master key; a gateway key per canary team, created by a local command on onboarding
-        "kubernetes:core/v1:Secret": 1 + 2, "command:local:Command": 2,
-        "kubernetes:storage.k8s.io/v1:StorageClass": 1 + 2,  # NVMe, and NFS hot for the 2 canary teams
+        # the gateway's master key; the platform account's gateway key, created by a local command
+        "kubernetes:core/v1:Secret": 1 + 1, "command:local:Command": 1,
+        "kubernetes:storage.k8s.io/v1:StorageClass": 1,  # NVMe (a team's NFS hot class comes with the team)
         "kubernetes:apps/v1:DaemonSet": 1,  # the NVMe model-cache prefetch
         "kubernetes:apps/v1:DeploymentPatch": 1,  # the gateway's PriorityClass, for which its chart has no value
         "kubernetes:batch/v1:CronJob": 2,  # a checkpoint mover per NFS server
         "kubernetes:core/v1:PersistentVolumeClaim": 1,  # the CephFS checkpoint archive
         "kubernetes:scheduling.k8s.io/v1:PriorityClass": 4,  # inference, production, staging, dev
         "kubernetes:kueue.x-k8s.io/v1beta1:ResourceFlavor": 3,  # A800 and RTX 4090 on kubernetes, A800 on flex
-        "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue": 4,  # one per pool Kubernetes uses, one per team
-        # per team: its GPU quota and zero pods of the classes teams may not use; its LocalQueue
-        "kubernetes:core/v1:ResourceQuota": 2 * 2, "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue": 2,
+        # one per pool Kubernetes uses (a team's queue, quotas and LocalQueue come with the team)
+        "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue": 2,
         # each team on its own storage, and GPU pods off Slurm's and unlent flex nodes, enforced by the API server
+        # (bound by the team label: in force before the first team's namespace exists)
         "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": 2,
         "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": 2,
     }
@@ -115,11 +117,15 @@ def test_should_start_model_servers_only_on_admitted_nodes_and_wait_for_their_st
     assert engines.inputs["timeout"] >= window == 615
 
 
-def test_should_open_a_gateway_account_per_onboarded_team_and_close_it_on_rollback(graph: ResourceGraph) -> None:
+def test_should_open_a_gateway_account_per_onboarded_team_and_close_it_on_rollback(
+        stages: dict[str, ResourceGraph]) -> None:
+    graph = stages["canary"]
     accounts = {r.name.removeprefix("prod-inference-gateway-team-"): r for r in graph.of_type("command:local:Command")}
-    assert set(accounts) == {"nlp-foundation", "speech"}
+    assert set(accounts) == {"nlp-foundation", "speech", PLATFORM_ACCOUNT}
     (gateway,) = [r for r in graph.of_type(RELEASE_TYPE) if r.inputs["name"] == "llm-gateway"]
     for team, account in accounts.items():
+        if team == PLATFORM_ACCOUNT:
+            continue  # test_should_give_the_platform_a_gateway_account_from_the_first_stage
         assert account.inputs["create"].startswith("gpuctl gateway ensure-team --url ")
         assert f"--team {team} " in account.inputs["create"]
         assert account.inputs["delete"].endswith(f"remove-team --url http://llm-gateway-litellm.inference.svc:4000 "
@@ -134,6 +140,18 @@ def test_should_open_a_gateway_account_per_onboarded_team_and_close_it_on_rollba
         (key,) = [r for r in graph.of_type("kubernetes:core/v1:Secret")
                   if r.name == f"prod-inference-gateway-key-{team}"]
         assert key.inputs["metadata"]["namespace"] == team and account.urn in key.dependencies
+
+
+def test_should_give_the_platform_a_gateway_account_from_the_first_stage(graph: ResourceGraph) -> None:
+    # The acceptance campaign loads the gateway before any team exists: its key is the platform account's.
+    (account,) = graph.of_type("command:local:Command")
+    assert account.name == f"prod-inference-gateway-team-{PLATFORM_ACCOUNT}"
+    assert f"--team {PLATFORM_ACCOUNT} " in account.inputs["create"]
+    # Every served model, whichever teams it is for; no external API, which another party bills.
+    assert account.inputs["create"].endswith("--model qwen2-5-72b --model llama-3-1-8b")
+    assert account.inputs["environment"] == Secret()
+    (key,) = [r for r in graph.of_type("kubernetes:core/v1:Secret") if account.urn in r.dependencies]
+    assert key.inputs["metadata"] == {"name": "llm-gateway-platform", "namespace": "inference"}
 
 
 def test_should_check_a_node_only_once_the_gpu_operator_is_installed(graph: ResourceGraph) -> None:
@@ -196,7 +214,7 @@ def test_should_give_policies_the_rack_figures_as_inputs_and_outputs(graph: Reso
 
 
 def test_should_export_gpu_count_and_stage(graph: ResourceGraph) -> None:
-    assert graph.stack_outputs == {"gpu_count": 128, "stage": "canary"}
+    assert graph.stack_outputs == {"gpu_count": 128, "stage": "platform"}
 
 
 def test_should_register_nothing_on_an_invalid_spec() -> None:
@@ -219,6 +237,7 @@ def test_should_keep_the_secret_config_out_of_every_resource(graph: ResourceGrap
 # --- stages: each onboards its teams and nothing else; advancing never touches an earlier team ------------------
 
 STAGE_TEAMS = {
+    "platform": [],
     "canary": ["nlp-foundation", "speech"],
     "half": ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm"],
     "full": ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm", "safety", "recsys", "bio-ai",
@@ -226,14 +245,10 @@ STAGE_TEAMS = {
 }
 
 
-def at_stage(stage: str) -> StackConfig:
-    config = prod_config()
-    return StackConfig(config.project, {**config.values, "gpu-cluster:stage": stage}, config.secret_keys)
-
-
 @pytest.fixture(scope="module")
 def stages(graph: ResourceGraph) -> dict[str, ResourceGraph]:
-    return {"canary": graph, **{stage: run_program(REPO, "prod", at_stage(stage)) for stage in ("half", "full")}}
+    return {"platform": graph,
+            **{stage: run_program(REPO, "prod", prod_config_at(stage)) for stage in ("canary", "half", "full")}}
 
 
 def team_resources(graph: ResourceGraph) -> dict[str, Resource]:
@@ -252,20 +267,43 @@ def test_should_onboard_exactly_the_stages_teams(stages: dict[str, ResourceGraph
                 if "gpucluster.io/team" in (r.inputs["metadata"].get("labels") or {})]
     assert sorted(labelled) == sorted(teams)
     kinds = Counter(r.type for r in team_resources(graph).values())
-    assert kinds == {**dict.fromkeys([TEAM_TYPE, "kubernetes:core/v1:Namespace",
+    assert kinds == Counter({**dict.fromkeys([TEAM_TYPE, "kubernetes:core/v1:Namespace",
                                       "kubernetes:storage.k8s.io/v1:StorageClass",
                                       "kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue",
                                       "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue"], len(teams)),
                      # the GPU quota, and zero pods of the PriorityClasses teams may not use
-                     "kubernetes:core/v1:ResourceQuota": 2 * len(teams)}
+                     "kubernetes:core/v1:ResourceQuota": 2 * len(teams)})
     (slurm,) = graph.of_type(SLURM_TYPE)
     (accounting,) = [r for r in graph.resources.values() if r.name == "prod-slurm-accounting"]
-    assert f"add account {','.join(teams)} " in accounting.inputs["create"]
-    assert slurm.outputs["qos"] == stages["canary"].of_type(SLURM_TYPE)[0].outputs["qos"]
+    # The platform account first, at every stage: the operators' (the acceptance campaign's) jobs run under it.
+    assert f"add account {','.join([PLATFORM_ACCOUNT, *teams])} " in accounting.inputs["create"]
+    assert slurm.outputs["qos"] == stages["platform"].of_type(SLURM_TYPE)[0].outputs["qos"]
+    gateway = {r.name.removeprefix("prod-inference-gateway-team-") for r in graph.of_type("command:local:Command")}
+    assert gateway == {PLATFORM_ACCOUNT, *teams}
 
 
-@pytest.mark.parametrize(("before", "after"), [("canary", "half"), ("half", "full")],
-                         ids=["canary to half keeps the canary teams as they were", "half to full keeps the six"])
+def test_should_register_no_team_at_the_first_pulumi_up_of_prod(graph: ResourceGraph) -> None:
+    # Pulumi.prod.yaml as shipped: what a plain `pulumi up` deploys before any acceptance campaign or approval.
+    assert graph.stack_outputs["stage"] == "platform"
+    assert not graph.of_type(TEAM_TYPE)
+    assert [r.name for r in graph.of_type("kubernetes:core/v1:Namespace")
+            if "gpucluster.io/team" in (r.inputs["metadata"].get("labels") or {})] == []
+    assert not graph.of_type("kubernetes:core/v1:ResourceQuota")
+    assert not graph.of_type("kubernetes:kueue.x-k8s.io/v1beta1:LocalQueue")
+    # No team's Slurm account: the accounting adds the platform's alone, and gives no team a fairshare.
+    (accounting,) = [r for r in graph.resources.values() if r.name == "prod-slurm-accounting"]
+    script = accounting.inputs["create"]
+    named = {a for listed in re.findall(r"(?:add account|name=)([-a-z0-9_,]+)", script) for a in listed.split(",")}
+    assert f"add account {PLATFORM_ACCOUNT} " in script and "fairshare=" not in script
+    assert not named & {t["name"] for t in prod_values()["teams"]}
+    # No team's gateway key: the one account is the platform's.
+    assert [r.name for r in graph.of_type("command:local:Command")] == [
+        f"prod-inference-gateway-team-{PLATFORM_ACCOUNT}"]
+
+
+@pytest.mark.parametrize(("before", "after"), [("platform", "canary"), ("canary", "half"), ("half", "full")],
+                         ids=["platform to canary touches no team resource", "canary to half keeps the canary teams "
+                              "as they were", "half to full keeps the six"])
 def test_should_leave_existing_teams_identical_when_the_stage_advances(stages: dict[str, ResourceGraph], before: str,
                                                                      after: str) -> None:
     earlier, later = team_resources(stages[before]), team_resources(stages[after])
@@ -285,12 +323,13 @@ def test_should_make_every_team_resource_wait_for_monitoring(stages: dict[str, R
 @pytest.mark.parametrize(
     ("stage", "message"),
     [
-        pytest.param("beta", 'stage: no stage named "beta" (known: canary, half, full)', id="rejects an unknown stage"),
+        pytest.param("beta", 'stage: no stage named "beta" (known: platform, canary, half, full)',
+                     id="rejects an unknown stage"),
         pytest.param("Half", "stage: String should match pattern", id="rejects a stage that is not a DNS label"),
     ],
 )
 def test_should_register_nothing_at_an_invalid_stage(stage: str, message: str) -> None:
     with pytest.raises(ProgramError) as caught:
-        run_program(REPO, "prod", at_stage(stage))
+        run_program(REPO, "prod", prod_config_at(stage))
     assert message in str(caught.value)
     assert [r.type for r in caught.value.registered.values()] == ["pulumi:pulumi:Stack"]

@@ -1,7 +1,8 @@
 """The inference path as one component: KEDA, the gateway's database, the model servers, the gateway and its scrape,
-and each onboarded team's account on the gateway (created on onboarding, removed on rollback)."""
+each onboarded team's account on the gateway (created on onboarding, removed on rollback), and the platform's."""
 
 import shlex
+from typing import Any
 
 import pulumi
 import pulumi_command as command
@@ -18,18 +19,21 @@ from components.inference.values import (
     KEDA_VALUES,
     MASTER_KEY_SECRET,
     NAMESPACE,
+    PLATFORM_KEY_SECRET,
+    TEAM_KEY_SECRET,
     database_values,
     gateway_priority_patch,
     gateway_service_monitor,
     gateway_values,
     inference_outputs,
-    team_key_secret,
+    key_secret,
+    platform_models,
     team_models,
     vllm_values,
 )
 from components.k8s import custom, fields, release
 from components.spec.site import Site
-from components.spec.wellknown import INFERENCE_TYPE
+from components.spec.wellknown import INFERENCE_TYPE, PLATFORM_ACCOUNT
 
 
 def _namespace(name: str, namespace: str, parent: pulumi.Resource) -> kubernetes.core.v1.Namespace:
@@ -63,27 +67,30 @@ class InferencePath(pulumi.ComponentResource):
         kubernetes.apps.v1.DeploymentPatch(f"{name}-gateway-priority", **fields(gateway_priority_patch(site)),
                                            opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]))
         for team, component in teams.items():
-            self._account(name, site, team, master_key, [gateway, component])
+            self._account(name, site, team, team_models(site, team), key_secret(TEAM_KEY_SECRET, team), master_key,
+                          [gateway, component])
+        # The operators' account exists from the first stage on, when no team does: the acceptance load's key.
+        self._account(name, site, PLATFORM_ACCOUNT, platform_models(site), key_secret(PLATFORM_KEY_SECRET, NAMESPACE),
+                      master_key, [gateway])
         self.register_outputs(outputs)
 
-    def _account(self, name: str, site: Site, team: str, master_key: pulumi.Input[str],
-                 after: list[pulumi.Resource]) -> None:
-        """The team's gateway account: `gpuctl gateway` creates it on create and deletes it on delete, so rolling the
-        team back removes its key; its key, a secret output, lands in the team's namespace."""
+    def _account(self, name: str, site: Site, account: str, models: list[str], manifest: dict[str, Any],
+                 master_key: pulumi.Input[str], after: list[pulumi.Resource]) -> None:
+        """A gateway account (a team's, or the platform's): `gpuctl gateway` creates it on create and deletes it on
+        delete, so rolling a team back removes its key; its key, a secret output, lands in `manifest`'s Secret."""
         gateway = site.inference.gateway
         url = shlex.quote(gateway.admin_url)
-        models = " ".join(f"--model {shlex.quote(m)}" for m in team_models(site, team))
-        ensure = (f"gpuctl gateway ensure-team --url {url} --team {team} --budget-usd {gateway.budget_of(team)!r} "
-                  f"--budget-days {gateway.budget_days} {models}")
-        account = command.local.Command(
-            f"{name}-gateway-team-{team}",
-            create=ensure, update=ensure, delete=f"gpuctl gateway remove-team --url {url} --team {team}",
+        allowed = " ".join(f"--model {shlex.quote(m)}" for m in models)
+        ensure = (f"gpuctl gateway ensure-team --url {url} --team {account} "
+                  f"--budget-usd {gateway.budget_of(account)!r} --budget-days {gateway.budget_days} {allowed}")
+        created = command.local.Command(
+            f"{name}-gateway-team-{account}",
+            create=ensure, update=ensure, delete=f"gpuctl gateway remove-team --url {url} --team {account}",
             environment={"LITELLM_MASTER_KEY": master_key},
             # No triggers: a change of budget or models runs `update` in place. A replacement would create the new
             # account and then run the old one's delete, removing the team it had just updated.
             logging=command.local.Logging.STDERR,  # stdout is the key
             opts=pulumi.ResourceOptions(parent=self, depends_on=after, additional_secret_outputs=["stdout"]))
-        manifest = team_key_secret(site, team)
-        manifest["stringData"] = {**manifest["stringData"], "api-key": account.stdout}
-        kubernetes.core.v1.Secret(f"{name}-gateway-key-{team}", **fields(manifest),
-                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[account]))
+        manifest["stringData"] = {**manifest["stringData"], "api-key": created.stdout}
+        kubernetes.core.v1.Secret(f"{name}-gateway-key-{account}", **fields(manifest),
+                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[created]))

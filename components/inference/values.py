@@ -17,6 +17,7 @@ from components.spec.wellknown import (
     FLEX_LENT_LABEL,
     GPU_MODEL_LABEL,
     INFERENCE_NAMESPACE,
+    PLATFORM_ACCOUNT,
     POOL_LABEL,
     POOL_TAINT,
     PREFETCHED_MARKER,
@@ -300,10 +301,22 @@ def team_models(site: Site, team: str) -> list[str]:
     return [a.name for a in apis if a.teams is None or team in a.teams]
 
 
-def team_key_secret(site: Site, team: str) -> dict[str, Any]:
-    """What a team's workloads read to call the gateway; the key itself is added by the component (a secret)."""
+def platform_models(site: Site) -> list[str]:
+    """The gateway models the platform account's key may call: every served model, whichever teams it is for (the
+    acceptance campaign loads the site's own serving, never an external API billed elsewhere)."""
+    return [m.name for m in site.inference.models]
+
+
+TEAM_KEY_SECRET = "llm-gateway"
+PLATFORM_KEY_SECRET = f"llm-gateway-{PLATFORM_ACCOUNT}"
+"""The platform account's key, in the gateway's namespace: GPUCTL_ACCEPTANCE_KEY comes from it (docs/acceptance.md)."""
+
+
+def key_secret(name: str, namespace: str) -> dict[str, Any]:
+    """What a gateway account's users read to call the gateway; the key itself is added by the component (a
+    secret)."""
     return {"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "llm-gateway", "namespace": team},
+            "metadata": {"name": name, "namespace": namespace},
             "stringData": {"base-url": GATEWAY_URL}}
 
 

@@ -19,7 +19,7 @@ from components.spec import defaults
 from components.spec.catalog import gres_type
 from components.spec.derived import mover_args, mover_stop_after_s
 from components.spec.site import Node, NodeGroup, Pool, Site
-from components.spec.wellknown import MOVER_LOCK
+from components.spec.wellknown import MOVER_LOCK, PLATFORM_ACCOUNT
 from hosts.checkpoint_mover import LOCK_HELD_EXIT
 
 SLURM_POOLS = (Pool.SLURM, Pool.FLEX)
@@ -443,9 +443,11 @@ def render_accounting_commands(site: Site) -> list[list[str]]:
         commands.append([*sacctmgr, "modify", "qos", "where", f"name={qos.name}", "set",
                          f"priority={qos.priority}", *preempt, *grace])
     onboarded = site.teams_onboarded()
-    teams = ",".join(t.name for t in onboarded)
-    commands.append([*sacctmgr, "add", "account", teams, f"cluster={cluster}", f"organization={site.site_name}"])
-    commands.append([*sacctmgr, "modify", "account", "where", f"name={teams}", f"cluster={cluster}",
+    # The platform account exists at every stage, the first (no team) included: the operators' own jobs (the
+    # acceptance campaign's) run under it with the teams' QoS, so they load Slurm as a team's would.
+    accounts = ",".join([PLATFORM_ACCOUNT, *(t.name for t in onboarded)])
+    commands.append([*sacctmgr, "add", "account", accounts, f"cluster={cluster}", f"organization={site.site_name}"])
+    commands.append([*sacctmgr, "modify", "account", "where", f"name={accounts}", f"cluster={cluster}",
                      "set", f"qos={','.join(team_qos(site))}", f"defaultqos={site.scheduling.team_default_class}"])
     # Fairshare per account, one call per distinct share value.
     by_share: dict[int, list[str]] = {}

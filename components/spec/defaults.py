@@ -177,6 +177,10 @@ TEAM_FAIRSHARE: Final = 1
 
 # --- rollout --------------------------------------------------------------------------------
 
+PLATFORM_SOAK_DAYS: Final = 0
+"""days the platform stage (no team) runs before canary may be requested: none by the calendar, since what holds the
+canary is the passed acceptance campaign of this very deployment, whose soak alone is 168 h."""
+
 CANARY_SOAK_DAYS: Final = 14
 """days the canary stage runs before half may be requested (weeks 1-2)."""
 

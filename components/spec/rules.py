@@ -10,6 +10,7 @@ from components.spec import defaults
 from components.spec.acceptance import DrillKind
 from components.spec.problems import Problem
 from components.spec.site import Pool, Site
+from components.spec.wellknown import PLATFORM_ACCOUNT
 
 Check = Callable[[Site], list[Problem]]
 
@@ -120,6 +121,16 @@ def check_stage_sizes(site: Site) -> list[Problem]:
     return problems
 
 
+def check_first_stage_empty(site: Site) -> list[Problem]:
+    """The first stage onboards no team: the first `pulumi up` deploys it with no request, no approval and no
+    acceptance campaign (there is no deployment to run one on yet), so a team there would skip every gate."""
+    first = site.stages[0].name
+    return [Problem(f"teams[{i}].stage", f'team "{team.name}" is onboarded by {first}, the first stage, which the '
+                                         "first `pulumi up` deploys before any acceptance campaign or approval: "
+                                         "the first stage onboards no team; name a later one", "first-stage-empty")
+            for i, team in enumerate(site.teams) if team.stage == first]
+
+
 def check_team_onboarding(site: Site) -> list[Problem]:
     """A team joins once, in one stage: the same name twice is a problem at its second entry."""
     first: dict[str, int] = {}
@@ -211,13 +222,16 @@ def check_inference_names(site: Site) -> list[Problem]:
 
 
 def check_inference_teams(site: Site) -> list[Problem]:
-    """Every team a model, an external API or a budget names exists."""
+    """Every team a model, an external API or a budget names exists; a budget may also be the platform account's
+    (what the acceptance campaign's inference load may spend)."""
     teams = [t.name for t in site.teams]
     inference = site.inference
-    named = [*((f"inference.models[{i}].teams", m.teams or []) for i, m in enumerate(inference.models)),
-             *((f"inference.external[{i}].teams", a.teams or []) for i, a in enumerate(inference.external)),
-             ("inference.gateway.team_budgets", list(inference.gateway.team_budgets))]
-    return [dangling(path, "team", team, teams) for path, names in named for team in names if team not in teams]
+    budgets = [*teams, PLATFORM_ACCOUNT]
+    named = [*((f"inference.models[{i}].teams", m.teams or [], teams) for i, m in enumerate(inference.models)),
+             *((f"inference.external[{i}].teams", a.teams or [], teams) for i, a in enumerate(inference.external)),
+             ("inference.gateway.team_budgets", list(inference.gateway.team_budgets), budgets)]
+    return [dangling(path, "team", team, known) for path, names, known in named for team in names
+            if team not in known]
 
 
 def check_served_models_fit(site: Site) -> list[Problem]:
@@ -318,6 +332,7 @@ SPEC_RULES: tuple[Rule, ...] = (
     rule(check_gpu_models, "node_groups", "gpu_catalog"),
     rule(check_stage_references, "teams", "stages", "stage"),
     rule(check_stage_sizes, "stages", "teams"),
+    rule(check_first_stage_empty, "stages", "teams"),
     rule(check_team_onboarding, "teams"),
     rule(check_retention, "monitoring"),
     rule(check_driver_version, "gpu_operator", "node_check"),

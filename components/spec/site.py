@@ -323,6 +323,9 @@ class Stage(Spec):
 
 
 DEFAULT_STAGES = (
+    # The first stage onboards no team: it deploys the platform the acceptance campaign runs on
+    # (components.spec.rules.check_first_stage_empty).
+    Stage(name="platform", min_soak_days=defaults.PLATFORM_SOAK_DAYS),
     Stage(name="canary", min_soak_days=defaults.CANARY_SOAK_DAYS, max_teams=defaults.CANARY_MAX_TEAMS),
     Stage(name="half", min_soak_days=defaults.HALF_SOAK_DAYS, max_teams=defaults.HALF_MAX_TEAMS),
     Stage(name="full", min_soak_days=0),
@@ -592,7 +595,8 @@ class Site(Spec):
     scheduling: Scheduling = Scheduling()
     teams: Annotated[list[Team], Field(min_length=1)]
     stages: Annotated[list[Stage], Field(min_length=1)] = list(DEFAULT_STAGES)
-    """Rollout stages in order; each team names the one that onboards it."""
+    """Rollout stages in order; each team names the one that onboards it, never the first (the first `pulumi up`
+    deploys the platform alone, and the acceptance campaign on it must pass before a team is requested)."""
     rollout: Rollout = Rollout()
     slack: Slack
     slurm: SlurmSettings

@@ -27,6 +27,10 @@ controller never touches a node carrying it."""
 TEAM_LABEL = f"{LABEL_PREFIX}/team"
 """Marks a team's namespace and queue; the policy pack's serving-after-monitoring and team rules key on it."""
 
+PLATFORM_ACCOUNT = "platform"
+"""The operators' own account, on Slurm and on the LLM gateway, which exists at every stage (the first onboards no
+team): the acceptance campaign's training jobs and inference requests run under it (runbooks/acceptance)."""
+
 INFERENCE_NAMESPACE = "inference"
 """The model servers and the gateway (components/inference); the one namespace whose GPU pods may use lent flex nodes
 (components/scheduling/pools.py)."""

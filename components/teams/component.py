@@ -27,7 +27,7 @@ class Team(pulumi.ComponentResource):
         facts = team_facts(plan)
         super().__init__(TEAM_TYPE, name, facts, opts)
         self.plan_name = plan.name
-        ns = kubernetes.core.v1.Namespace(f"{name}-namespace", **fields(namespace_manifest(plan)),
+        ns = kubernetes.core.v1.Namespace(f"{name}-namespace", **fields(namespace_manifest(plan.name)),
                                           opts=pulumi.ResourceOptions(parent=self))
         in_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         kubernetes.core.v1.ResourceQuota(f"{name}-gpu-quota", **fields(resource_quota_manifest(plan)),

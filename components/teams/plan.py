@@ -106,8 +106,8 @@ def team_plans(site: Site) -> list[TeamPlan]:
     return plans
 
 
-def namespace_manifest(plan: TeamPlan) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": plan.name, "labels": {TEAM_LABEL: plan.name}}}
+def namespace_manifest(team: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team, "labels": {TEAM_LABEL: team}}}
 
 
 def resource_quota_manifest(plan: TeamPlan) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from rich.markup import escape
 from components.scheduling.preemption import team_qos
 from components.spec.acceptance import DrillKind, PeakSource
 from components.spec.site import Site
+from components.spec.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import CampaignRefusedError, Load, Probe, Runbook, Target, terminated_as_exit
 from runbooks.acceptance.faults import FaultError, Switches
@@ -131,7 +132,8 @@ def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[s
     inference = inference_load(str(loads_at.get("gateway_url")), key, str(loads_at.get("model")), peak.inference_rps,
                                spec.max_inference_rps)
     storage = storage_load(tier, chunk, peak.storage_write_mib_s, spec.max_storage_write_mib_s, checkpoints)
-    training = training_load(("sbatch",), {}, [t.name for t in site.teams], team_qos(site), GANG_NODES,
+    # The platform account: it exists before any team is onboarded, and has the teams' QoS (docs/acceptance.md).
+    training = training_load(("sbatch",), {}, [PLATFORM_ACCOUNT], team_qos(site), GANG_NODES,
                              peak.training_jobs_per_h, spec.max_training_jobs, max(spec.scaled(3600), 10))
     probes: dict[DrillKind, Probe] = {
         DrillKind.STORAGE_JITTER: StorageJitterProbe(storage, (_delay_ms(site) or 1) / 1000, tier, checkpoints),

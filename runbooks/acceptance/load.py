@@ -1,6 +1,6 @@
 """Load generators, each bounded in rate (the spec's max_*), in time (the step's end) and in concurrency (WORKERS), and
 stopped at once by an event: inference through the gateway, checkpoint writes to the hot tier and reads back, and a
-Slurm job mix with the teams' accounts and every training QoS (gang jobs included).
+Slurm job mix under the given accounts (the platform's in production) and every training QoS (gang jobs included).
 
 Each records samples the report plots: `<name>_latency_s` per request, `<name>_error` (1 or 0) per request; the
 training load also `training_job`, the id of each job Slurm accepted, whose end the verdict asks Slurm for.
@@ -175,7 +175,7 @@ def intact(tier: Tier, checkpoints: Checkpoints) -> tuple[int, list[str]]:
 
 def training_load(sbatch: Sequence[str], env: Mapping[str, str], accounts: Sequence[str], qos: Sequence[str],
                   nodes_per_gang: int, peak_per_h: float, bound_jobs: int, job_seconds: float) -> RateLoad:
-    """sbatch submissions cycling through the teams' accounts and every training QoS; every third job a gang across
+    """sbatch submissions cycling through `accounts` and every training QoS; every third job a gang across
     `nodes_per_gang` nodes. Each job runs `job_seconds` and may be requeued (--requeue). Bounded in jobs: past
     bound_jobs submissions the load submits nothing more."""
 

@@ -14,7 +14,8 @@ stack file, read into faults, probes and loads.
 Nodes are the spec's (their SSH and BMC addresses, ssh_user, bmc_user). A fault on a node's own network (partition,
 storage jitter) arms a systemd timer on the node first (`systemd-run --on-active`), which reverts it even when the node
 can no longer be reached to undo it; the BMC power-off is reverted from here, through the BMC, which stays reachable.
-The inference load's key is GPUCTL_ACCEPTANCE_KEY's (the platform team's gateway key), never in the file.
+The inference load's key is GPUCTL_ACCEPTANCE_KEY's (the platform account's gateway key, in the Secret
+llm-gateway-platform of the inference namespace), never in the file.
 """
 
 import re

@@ -8,11 +8,13 @@ which must be denied, and on every pod the stack itself creates, which must be a
 """
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import cel
 
 from components.spec.wellknown import POOL_TAINT, TEAM_LABEL
+from components.teams.plan import namespace_manifest
 from runbooks.plan.producers import Deployed, selects
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -112,12 +114,18 @@ def denials(deployed: Deployed, pod: dict[str, Any]) -> list[str]:
     return refused
 
 
+NEXT_TEAM = "next-team"
+"""The team namespace judged where none is rendered (the first stage onboards no team): onboarding a team adds its
+namespace and nothing that admits pods, so what would refuse its pods must be deployed already."""
+
+
 def pools_exclusive(deployed: Deployed) -> list[str]:
     problems = []
     teams = sorted(str(n["metadata"]["name"]) for n in deployed.of_kind("Namespace")
                    if TEAM_LABEL in ((n.get("metadata") or {}).get("labels") or {}))
     if not teams:
-        return ["no team namespace is rendered: who may reach the pools' GPUs cannot be judged"]
+        teams = [NEXT_TEAM]
+        deployed = replace(deployed, objects=[*deployed.objects, namespace_manifest(NEXT_TEAM)])
     for team in teams:
         refused = denials(deployed, _probe(team, {}))
         if refused:

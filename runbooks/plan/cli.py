@@ -125,7 +125,9 @@ def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
     out.print(
         f"[bold]stack {summary.stack}[/]: {summary.gpus} GPUs on {summary.nodes} nodes in "
         f"{len(summary.racks)} racks; stage {summary.stage} onboards "
-        f"{len(summary.teams_onboarded)} of {summary.teams_total} teams ({', '.join(summary.teams_onboarded)})"
+        f"{len(summary.teams_onboarded)} of {summary.teams_total} teams"
+        + (f" ({', '.join(summary.teams_onboarded)})" if summary.teams_onboarded else
+           ": the platform alone, for the acceptance campaign (docs/rollout.md)")
     )
     groups = Table("node group", "pool", "GPU model", "nodes", "GPUs", title="GPUs by node group")
     for g in summary.groups:
@@ -161,7 +163,8 @@ def _print_summary(summary: planning.Summary, out_dir: Path | None) -> None:
     for t in summary.teams:
         teams.add_row(t.team, t.stage, *(_cap(t.gpu_quota.get(f, 0), t.gpu_guaranteed.get(f, 0)) for f in flavors),
                       str(t.gpu_total), t.storage_class, t.slurm_default_qos, str(t.fairshare))
-    out.print(teams)
+    if summary.teams:
+        out.print(teams)
     for shared in sorted({(t.local_queue, ", ".join(t.slurm_qos)) for t in summary.teams}):
         out.print(f"each team: Slurm QoS {shared[1]}; Kueue LocalQueue {shared[0]} -> ClusterQueue team-<team>, "
                   "which holds the team to these quotas", highlight=False)

@@ -16,7 +16,10 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
     site = parse(prod)
     assert sum(g.gpus_per_node * len(g.nodes) for g in site.node_groups) == 128
     assert sum(len(g.nodes) for g in site.node_groups) == 16
-    assert [t.name for t in site.teams_onboarded()] == ["nlp-foundation", "speech"]
+    # The first stage, deployed by the first `pulumi up`, onboards no team; the canary its two.
+    assert site.stage == site.stages[0].name == "platform" and site.teams_onboarded() == []
+    canary = parse(with_changes(prod, stage="canary"))
+    assert [t.name for t in canary.teams_onboarded()] == ["nlp-foundation", "speech"]
 
 
 @pytest.mark.parametrize(
@@ -57,11 +60,11 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
         ),
         pytest.param(
             {"teams__0__stage": "beta"},
-            ['teams[0].stage: no stage named "beta" (known: canary, half, full)'],
+            ['teams[0].stage: no stage named "beta" (known: platform, canary, half, full)'],
             id="rejects a team in an unknown stage",
         ),
         pytest.param(
-            {"stage": "beta"}, ['stage: no stage named "beta" (known: canary, half, full)'],
+            {"stage": "beta"}, ['stage: no stage named "beta" (known: platform, canary, half, full)'],
             id="rejects an unknown current stage",
         ),
         pytest.param(
@@ -150,9 +153,30 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
         ),
         pytest.param(
             {"teams__2__stage": "canary"},
-            ["stages[0].max_teams: 3 teams are onboarded by canary (nlp-foundation, speech, vision), "
+            ["stages[1].max_teams: 3 teams are onboarded by canary (nlp-foundation, speech, vision), "
              "more than its limit of 2"],
             id="rejects a canary of more than two teams",
+        ),
+        pytest.param(
+            {"teams__1__stage": "platform"},
+            ['teams[1].stage: team "speech" is onboarded by platform, the first stage, which the first `pulumi up` '
+             "deploys before any acceptance campaign or approval: the first stage onboards no team; name a later "
+             "one"],
+            id="rejects a team onboarded by the first stage",
+        ),
+        pytest.param(
+            {"stages": [{"name": "pilot", "min_soak_days": 7}, {"name": "all", "min_soak_days": 0}],
+             "stage": "pilot", **{f"teams__{i}__stage": "all" for i in range(1, 12)}, "teams__0__stage": "pilot"},
+            ['teams[0].stage: team "nlp-foundation" is onboarded by pilot, the first stage, which the first `pulumi '
+             'up` deploys before any acceptance campaign or approval: the first stage onboards no team; name a later '
+             "one"],
+            id="rejects a team onboarded by the first stage whatever its name",
+        ),
+        pytest.param(
+            {"teams__3__name": "platform"},
+            ["teams[3].name: 'platform' is reserved: the cluster or the stack uses it for its own namespace or Slurm "
+             "account"],
+            id="rejects a team named as the platform account",
         ),
         pytest.param(
             {"scheduling": scheduling_with(production={"kubernetes_priority": 10})},
@@ -256,7 +280,7 @@ def test_should_report_every_problem_at_once(prod: dict[str, Any]) -> None:
     assert found == [
         "bmc_password: required; set it with `pulumi config set --secret bmc_password`",
         'racks[1].room: no room named "hall-z" (known: hall-a, hall-b)',
-        'stage: no stage named "beta" (known: canary, half, full)',
+        'stage: no stage named "beta" (known: platform, canary, half, full)',
         "racks[3].cooling.capacity_kw: 15 kW cannot remove 20.4 kW of heat from 4 x RTX-4090 nodes",
     ]
 
@@ -268,3 +292,12 @@ def test_should_let_the_site_override_the_gpu_catalog(prod: dict[str, Any]) -> N
     site = parse(changed)
     assert site.gpu_catalog[A800].tdp_w == 300
     assert "RTX-4090" in site.gpu_catalog
+
+
+def test_should_accept_a_gateway_budget_for_the_platform_account_but_no_other_non_team(prod: dict[str, Any]) -> None:
+    # What the acceptance campaign's inference load may spend: the platform account is no team, but has a budget.
+    assert parse(with_changes(prod, inference__gateway__team_budgets={"platform": 20000})).inference.gateway.budget_of(
+        "platform") == 20000
+    assert problems(with_changes(prod, inference__gateway__team_budgets={"ops": 1})) == [
+        'inference.gateway.team_budgets: no team named "ops" (known: nlp-foundation, speech, vision, multimodal, rl, '
+        "code-llm, safety, recsys, bio-ai, robotics, agents, eval, platform)"]

@@ -36,6 +36,7 @@ from typer.testing import CliRunner
 from components.slurm.conf import epilog_path, mover_path, prolog_path, slurm_groups, slurm_nodes
 from components.slurm.install import installed_files
 from components.spec.site import Pool, Site
+from components.spec.wellknown import PLATFORM_ACCOUNT
 from hosts import CHECKPOINT_MOVER
 from runbooks.cli import app
 from runbooks.flex.lending import flex_nodes
@@ -362,9 +363,9 @@ def bring_up(cluster: Cluster) -> dict[str, float]:
     phases["slurmdbd"] = time.monotonic()
     # The script the controller runs in production, as the plan wrote it, against the real sacctmgr and slurmdbd.
     cluster.run("bash", "-c", (cluster.plan_dir / "slurm" / "accounting.sh").read_text())
-    # Test users: root submits for the onboarded teams (real users come with team onboarding).
-    teams = ",".join(t.name for t in cluster.site.teams_onboarded())
-    cluster.run("sacctmgr", "--immediate", "add", "user", "root", f"account={teams}")
+    # Test users: root submits for the platform and the onboarded teams (real users come with team onboarding).
+    accounts = ",".join([PLATFORM_ACCOUNT, *(t.name for t in cluster.site.teams_onboarded())])
+    cluster.run("sacctmgr", "--immediate", "add", "user", "root", f"account={accounts}")
 
     phases["accounting"] = time.monotonic()
     cluster.start("slurmctld", "slurmctld", "-D", "-i")
@@ -391,7 +392,8 @@ LOOPBACK_LOCK = Path("/tmp/gpucluster-loopback-slurm.lock")
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = loopback_cluster(tmp_path_factory.mktemp("slurm"), prod_values())
+    # At the canary stage, whose teams' accounts the tests submit under (prod's first stage onboards none).
+    cluster = loopback_cluster(tmp_path_factory.mktemp("slurm"), with_changes(prod_values(), stage="canary"))
     nodes = slurm_nodes(cluster.site)
     # Every loopback cluster names its nodes alike, and slurmd names its cgroups after the node: two test runs on
     # one machine take turns.

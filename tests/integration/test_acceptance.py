@@ -31,6 +31,7 @@ import pytest
 
 from components.scheduling.preemption import team_qos
 from components.spec.site import Site
+from components.spec.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import Load, Runbook, Target
 from runbooks.acceptance.faults import Fault, Switches, link_down, storage_delay, version_swap
@@ -61,7 +62,8 @@ REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "tests" / "harness" / "node_agent.py"
 POWER = REPO / "tests" / "harness" / "loopback_power.py"
 SCALE = 0.01
-KEY, TEAM, MODEL = "sk-acceptance-test", "speech", "qwen2-5-72b"
+# The platform account's key and account, as in production: the campaign runs before any team is onboarded.
+KEY, ACCOUNT, MODEL = "sk-acceptance-test", PLATFORM_ACCOUNT, "qwen2-5-72b"
 CHUNK = 1 << 20
 """Bytes per checkpoint chunk: checkpoint_gib 1 at the scale, in 1 MiB writes."""
 AGENT_PORT = 9400
@@ -179,7 +181,7 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
     rollout_state = state / "rollout"
     key = audit_key(rollout_state)
     training = training_load(("sbatch", "--chdir=/tmp", "--output=/dev/null"), slurm,
-                             [t.name for t in site.teams_onboarded()], team_qos(site), 2, spec.peak.training_jobs_per_h,
+                             [ACCOUNT], team_qos(site), 2, spec.peak.training_jobs_per_h,
                              spec.max_training_jobs, TRAINING_JOB_S)
     loads: list[Load] = [inference, storage, training, QueueWaitSampler(("squeue",), slurm),
                          PrometheusSampler("gpu_util_pct", world.prometheus, "avg(DCGM_FI_DEV_GPU_UTIL)")]
@@ -193,7 +195,7 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
 def main(world_file: str, state: str) -> None:
     """The child process: run the campaign (it is killed mid-partition)."""
     runbook, _, _ = build(World(**json.loads(Path(world_file).read_text())), Path(state))
-    runbook.run("sha256:deployed", "canary")
+    runbook.run("sha256:deployed", "platform")
 
 
 def agent(*hosts: str, listen: str, directory: Path, gpus: int, pid_file: Path | None = None) -> list[str]:
@@ -213,7 +215,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     background: list[subprocess.Popen[bytes]] = []
     pid_file_b = root / "agent-b.pid"
     with netns.namespace() as ns_a, netns.namespace() as ns_b, \
-            running_gateway(planned, root, {KEY: TEAM}) as gateway:
+            running_gateway(planned, root, {KEY: ACCOUNT}) as gateway:
         service = EngineService(gateway.engine_address, [old.url])
         try:
             for directory in (root / "hot-a", root / "hot-b"):
@@ -266,7 +268,7 @@ def acceptance_slurm(slurm: Cluster, world: World) -> Iterator[Cluster]:
     after, and the prod settings are back."""
     slurm.reconfigure(acceptance=ACCEPTANCE, slurm__slurmd_timeout_s=SLURMD_TIMEOUT_S)
     try:
-        slurm.sbatch("-A", TEAM, "--qos=train_normal", "-w", world.node_b, "-p", "a800-train", "--requeue",
+        slurm.sbatch("-A", ACCOUNT, "--qos=train_normal", "-w", world.node_b, "-p", "a800-train", "--requeue",
                      "--wrap", "sleep 600")
         yield slurm
     finally:
@@ -317,7 +319,7 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
     runbook, store, _ = build(world, state)
     started = time.monotonic()
     try:
-        campaign = runbook.run("sha256:deployed", "canary")
+        campaign = runbook.run("sha256:deployed", "platform")
     finally:
         # Whatever happened, no switch of this campaign may fire after the test cluster is gone (issue 36 saw one
         # start a stray slurmd against a deleted configuration); a passed campaign leaves none armed (asserted below).

@@ -11,7 +11,7 @@ from tests.policy.builders import changed, judge_stack, resource
 
 TIERS: dict[str, Any] = {
     "nvme": {"storage_class": "local-nvme"},
-    "nfs_hot": {"storage_classes": ["nfs-hot"]},
+    "nfs_hot": {"servers": ["nfs-hot-01"], "storage_classes": ["nfs-hot-nlp-foundation"]},
     "ceph_cold": {"enabled": True},
 }
 T = "Tiers prod-storage"
@@ -23,9 +23,14 @@ T = "Tiers prod-storage"
     pytest.param(TIERS, [], id="should admit all three tiers"),
     pytest.param(changed(TIERS, ceph_cold__enabled=False), [f"{T}: ceph_cold.enabled is false; checkpoints have no "
                                                             "cold tier"], id="should deny a disabled cold tier"),
-    pytest.param(changed(TIERS, nfs_hot__storage_classes=[]),
-                 [f"{T}: nfs_hot.storage_classes must name at least one storage class, got []"],
-                 id="should deny a hot tier without storage classes"),
+    pytest.param(changed(TIERS, nfs_hot__servers=[]),
+                 [f"{T}: nfs_hot.servers must name at least one NFS server, got []"],
+                 id="should deny a hot tier without servers"),
+    pytest.param(changed(TIERS, nfs_hot__storage_classes=[]), [],
+                 id="should admit a hot tier before any team has its storage class"),
+    pytest.param(changed(TIERS, nfs_hot__storage_classes=[""]),
+                 [f"{T}: nfs_hot.storage_classes must be storage class names, got ['']"],
+                 id="should deny an empty storage class name"),
     pytest.param(changed(TIERS, nvme={}), [f"{T}: nvme.storage_class is missing"],
                  id="should deny a missing NVMe tier"),
     pytest.param(changed(TIERS, nvme__storage_class=UNKNOWN_STRING_VALUE),

@@ -133,7 +133,7 @@ def test_should_cap_a_team_per_flavor_and_admit_only_its_namespace(guaranteed: d
 
 
 def test_should_never_let_a_borrowing_team_evict_inference(prod: dict[str, Any]) -> None:
-    site = parse(prod)
+    site = parse(with_changes(prod, stage="canary"))
     values = {c.name: c.kubernetes_priority for c in site.scheduling.classes}
     assert borrow_threshold(site) == values["production"] < values["inference"]
     (plan, *_) = team_plans(site)
@@ -147,7 +147,7 @@ def test_should_not_preempt_other_teams_when_no_kubernetes_class_is_preemptible(
     training = {"production", "staging", "dev"}
     rows = [c.model_dump(mode="json") for c in parse(prod).scheduling.classes if c.name not in training]
     kept = [{**row, "preempts": [p for p in row["preempts"] if p not in training]} for row in rows]
-    site = parse(with_changes(prod, scheduling={"classes": kept}))
+    site = parse(with_changes(prod, stage="canary", scheduling={"classes": kept}))
     assert borrow_threshold(site) is None
     (plan, *_) = team_plans(site)
     assert plan.cluster_queue["spec"]["preemption"]["borrowWithinCohort"] == {"policy": "Never"}

@@ -159,6 +159,7 @@ def test_should_let_higher_training_qos_preempt_lower_ones(prod: dict[str, Any])
 @pytest.mark.parametrize(
     ("stage", "teams"),
     [
+        pytest.param("platform", [], id="platform, the first stage, makes no team account"),
         pytest.param("canary", ["nlp-foundation", "speech"], id="canary makes accounts for its 2 teams only"),
         pytest.param("half", ["nlp-foundation", "speech", "vision", "multimodal", "rl", "code-llm"],
                      id="half adds the 4 half-stage teams"),
@@ -167,7 +168,8 @@ def test_should_let_higher_training_qos_preempt_lower_ones(prod: dict[str, Any])
     ],
 )
 def test_should_make_accounts_only_for_onboarded_teams(prod: dict[str, Any], stage: str, teams: list[str]) -> None:
-    assert accounts(parse(with_changes(prod, stage=stage))) == teams
+    # The platform account at every stage: the operators' acceptance jobs need one before any team exists.
+    assert accounts(parse(with_changes(prod, stage=stage))) == ["platform", *teams]
 
 
 def test_should_grant_teams_the_training_qos_only(prod: dict[str, Any]) -> None:
@@ -253,6 +255,7 @@ def test_should_unmap_only_the_ending_jobs_gpus_in_the_epilog(tmp_path: Path, pr
 
 
 def test_should_return_at_once_while_the_teams_mover_runs_detached(tmp_path: Path, prod: dict[str, Any]) -> None:
+    prod = with_changes(prod, stage="canary")  # speech onboarded
     gate, done = tmp_path / "gate", tmp_path / "mover-args"
     # The stand-in mover blocks until the test opens the gate, as a long copy would.
     epilog, site = epilog_in(tmp_path, prod, (
@@ -273,6 +276,7 @@ def test_should_return_at_once_while_the_teams_mover_runs_detached(tmp_path: Pat
 
 def test_should_keep_the_mover_alive_when_slurmd_kills_the_epilogs_process_group(
         tmp_path: Path, prod: dict[str, Any]) -> None:
+    prod = with_changes(prod, stage="canary")  # speech onboarded
     done = tmp_path / "mover-ran"
     # Slow to start, as python3 is on a loaded node: the kill below lands before the mover would have got going.
     epilog, site = epilog_in(tmp_path, prod, f"import time\ntime.sleep(0.5)\nopen({str(done)!r}, 'w').close()\n")

@@ -22,7 +22,7 @@ FIVE_PROBLEMS = {
 FIVE_REPORTED = [
     'racks[0].power_budget_kw: Input should be a valid number, unable to parse string as a number (got "lots")',
     'slack.approvals_required: Input should be a valid integer, unable to parse string as an integer (got "two")',
-    'teams[6].stage: no stage named "beta" (known: canary, half, full)',
+    'teams[6].stage: no stage named "beta" (known: platform, canary, half, full)',
     "monitoring.cold_retention_days: the cold tier (10 days) must outlast the hot tier (30 days)",
     "gpu_operator.driver_version: 470.1 is older than node_check.min_driver_version 535.104.05, the oldest driver "
     "the site accepts",

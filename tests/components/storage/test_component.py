@@ -71,7 +71,11 @@ def test_should_archive_to_cephfs_not_an_object_store(prod: dict[str, Any]) -> N
 def test_should_report_all_three_tiers(prod: dict[str, Any]) -> None:
     facts = tier_facts(parse(prod))
     assert facts["nvme"]["storage_class"] == NVME_CLASS
-    assert facts["nfs_hot"]["storage_classes"] == ["nfs-hot-nlp-foundation", "nfs-hot-speech"]
+    # The hot tier's servers at every stage; a storage class per onboarded team (none at the first stage).
+    assert facts["nfs_hot"]["servers"] == ["nfs-hot-01.dc1.internal", "nfs-hot-02.dc1.internal"]
+    assert facts["nfs_hot"]["storage_classes"] == []
+    assert tier_facts(parse(with_changes(prod, stage="canary")))["nfs_hot"]["storage_classes"] == [
+        "nfs-hot-nlp-foundation", "nfs-hot-speech"]
     assert facts["ceph_cold"]["enabled"] is True
 
 

@@ -16,6 +16,12 @@ from components.teams.plan import (
 from tests.builders import parse, with_changes
 
 
+@pytest.fixture
+def prod(prod: dict[str, Any]) -> dict[str, Any]:
+    """The prod site at the canary stage, whose two teams these tests plan (its first stage, platform, has none)."""
+    return with_changes(prod, stage="canary")
+
+
 def test_should_spread_team_shares_over_the_nfs_servers(prod: dict[str, Any]) -> None:
     shares = team_shares(parse(with_changes(prod, stage="full")))
     servers = {s.server for s in shares}

@@ -13,14 +13,15 @@ from pulumi.output import UNKNOWN
 
 from runbooks.offline.engine import Resource, ResourceGraph, run_program
 from runbooks.offline.policy_pack import check_policies
-from tests.builders import REPO
+from tests.builders import REPO, prod_config_at
 
 Mutation = Callable[[ResourceGraph], None]
 
 
 @pytest.fixture(scope="module")
 def prod() -> ResourceGraph:
-    return run_program(REPO, "prod")
+    # At the canary stage: the team mutations need a team (prod's first stage onboards none).
+    return run_program(REPO, "prod", prod_config_at("canary"))
 
 
 def one(graph: ResourceGraph, type_: str, name: str | None = None) -> Resource:

@@ -13,7 +13,7 @@ from pulumi.output import UNKNOWN
 from runbooks.offline import policy_pack
 from runbooks.offline.engine import Resource, ResourceGraph, run_program
 from runbooks.offline.policy_pack import Finding, PolicyConfigError, PolicyPackError, PolicyResult, check_policies
-from tests.builders import REPO
+from tests.builders import REPO, prod_config_at
 
 RACK_A01 = "urn:pulumi:prod::gpu-cluster::gpucluster:cluster:GpuCluster$gpucluster:facility:Facility" \
            "$gpucluster:facility:Rack::a01"
@@ -47,8 +47,17 @@ def edited_rack(graph: ResourceGraph, **outputs: object) -> ResourceGraph:
 
 def test_should_pass_every_policy_on_prod(prod_results: dict[str, PolicyResult]) -> None:
     assert {name: r.violations for name, r in prod_results.items() if not r.passed} == {}
-    # Judged, not skipped: only the remediation, which has no validation to run, is not applicable.
-    assert [name for name, r in prod_results.items() if r.not_applicable] == ["secrets-stay-secret"]
+    # Judged, not skipped: only the remediation, which has no validation to run, is not applicable, and the team cap
+    # at the first stage, which has no team to cap.
+    assert {name: r.not_applicable for name, r in prod_results.items() if r.not_applicable} == {
+        "secrets-stay-secret": ["Policy does not implement validate"],
+        "team-gpus-capped": ["no team namespace in the stack"]}
+
+
+def test_should_judge_and_pass_every_policy_once_teams_are_onboarded() -> None:
+    results = by_name(check_policies(run_program(REPO, "prod", prod_config_at("canary"))))
+    assert {name: r.violations for name, r in results.items() if not r.passed} == {}
+    assert [name for name, r in results.items() if r.not_applicable] == ["secrets-stay-secret"]
 
 
 def test_should_judge_and_pass_the_prod_monitoring_stack(prod_results: dict[str, PolicyResult]) -> None:

@@ -26,7 +26,8 @@ def test_should_plan_the_prod_site_with_the_installed_console_script(tmp_path: P
     result = subprocess.run([GPUCTL, "plan", "--stack", "prod", "--out", out], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "stack prod: 128 GPUs on 16 nodes in 4 racks; stage canary onboards 2 of 12 teams" in result.stdout
+    assert "stack prod: 128 GPUs on 16 nodes in 4 racks; stage platform onboards 0 of 12 teams: the platform alone" \
+        in result.stdout
     graph = run_program(REPO, "prod")
     expected = len(graph.resources) - 1 + len(artifacts(parse(prod_values())))  # all but the Stack, and configs
     assert f"wrote {expected} files" in result.stdout

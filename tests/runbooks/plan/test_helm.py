@@ -370,7 +370,8 @@ RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule g
                  "driver, device plugin and DCGM exporter never run on those nodes",
                  id="should hold a ClusterPolicy whose operands do not tolerate the pool taint"),
     pytest.param(drop_pools_policy, "pools-exclusive",
-                 "nothing refuses a GPU pod in team namespace nlp-foundation tolerating the slurm pool's taint: it "
+                 # prod's first stage has no team: the namespace a team would get is judged before it exists
+                 "nothing refuses a GPU pod in team namespace next-team tolerating the slurm pool's taint: it "
                  "would get GPUs Slurm also hands out", id="should hold GPU pods free to tolerate the slurm pool"),
     pytest.param(refuse_inference_on_flex, "pools-exclusive",
                  "Deployment inference/vllm-qwen2-5-72b-deployment-vllm: its pods are refused (pools-exclusive: only "

@@ -2,9 +2,13 @@
 to its deployment digest in the keyed audit log as approvals are bound to a plan's digest, whose record shows every
 criterion of its verdict passed over the full durations (the verdict is read, not the time scale)."""
 
+import pytest
+import yaml
+
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.machine import ACCEPTANCE_RECORD
-from tests.runbooks.rollout.conftest import Harness, run
+from tests.builders import REPO
+from tests.runbooks.rollout.conftest import APPROVERS, Harness, run
 
 
 def redeploy(harness: Harness) -> None:
@@ -71,9 +75,38 @@ def test_should_request_once_a_full_campaign_passed_for_the_deployment(gpuctl: H
     assert code == 0 and "half-1: awaiting approval" in text, text
 
 
-def test_should_hold_a_canary_request_with_exit_3_before_any_other_check(gpuctl: Harness) -> None:
-    # The acceptance check comes first: whatever stage is asked, canary included, nothing else is judged without it.
-    redeploy(gpuctl)
-    code, text = run(gpuctl, "request", "canary")
-    assert code == 3 and "no team is onboarded before acceptance" in " ".join(text.split()), text
-    assert gpuctl.pulumi.previews() == []
+@pytest.fixture
+def first_up(gpuctl: Harness) -> Harness:
+    """The stack as the first plain `pulumi up` of the shipped Pulumi.prod.yaml leaves it: its stage (platform, no
+    team) deployed, a deployment no campaign has judged yet."""
+    shipped = yaml.safe_load((REPO / "Pulumi.prod.yaml").read_text())["config"]["gpu-cluster:stage"]
+    gpuctl.pulumi.config["gpu-cluster:stage"] = shipped
+    gpuctl.pulumi._record_update("pulumi up", "succeeded", gpuctl.clock(), {"create": 400})
+    return gpuctl
+
+
+def test_should_hold_the_canary_request_after_the_first_up_with_exit_3(first_up: Harness) -> None:
+    code, text = run(first_up, "status")
+    assert code == 0 and "stage platform deployed" in text, text
+    assert "next stage: canary (onboards nlp-foundation, speech; 2 of 12 teams)" in text
+    code, text = run(first_up, "request", "canary")
+    assert code == 3 and "no team is onboarded before acceptance: no passed acceptance campaign for the deployed " \
+                         "stack" in " ".join(text.split()), text
+    assert first_up.pulumi.previews() == [], "nothing is previewed for a held request"
+    assert first_up.pulumi.config["gpu-cluster:stage"] == "platform"
+
+
+def test_should_onboard_the_canary_only_after_a_passed_campaign_and_its_approvals(first_up: Harness) -> None:
+    first_up.accept()
+    code, text = run(first_up, "request", "canary")
+    assert code == 0 and "canary-1: awaiting approval" in text, text
+    # Without its approvals (2 distinct) the canary is not applied: refused, nothing deployed.
+    first_up.build()
+    for approvals in range(2):
+        code, text = run(first_up, "apply")
+        assert code == 2 and "nothing to apply: canary-1 is awaiting_approval" in text, (approvals, text)
+        assert first_up.pulumi.ups() == []
+        first_up.click(APPROVERS[approvals])
+    code, text = run(first_up, "apply")
+    assert code == 0, text
+    assert first_up.pulumi.outputs["stage"] == "canary"
