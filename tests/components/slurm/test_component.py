@@ -1,6 +1,7 @@
 """The Slurm deployment's shell: files land byte for byte with their modes, accounting is idempotent."""
 
 import os
+import shlex
 import stat
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ from components.slurm.conf import accounting_script, mover_path
 from components.slurm.install import (
     MUNGE_KEY,
     answers,
+    controller_command,
     controller_files,
     install_script,
     installed_files,
@@ -186,3 +188,17 @@ def test_should_accept_slurm_22_05_and_newer(prod: dict[str, Any], version: str)
 def test_should_refuse_slurm_below_22_05(prod: dict[str, Any], version: str) -> None:
     assert problems(with_changes(prod, slurm__package_version=version)) == [
         f"slurm.package_version: {version} is older than Slurm 22.05, the oldest release the site runs"]
+
+
+def test_should_install_scripts_programs_and_the_database_user_where_the_spec_says(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, slurm__scripts_dir="/opt/slurm/etc", slurm__programs_dir="/opt/gpucluster",
+                              slurm__slurm_user="slurmadm"))
+    assert {"/opt/slurm/etc/prolog.sh", "/opt/slurm/etc/epilog.sh"} <= set(node_files(site))
+    assert "/opt/gpucluster/slurm_exporter.py" in controller_files(site)
+    assert "install -D -m 0644 \"$HOME/gpucluster-checkpoint_tiering.py\" /opt/gpucluster/checkpoint_tiering.py" in \
+        node_command(site, "gpu-a800-01", Verdict(True, ""))
+    command = controller_command(site)
+    # slurmdbd logs in as the user it runs as (unix_socket), who owns its file and slurmctld's state.
+    assert any("CREATE USER IF NOT EXISTS 'slurmadm'@'localhost' IDENTIFIED VIA unix_socket" in word
+               for word in shlex.split(command))
+    assert "chown slurmadm:slurmadm /etc/slurm/slurmdbd.conf && install -d -o slurmadm -g slurmadm" in command
