@@ -23,10 +23,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from components.spec.wellknown import HOLD_LABEL
 from hosts import drill_revert
 
 COMMAND_TIMEOUT_S = 30.0
@@ -154,6 +155,16 @@ def bmc_power(drill: str, node: str, bmc_host: str, bmc_user: str, password_file
     """Power off through the BMC; `-f` reads the password from a root-only file (ipmitool(1)), never an argument."""
     base = ("ipmitool", "-I", "lanplus", "-H", bmc_host, "-U", bmc_user, "-f", password_file, "chassis", "power")
     return Fault(drill, node, ((*base, "off"),), ((*base, "on"),))
+
+
+def held(fault: Fault, node: str) -> Fault:
+    """The fault with its node held against the node health controller while it is in: HOLD_LABEL (naming the drill)
+    set before the first inject command and removed after the last undo one, so every revert (the drill's, an
+    interrupt's, the dead-man's switch's, a resumed campaign's) hands the node back only once the fault is gone
+    (docs/health.md: the controller leaves a held node as it is)."""
+    hold = ("kubectl", "label", "--overwrite", "node", node, f"{HOLD_LABEL}=drill-{fault.drill}")
+    return replace(fault, inject=(hold, *fault.inject),
+                   undo=(*fault.undo, ("kubectl", "label", "node", node, f"{HOLD_LABEL}-")))
 
 
 def version_swap(drill: str, where: str, to_new: Sequence[str], to_old: Sequence[str]) -> Fault:

@@ -28,7 +28,15 @@ from typing import Any
 from components.spec.acceptance import DrillKind
 from components.spec.site import Node, Site
 from hosts import drill_node
-from runbooks.acceptance.faults import Fault, bmc_power, link_down, netem_delay, storage_delay, version_swap
+from runbooks.acceptance.faults import (
+    Fault,
+    bmc_power,
+    held,
+    link_down,
+    netem_delay,
+    storage_delay,
+    version_swap,
+)
 
 INTERFACE = re.compile(r"^[A-Za-z0-9._-]{1,15}$")
 """A Linux interface name (IFNAMSIZ 16 with its NUL): nothing a remote shell would read as more than a word."""
@@ -111,8 +119,9 @@ def placed(site: Site, targets: dict[str, Any], state_dir: Path) -> dict[DrillKi
             delay = netem_delay(drill.delay_ms or 1)
             fault = on_node(storage_delay(key, _interface(entry.get("interface"), key), delay), ssh, revert, unit)
         exporter = entry.get("exporter")
-        found[kind] = Placed(Fault(fault.drill, node.name, fault.inject, fault.undo, fault.env, fault.stays),
-                             exporter if isinstance(exporter, str) else None, node.name)
+        # Held against the node health controller while the fault is in (faults.held).
+        found[kind] = Placed(held(Fault(fault.drill, node.name, fault.inject, fault.undo, fault.env, fault.stays),
+                                  node.name), exporter if isinstance(exporter, str) else None, node.name)
     return found
 
 

@@ -82,16 +82,16 @@ def test_should_arm_a_timer_on_the_node_before_cutting_its_network() -> None:
     partition = placed(site, TARGETS, Path("/var/lib/gpuctl/switches"))[DrillKind.NETWORK_PARTITION].fault
     node = next(n for g in site.node_groups for n in g.nodes if n.name == "gpu-a800-06")
     ssh = ("ssh", "-o", "BatchMode=yes", f"{site.ssh_user}@{node.ssh_host}", "--")
-    assert partition.inject == (
+    assert partition.inject[1:] == (  # [0] holds the node against the health controller (test_drill_hold.py)
         (*ssh, "systemd-run", "--on-active=1800s", "--unit=gpucluster-drill-network-partition",
          "ip", "link", "set", "dev", "ens1f0", "up"),
         (*ssh, "ip", "link", "set", "dev", "ens1f0", "down"))
-    assert partition.undo[-1] == (*ssh, "systemctl", "stop", "gpucluster-drill-network-partition.timer")
+    assert partition.undo[-2] == (*ssh, "systemctl", "stop", "gpucluster-drill-network-partition.timer")
     power = placed(site, TARGETS, Path("/var/lib/gpuctl/switches"))[DrillKind.NODE_FAILURE].fault
     assert power.inject[-1][-3:] == ("chassis", "power", "off") and "-f" in power.inject[-1]
     # The node's drain is saved before the power goes and given back after it returns (a lent node stays lent).
-    assert power.inject[0][-3:] == ("save", "gpu-a800-05", "/var/lib/gpuctl/switches/gpu-a800-05.slurm-state.json")
-    assert power.undo[-1][-3:] == ("restore", "gpu-a800-05", "/var/lib/gpuctl/switches/gpu-a800-05.slurm-state.json")
+    assert power.inject[1][-3:] == ("save", "gpu-a800-05", "/var/lib/gpuctl/switches/gpu-a800-05.slurm-state.json")
+    assert power.undo[-2][-3:] == ("restore", "gpu-a800-05", "/var/lib/gpuctl/switches/gpu-a800-05.slurm-state.json")
 
 
 def test_should_show_status_and_write_the_report_of_a_campaign(tmp_path: Path,
