@@ -8,6 +8,7 @@ seconds: a recorded hour plays in SHOCK_STEP_S.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -120,6 +121,12 @@ def test_should_lend_at_the_recorded_shock_and_reclaim_in_the_trough_never_touch
     assert flex_slurm.job(protected)["JobState"] == "RUNNING" and flex_slurm.job(protected)["Restarts"] == "0"
     assert int(flex_slurm.job(preemptible)["Restarts"]) >= 1
     assert kubectl.most_lent == 1 and kubectl.labelled == set()
+    # Back in Slurm after the peak: no longer drained, the node takes jobs again (the requeued one waits out the
+    # BeginTime slurmctld gives a requeued job, so a new one shows it).
+    node = dict(re.findall(r"(\w+)=(\S*)", flex_slurm.run("scontrol", "--oneliner", "show", "node", FLEX[1]).stdout))
+    assert "DRAIN" not in node["State"], node["State"]
+    after = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[1], *GPU8)
+    assert flex_slurm.wait_state(after, "RUNNING")["NodeList"] == FLEX[1]
     lines = [json.loads(line) for line in (tmp_path / AUDIT).read_text().splitlines()]
     assert len(lines) == len(decisions) and all(line["reason"] and line["detail"] for line in lines)
     decided = next(at for at, d in decisions if d.action == Action.LEND and d.reason == Reason.PEAK)
