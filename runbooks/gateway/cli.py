@@ -1,22 +1,40 @@
-"""`gpuctl gateway ensure-team|remove-team`: what `pulumi up` runs when a team is onboarded or rolled back.
+"""`gpuctl gateway ensure-team|remove-team|rotate-key`: what `pulumi up` runs when a team is onboarded, changed or
+rolled back, and the operators' key rotation.
 
 The master key comes from the environment (LITELLM_MASTER_KEY, a Pulumi secret the stack passes), never a flag, so
-it stays out of process listings and logs. ensure-team prints only the team's new key on stdout (the stack keeps it
-as a secret and writes it into the team's namespace). An in-cluster URL is reached through `kubectl port-forward`
-(runbooks/gateway/reach.py). Exit codes: 0 done, 1 the gateway failed or could not be reached, 2 bad input.
+it stays out of process listings and logs. ensure-team prints only the team's key on stdout (the stack keeps it as a
+secret and writes it into the team's namespace); on an update it keeps the key the team's workloads hold (the one the
+stack's last run printed, which pulumi-command hands back as PULUMI_COMMAND_STDOUT, or one a rotation wrote into the
+team's Secret since), so a budget change revokes nothing. rotate-key is the only command that replaces a live key,
+and it writes a record to the rollout's audit log. An in-cluster URL is reached through `kubectl port-forward`
+(runbooks/gateway/reach.py). Exit codes: 0 done, 1 the gateway or kubectl failed or could not be reached, 2 bad input.
 """
 
+import getpass
+import hashlib
 import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
+from components.inference.values import NAMESPACE, PLATFORM_KEY_SECRET, TEAM_KEY_SECRET
+from components.spec.wellknown import PLATFORM_ACCOUNT
 from runbooks.console import err
 from runbooks.exit_codes import ExitCode
+from runbooks.gateway.key_secret import read_key, write_key
 from runbooks.gateway.reach import reachable
 from runbooks.gateway.teams import GatewayAdmin, GatewayError, TeamAccount
+from runbooks.options import ProjectDirOption, StackOption
+from runbooks.rollout.audit import AuditKeyError, AuditLog, audit_key
+from runbooks.rollout.store import StateUnavailableError, private_state_dir
 
 MASTER_KEY_ENV = "LITELLM_MASTER_KEY"
+PREVIOUS_KEY_ENV = "PULUMI_COMMAND_STDOUT"
+"""pulumi-command's copy of the last create or update's stdout, in an update's environment (its
+add_previous_output_in_env, on by default): the key the stack handed out last."""
 
 app = typer.Typer(no_args_is_help=True, help="A team's account (team, budget, key) on the LLM gateway.")
 
@@ -33,6 +51,23 @@ def _master_key() -> str:
     return key
 
 
+def key_secret(team: str) -> tuple[str, str]:
+    """(name, namespace) of the Secret the account's workloads read its key from (components/inference/component.py)."""
+    return (PLATFORM_KEY_SECRET, NAMESPACE) if team == PLATFORM_ACCOUNT else (TEAM_KEY_SECRET, team)
+
+
+def _held(team: str) -> Iterator[str]:
+    """The keys the team's workloads may hold, newest source last; nothing on a create (no key was handed out)."""
+    previous = os.environ.get(PREVIOUS_KEY_ENV, "")
+    if not previous:
+        return
+    yield previous
+    # Asked only when the stack's key is no longer live: a rotation has written a newer one into the Secret.
+    current = read_key(*key_secret(team))
+    if current and current != previous:
+        yield current
+
+
 @app.command("ensure-team")
 def ensure_team(
     url: Url,
@@ -41,14 +76,17 @@ def ensure_team(
     budget_days: Annotated[int, typer.Option(min=1, help="days of a budget period.")],
     model: Annotated[list[str], typer.Option("--model", help="A model the team may call; repeat for more.")],
 ) -> None:
-    """Create or update the team with its budget and models, replace its key, print the key."""
+    """Create or update the team with its budget and models in place, keep its live key (or make one), print it."""
     master_key = _master_key()
     try:
         with reachable(url) as reached:
-            key = GatewayAdmin(reached, master_key).ensure(TeamAccount(team, budget_usd, budget_days, tuple(model)))
+            key, new = GatewayAdmin(reached, master_key).ensure(
+                TeamAccount(team, budget_usd, budget_days, tuple(model)), _held(team))
     except GatewayError as error:
         err.print(f"error: team {team}: {error}")
         raise typer.Exit(ExitCode.FAILED) from None
+    err.print(f"team {team}: budget {budget_usd:g} USD per {budget_days} d, {len(model)} models; "
+              f"{'a new key (none of its keys was live)' if new else 'its key kept'}")
     print(key, end="")
 
 
@@ -63,3 +101,44 @@ def remove_team(url: Url, team: TeamName) -> None:
         err.print(f"error: team {team}: {error}")
         raise typer.Exit(ExitCode.FAILED) from None
     err.print(f"team {team}: {'removed' if removed else 'was not on the gateway'}")
+
+
+@app.command("rotate-key")
+def rotate_key(
+    url: Url,
+    team: TeamName,
+    stack: StackOption = "prod",
+    project_dir: ProjectDirOption = Path("."),
+    rollout_state_dir: Annotated[Path | None, typer.Option(
+        help="The rollout's state dir, whose audit log records the rotation; default <project>/.gpuctl/rollout-"
+             "<stack>.")] = None,
+) -> None:
+    """Give the team a new key, write it into the Secret its workloads read, then revoke the old one; audited."""
+    master_key = _master_key()
+    state_dir = rollout_state_dir or project_dir / ".gpuctl" / f"rollout-{stack}"
+    try:
+        private_state_dir(state_dir)  # the rollout's own rule: a folder only its owner can put names in
+        audit = AuditLog(state_dir / "audit.jsonl", audit_key(state_dir))
+    except (AuditKeyError, StateUnavailableError, OSError) as error:
+        err.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(ExitCode.INVALID) from None
+    who, (name, namespace) = getpass.getuser(), key_secret(team)
+    where = {"team": team, "secret": f"{namespace}/{name}"}
+    try:
+        with reachable(url) as reached:
+            admin = GatewayAdmin(reached, master_key)
+            key = admin.start_rotation(team)
+            try:
+                write_key(name, namespace, key)
+            except GatewayError:
+                admin.abort_rotation(team)  # the old key stays the team's: nothing half-done
+                raise
+            revoked = admin.finish_rotation(team, key)
+    except GatewayError as error:
+        audit.append(who=who, what="gateway.rotate_key", decision="failed", detail={**where, "error": str(error)})
+        err.print(f"[red]error:[/] team {escape(team)}: {escape(str(error))}")
+        raise typer.Exit(ExitCode.FAILED) from None
+    # The key's hash prefix, as LiteLLM's hashed_api_key label starts: which key is meant, never the key.
+    audit.append(who=who, what="gateway.rotate_key", decision="rotated", detail={
+        **where, "revoked_keys": revoked, "key_sha256": hashlib.sha256(key.encode()).hexdigest()[:12]})
+    err.print(f"team {team}: a new key is in Secret {namespace}/{name}; {revoked} old key(s) revoked")

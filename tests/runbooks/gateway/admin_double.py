@@ -1,7 +1,10 @@
 """LiteLLM's admin API as its 1.80.5 source answers it (litellm/proxy/management_endpoints), over an in-memory
 database: the real proxy needs Prisma's engines to keep teams and keys, which cannot be fetched here
-(../shared/notes/litellm-offline.md). Only the master key may call it, as on the real proxy."""
+(../shared/notes/litellm-offline.md). Only the master key may call it, as on the real proxy. As there, a key alias
+is unique (_enforce_unique_key_alias: 400), a key is found by its value or its sha256 (hash_token), /key/update of a
+key not held is 404, and /v2/key/info answers a row per key found."""
 
+import hashlib
 import json
 import secrets
 import urllib.parse
@@ -50,9 +53,23 @@ class AdminDouble(Served):
         if (method, path) == ("POST", "/key/generate"):
             if body.get("team_id") not in self.teams:
                 return 400, {"detail": {"error": "team not found"}}
+            if self._alias_taken(body.get("key_alias")):
+                return 400, {"error": {"message": f"Key with alias '{body['key_alias']}' already exists."}}
             key = "sk-" + secrets.token_hex(8)
             self.keys[key] = dict(body)
             return 200, {"key": key, **body}
+        if (method, path) == ("POST", "/v2/key/info"):
+            found = [k for k in map(self._held, body.get("keys") or []) if k is not None]
+            return 200, {"key": body.get("keys"), "info": [
+                {"token": hashlib.sha256(k.encode()).hexdigest(), **self.keys[k]} for k in found]}
+        if (method, path) == ("POST", "/key/update"):
+            key = self._held(body.get("key", ""))
+            if key is None:
+                return 404, {"detail": {"error": "Team not found, passed team_id=None"}}
+            if self._alias_taken(body.get("key_alias"), but=key):
+                return 400, {"error": {"message": f"Key with alias '{body['key_alias']}' already exists."}}
+            self.keys[key].update({k: v for k, v in body.items() if k != "key"})
+            return 200, {"key": body["key"], **self.keys[key]}
         if (method, path) == ("POST", "/key/delete"):
             gone = [k for k, v in self.keys.items() if v.get("key_alias") in body.get("key_aliases", [])]
             for key in gone:
@@ -65,3 +82,10 @@ class AdminDouble(Served):
                     del self.keys[key]
             return 200, {"deleted_teams": body["team_ids"]}
         return 404, {"detail": "Not Found"}
+
+    def _held(self, key: str) -> str | None:
+        """The key held under this value or its sha256, as LiteLLM looks a key up."""
+        return next((k for k in self.keys if key in (k, hashlib.sha256(k.encode()).hexdigest())), None)
+
+    def _alias_taken(self, alias: str | None, but: str | None = None) -> bool:
+        return alias is not None and any(v.get("key_alias") == alias for k, v in self.keys.items() if k != but)

@@ -20,20 +20,40 @@ def double() -> Iterator[AdminDouble]:
 
 
 def test_should_create_the_team_with_its_budget_and_a_key_billed_to_it(double: AdminDouble) -> None:
-    key = GatewayAdmin(double.url, MASTER).ensure(SPEECH)
+    key, new = GatewayAdmin(double.url, MASTER).ensure(SPEECH)
+    assert new
     assert double.teams["speech"] == {"team_id": "speech", "team_alias": "speech", "max_budget": 1000.0,
                                       "budget_duration": "30d", "models": ["qwen2-5-72b", "gpt-4o"]}
     assert double.keys[key] == {"team_id": "speech", "key_alias": "speech-default",
                                 "models": ["qwen2-5-72b", "gpt-4o"]}
 
 
-def test_should_update_the_team_and_replace_its_key_when_run_again(double: AdminDouble) -> None:
+def test_should_update_the_team_in_place_and_keep_the_key_its_workloads_hold(double: AdminDouble) -> None:
     admin = GatewayAdmin(double.url, MASTER)
-    first = admin.ensure(SPEECH)
-    second = admin.ensure(TeamAccount("speech", 5000.0, 7, ("gpt-4o",)))
-    assert list(double.keys) == [second] != [first]
+    first, _ = admin.ensure(SPEECH)
+    created = len(double.calls)
+    kept, new = admin.ensure(TeamAccount("speech", 5000.0, 7, ("gpt-4o",)), [first])
+    assert (kept, new) == (first, False)
+    assert double.keys == {first: {"team_id": "speech", "key_alias": "speech-default", "models": ["gpt-4o"]}}
     assert (double.teams["speech"]["max_budget"], double.teams["speech"]["budget_duration"]) == (5000.0, "7d")
-    assert ("POST", "/team/update") in double.calls
+    assert double.calls[created:] == [("GET", "/team/info"), ("POST", "/team/update"), ("POST", "/v2/key/info"),
+                                      ("POST", "/key/update")]
+
+
+def test_should_make_a_new_key_only_when_no_key_held_is_live(double: AdminDouble) -> None:
+    admin = GatewayAdmin(double.url, MASTER)
+    first, _ = admin.ensure(SPEECH)
+    del double.keys[first]  # the gateway lost it (a database restored from before the team)
+    second, new = admin.ensure(SPEECH, [first])
+    assert new and list(double.keys) == [second] != [first]
+
+
+def test_should_not_take_another_teams_key_written_into_a_teams_secret(double: AdminDouble) -> None:
+    admin = GatewayAdmin(double.url, MASTER)
+    theirs, _ = admin.ensure(TeamAccount("vision", 1000.0, 30, ("gpt-4o",)))
+    ours, new = admin.ensure(SPEECH, [theirs])
+    assert new and ours != theirs
+    assert double.keys[theirs] == {"team_id": "vision", "key_alias": "vision-default", "models": ["gpt-4o"]}
 
 
 def test_should_remove_the_team_and_its_keys_once(double: AdminDouble) -> None:
