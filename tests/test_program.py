@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from components.inference.values import ENGINE_KEY_SECRET
 from components.spec.wellknown import (
     CLUSTER_TYPE,
     COLD_TIER_TYPE,
@@ -23,7 +24,7 @@ from components.spec.wellknown import (
 )
 from runbooks.offline.engine import ProgramError, Resource, ResourceGraph, Secret, StackConfig, run_program
 from runbooks.plan.helm import RELEASE_TYPE
-from tests.builders import REPO, encode, prod_config, prod_config_at, prod_values, with_changes
+from tests.builders import REPO, encode, parse, prod_config, prod_config_at, prod_values, with_changes
 
 NODE_URN = (
     "urn:pulumi:prod::gpu-cluster::gpucluster:cluster:GpuCluster$gpucluster:facility:Facility"
@@ -61,8 +62,10 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         "kubernetes:helm.sh/v3:Release": 8 + 5,
         "kubernetes:monitoring.coreos.com/v1:PrometheusRule": 1,
         "kubernetes:monitoring.coreos.com/v1:ServiceMonitor": 2,  # DCGM exporter, LLM gateway
-        # the gateway's master key; the platform account's gateway key, created by a local command
-        "kubernetes:core/v1:Secret": 1 + 1, "command:local:Command": 1,
+        # the gateway's master key, the model servers' API key; the platform account's gateway key, created by a local
+        # command
+        "kubernetes:core/v1:Secret": 2 + 1, "command:local:Command": 1,
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy": 2,  # per served model: only the gateway and the scrape in
         "kubernetes:storage.k8s.io/v1:StorageClass": 1,  # NVMe (a team's NFS hot class comes with the team)
         "kubernetes:apps/v1:DaemonSet": 1,  # the NVMe model-cache prefetch
         "kubernetes:apps/v1:DeploymentPatch": 1,  # the gateway's PriorityClass, for which its chart has no value
@@ -115,6 +118,16 @@ def test_should_start_model_servers_only_on_admitted_nodes_and_wait_for_their_st
     probe = engines.inputs["values"]["servingEngineSpec"]["startupProbe"]
     window = probe["initialDelaySeconds"] + probe["failureThreshold"] * probe["periodSeconds"]
     assert engines.inputs["timeout"] >= window == 615
+
+
+def test_should_lock_each_model_server_to_the_gateway_before_it_serves(graph: ResourceGraph) -> None:
+    (key,) = [r for r in graph.of_type("kubernetes:core/v1:Secret")
+              if r.inputs["metadata"]["name"] == ENGINE_KEY_SECRET]
+    assert key.inputs["stringData"] == Secret(), "the engines' key is in plain inputs"
+    policies = {r.inputs["metadata"]["name"]: r for r in graph.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
+    assert set(policies) == {f"vllm-{m.name}-ingress" for m in parse(prod_values()).inference.models}
+    (engines,) = [r for r in graph.of_type(RELEASE_TYPE) if r.inputs["name"] == "vllm"]
+    assert {key.urn, *(p.urn for p in policies.values())} <= set(engines.dependencies)
 
 
 def test_should_open_a_gateway_account_per_onboarded_team_and_close_it_on_rollback(

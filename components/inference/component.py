@@ -1,4 +1,5 @@
-"""The inference path as one component: KEDA, the gateway's database, the model servers, the gateway and its scrape,
+"""The inference path as one component: KEDA, the gateway's database, the model servers (behind their API key and a
+NetworkPolicy that admits only the gateway and Prometheus), the gateway and its scrape,
 each onboarded team's account on the gateway (created on onboarding, removed on rollback), and the platform's."""
 
 import shlex
@@ -9,9 +10,11 @@ import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 
 from components.charts import CLOUDNATIVE_PG, CLOUDNATIVE_PG_CLUSTER, KEDA, LITELLM, VLLM_STACK
+from components.inference.access import engine_key, engine_key_secret, engine_network_policy
 from components.inference.values import (
     DATABASE_OPERATOR_NAMESPACE,
     DATABASE_RELEASE,
+    ENGINE_KEY_ENV,
     ENGINE_RELEASE,
     ENGINE_RELEASE_TIMEOUT_S,
     GATEWAY_RELEASE,
@@ -57,7 +60,15 @@ class InferencePath(pulumi.ComponentResource):
         secret = kubernetes.core.v1.Secret(
             f"{name}-gateway-master-key", metadata={"name": MASTER_KEY_SECRET, "namespace": NAMESPACE},
             string_data={"master-key": master_key}, opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
-        engines = release(f"{name}-model-servers", VLLM_STACK, NAMESPACE, vllm_values(site), self, [ns, keda],
+        # The engines' key and the policies that admit only the gateway exist before any engine serves.
+        key = engine_key_secret()
+        key["stringData"] = {ENGINE_KEY_ENV: pulumi.Output.secret(master_key).apply(engine_key)}
+        locks: list[pulumi.Resource] = [kubernetes.core.v1.Secret(
+            f"{name}-engine-key", **fields(key), opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))]
+        locks += [kubernetes.networking.v1.NetworkPolicy(
+            f"{name}-engine-ingress-{model.name}", **fields(engine_network_policy(model)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])) for model in site.inference.models]
+        engines = release(f"{name}-model-servers", VLLM_STACK, NAMESPACE, vllm_values(site), self, [ns, keda, *locks],
                           mirror=site.mirror, release_name=ENGINE_RELEASE, timeout_s=ENGINE_RELEASE_TIMEOUT_S)
         gateway = release(f"{name}-gateway", LITELLM, NAMESPACE, gateway_values(site), self,
                           [ns, database, secret, engines], mirror=site.mirror,
@@ -90,6 +101,8 @@ class InferencePath(pulumi.ComponentResource):
             # No triggers: a change of budget or models runs `update` in place. A replacement would create the new
             # account and then run the old one's delete, removing the team it had just updated.
             logging=command.local.Logging.STDERR,  # stdout is the key
+            # `update` gets the last stdout as PULUMI_COMMAND_STDOUT: the key the team holds, which it keeps.
+            add_previous_output_in_env=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=after, additional_secret_outputs=["stdout"]))
         manifest["stringData"] = {**manifest["stringData"], "api-key": created.stdout}
         kubernetes.core.v1.Secret(f"{name}-gateway-key-{account}", **fields(manifest),

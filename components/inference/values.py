@@ -52,6 +52,13 @@ POSTGRES_IMAGE = "ghcr.io/cloudnative-pg/postgresql:16.6-bookworm"
 MASTER_KEY_SECRET = "llm-gateway-master-key"
 MASTER_KEY_ENV = "PROXY_MASTER_KEY"
 """The chart's env var for masterkeySecretName; the proxy config reads it as `os.environ/PROXY_MASTER_KEY`."""
+ENGINE_KEY_SECRET = "vllm-engine-key"
+"""The Secret holding the model servers' API key (components/inference/access.py): vllm-stack's
+servingEngineSpec.vllmApiKey gives it to each engine as VLLM_API_KEY (templates/deployment-vllm-multi.yaml), and the
+gateway reads it through envFrom (litellm-helm's environmentSecrets), so its one field is named as the gateway's
+environment variable."""
+ENGINE_KEY_ENV = "VLLM_ENGINE_KEY"
+"""The gateway's environment variable holding the engines' key; its model list sends it (`os.environ/...`)."""
 DATABASE_NAME = "litellm"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The label the kubelet puts on every node (Kubernetes' well-known labels), unlike topology.kubernetes.io/zone, which
@@ -177,6 +184,8 @@ def vllm_values(site: Site) -> dict[str, Any]:
             "readinessProbe": {"initialDelaySeconds": 15, "periodSeconds": 5, "failureThreshold": 3,
                                "httpGet": {"path": "/health", "port": ENGINE_PORT}},
             "serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "10s", "honorLabels": False},
+            # Only the gateway holds the key: a pod that reaches an engine past its NetworkPolicy still gets 401.
+            "vllmApiKey": {"secretName": ENGINE_KEY_SECRET, "secretKey": ENGINE_KEY_ENV},
             "modelSpec": [_model_spec(site, m) for m in site.inference.models],
         },
         # The gateway routes and meters; vLLM's own router would be a second, unmetered entry.
@@ -199,8 +208,9 @@ def gateway_models(site: Site) -> list[dict[str, Any]]:
             **params, "input_cost_per_token": _per_token(price.prompt_usd_per_mtok),
             "output_cost_per_token": _per_token(price.completion_usd_per_mtok)}}
 
-    # LiteLLM's hosted_vllm provider: an OpenAI-compatible vLLM server, no API key (the engines take none).
-    served = [entry(m.name, {"model": f"hosted_vllm/{m.name}", "api_base": engine_url(m)})
+    # LiteLLM's hosted_vllm provider: an OpenAI-compatible vLLM server, sent the engines' key as a Bearer token.
+    served = [entry(m.name, {"model": f"hosted_vllm/{m.name}", "api_base": engine_url(m),
+                             "api_key": f"os.environ/{ENGINE_KEY_ENV}"})
               for m in site.inference.models]
     return served + [entry(a.name, _external_params(a)) for a in site.inference.external]
 
@@ -243,7 +253,7 @@ def gateway_values(site: Site) -> dict[str, Any]:
         # Migrate's advisory lock lets one of the replicas starting together apply it.
         "migrationJob": {"enabled": False},
         "masterkeySecretName": MASTER_KEY_SECRET, "masterkeySecretKey": "master-key",
-        "environmentSecrets": [gateway.provider_secret],
+        "environmentSecrets": [gateway.provider_secret, ENGINE_KEY_SECRET],
         "proxy_config": gateway_config(site),
         # The cost map ships in the image; an air-gapped proxy must not try to fetch it at start-up.
         "envVars": {"LITELLM_LOCAL_MODEL_COST_MAP": "True"},

@@ -6,7 +6,9 @@ the address those names resolve to, so every request leaves the proxy for the ad
 
 What differs from the cluster, and why: no database runs here (../shared/notes/litellm-offline.md), so the teams' keys
 come from a stand-in for its key table (tests/harness/litellm_keys.py) and the container's DATABASE_* env is left
-out; the secrets the pod reads from Secrets (the master key, the provider keys) get test values.
+out; the secrets the pod reads from Secrets get test values: the master key, the provider keys, and the engines' API
+key derived from that master key as the stack derives it (components/inference/access.py), in the variable the
+rendered engines and gateway both read it through (checked on the render).
 """
 
 import hashlib
@@ -25,6 +27,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from components.inference.access import engine_key
 from components.inference.values import ENGINE_RELEASE, GATEWAY_RELEASE, GATEWAY_SERVICE, MASTER_KEY_ENV
 from runbooks.offline.engine import ResourceGraph, run_program
 from runbooks.plan import helm
@@ -48,10 +51,14 @@ FAIL = "FAIL500"
 
 class Backend(Served):
     """An OpenAI-compatible model server: usage = words of the prompt and 7 completion tokens, like a real engine
-    counting tokens; `/health` like vLLM's readiness endpoint."""
+    counting tokens; `/health` like vLLM's readiness endpoint. With an api_key, as vLLM with VLLM_API_KEY set: a /v1
+    request without `Authorization: Bearer <api_key>` gets 401 {"error": "Unauthorized"}, and /health needs no key
+    (vllm/entrypoints/openai/api_server.py, AuthenticationMiddleware)."""
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, api_key: str | None = None) -> None:
         self.version = version
+        self.authorizations: Counter[str] = Counter()
+        """The Authorization header of each /v1 request, as received (None-keyed as "")."""
         backend = self
 
         class Handler(JsonHandler):
@@ -59,6 +66,12 @@ class Backend(Served):
                 self.answer(200 if self.path == "/health" else 404, {})
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's names)
+                authorization = self.headers.get("Authorization", "")
+                backend.authorizations[authorization] += 1
+                if api_key is not None and self.path.startswith("/v1") and authorization != f"Bearer {api_key}":
+                    self.read_body()
+                    self.answer(401, {"error": "Unauthorized"})
+                    return
                 messages = json.loads(self.read_body()).get("messages", [])
                 words = sum(len(str(m.get("content", "")).split()) for m in messages)
                 if any(FAIL in str(m.get("content", "")) for m in messages):
@@ -92,8 +105,12 @@ class EngineService(Served):
             def do_POST(self) -> None:  # noqa: N802 (http.server's names)
                 service.hosts[self.headers.get("Host", "")] += 1
                 target = service.endpoints[sum(service.hosts.values()) % len(service.endpoints)]
+                # A Service forwards the connection whole: the caller's headers, its Authorization too, reach the pod.
+                headers = {"Content-Type": "application/json",
+                           **({"Authorization": self.headers["Authorization"]} if "Authorization" in self.headers
+                              else {})}
                 request = urllib.request.Request(f"{target}{self.path}", data=self.read_body(), method="POST",
-                                                 headers={"Content-Type": "application/json"})
+                                                 headers=headers)
                 try:
                     with urllib.request.urlopen(request, timeout=30) as response:
                         self.answer(response.status, response.read())
@@ -120,6 +137,9 @@ class PlannedGateway:
     """The gateway Service's port, which the chart also gives the proxy as PORT."""
     engines: dict[str, int]
     """Host -> port of every served model's api_base, each checked against a Service the plan rendered."""
+    engine_key_env: str
+    """The gateway's variable holding the engines' API key: the field of the Secret every rendered engine reads as
+    VLLM_API_KEY, which the gateway's pod takes whole through envFrom, and which each served model's api_key names."""
 
     @property
     def digest(self) -> str:
@@ -160,13 +180,21 @@ def plan_gateway(out_dir: Path, graph: ResourceGraph | None = None) -> PlannedGa
             url = urlsplit(entry["litellm_params"]["api_base"])
             assert url.port in service_ports.get(str(url.hostname), set()), (url.geturl(), service_ports)
             served[str(url.hostname)] = int(url.port or 80)
+    # The engines' key: one Secret field every engine reads, a Secret the gateway's pod imports whole (envFrom), and
+    # the variable each served model's api_key names.
+    (engine_key_ref,) = {(r["name"], r["key"]) for d in engines if d.get("kind") == "Deployment"
+                         for c in d["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])
+                         if e["name"] == "VLLM_API_KEY" for r in [e["valueFrom"]["secretKeyRef"]]}
+    assert engine_key_ref[0] in [f["secretRef"]["name"] for f in container.get("envFrom", []) if "secretRef" in f]
+    assert {e["litellm_params"]["api_key"] for e in yaml.safe_load(config)["model_list"]
+            if e["litellm_params"]["model"].startswith("hosted_vllm/")} == {f"os.environ/{engine_key_ref[1]}"}
     (port,) = {int(p["port"]) for p in _only(gateway, "Service", GATEWAY_SERVICE)["spec"]["ports"]}
     external = [e["litellm_params"]["api_key"].removeprefix("os.environ/") for e in yaml.safe_load(config)["model_list"]
                 if str(e["litellm_params"].get("api_key", "")).startswith("os.environ/")]
     return PlannedGateway(
         written[GATEWAY_RELEASE], config.encode(), mount["mountPath"], list(container["args"]),
         {e["name"]: str(e["value"]) for e in container["env"] if "value" in e},
-        [e["name"] for e in container["env"] if "valueFrom" in e] + external, port, served)
+        [e["name"] for e in container["env"] if "valueFrom" in e] + external, port, served, engine_key_ref[1])
 
 
 @dataclass(frozen=True)
@@ -195,7 +223,8 @@ def running_gateway(planned: PlannedGateway, directory: Path, keys: dict[str, st
     # No database here: its env stays out, or the proxy would try to reach it (module docstring).
     env = {**os.environ, **{k: v for k, v in planned.env.items() if not k.startswith("DATABASE_")},
            **{name: "unused-by-the-double" for name in planned.secret_env if not name.startswith("DATABASE_")},
-           MASTER_KEY_ENV: master_key, "GATEWAY_TEST_KEYS": json.dumps(keys)}
+           MASTER_KEY_ENV: master_key, planned.engine_key_env: engine_key(master_key),
+           "GATEWAY_TEST_KEYS": json.dumps(keys)}
     with netns.namespace(host_names=sorted(planned.engines)) as ns, (directory / "litellm.log").open("w") as log:
         proxy = subprocess.Popen(["ip", "netns", "exec", ns.name, str(LITELLM.with_name("python")), str(LAUNCHER),
                                   *args], cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -1,7 +1,8 @@
 """The inference path's metering, end to end on real consumers: the real LiteLLM proxy running the config file the plan
 wrote, unmodified (its digest compared), in a network namespace where the model servers' Service names resolve to a
 test double listening on their rendered port; a real Prometheus scraping the proxy as the stack's ServiceMonitor says
-and evaluating the stack's rules, the cost dashboard's panel queries and the rollout's error-rate gate. Then a model
+and evaluating the stack's rules, the cost dashboard's panel queries and the rollout's error-rate gate. The engines'
+API key: the gateway sends it, and the model server's stand-in refuses a call without it as vLLM does. Then a model
 server's hot swap under load through it.
 
 A known mix of requests from two teams' keys to both served models (tests/harness/gateway.py has the double behind
@@ -12,6 +13,7 @@ their endpoints are the providers' own, outside any network a test reaches.
 import json
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from components.inference.access import engine_key
 from components.inference.values import gateway_service_monitor
 from components.monitoring.alerts import Record, Timing, render_rule_groups
 from components.monitoring.dashboards import LLM_COST_UID, as_sent, render_dashboards, targets
@@ -45,6 +48,7 @@ pytestmark = pytest.mark.skipif(bool(netns.missing() or not LITELLM.exists()),
                                 reason=netns.missing() or "needs the LiteLLM venv (make test)")
 
 KEYS = {"sk-speech-test": "speech", "sk-vision-test": "vision"}
+MASTER = "sk-test-master"
 SERVED, OTHER = "qwen2-5-72b", "llama-3-1-8b"
 MIX = [
     # (team, model, prompt words, requests)
@@ -67,14 +71,18 @@ class World:
     prometheus: PrometheusServer
     service: EngineService
     planned: PlannedGateway
+    backend: Backend
+    engine_key: str
+    """The engines' API key, as the stack derives it from the gateway's master key."""
 
 
 @pytest.fixture(scope="module")
 def world(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     directory = tmp_path_factory.mktemp("gateway")
     planned = plan_gateway(directory / "plan")
-    backend = Backend("v1")
-    with running_gateway(planned, directory, KEYS) as gateway:
+    key = engine_key(MASTER)
+    backend = Backend("v1", api_key=key)
+    with running_gateway(planned, directory, KEYS, MASTER) as gateway:
         service = EngineService(gateway.engine_address, [backend.url])
         assert gateway.config_digest == planned.digest
         endpoint = gateway_service_monitor()["spec"]["endpoints"][0]
@@ -83,7 +91,7 @@ def world(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worl
         prometheus = PrometheusServer(directory, [scrape], render_rule_groups(site, Timing(evaluation_interval="1s")))
         try:
             prometheus.wait_ready()
-            yield World(gateway.url, prometheus, service, planned)
+            yield World(gateway.url, prometheus, service, planned, backend, key)
         finally:
             prometheus.stop()
             service.stop()
@@ -221,7 +229,7 @@ def test_should_swap_a_model_version_under_load_without_a_failed_request(world: 
         worker.start()
     time.sleep(3)
     # The rollout vllm-stack renders for a new revision: maxSurge 100 %, maxUnavailable 0, readiness first.
-    new = Backend("v2")
+    new = Backend("v2", api_key=world.engine_key)
     try:
         with urllib.request.urlopen(f"{new.url}/health", timeout=5) as ready:
             assert ready.status == 200
@@ -240,3 +248,24 @@ def test_should_swap_a_model_version_under_load_without_a_failed_request(world: 
     FIGURES.append(f"model hot swap v1 -> v2 through the real gateway: {statuses[200]} requests, "
                    f"{sum(n for s, n in statuses.items() if s != 200)} failed, "
                    f"{versions.count('v1')} answered by v1 and {versions.count('v2')} by v2")
+
+
+def test_should_send_the_engines_key_and_the_engines_refuse_a_call_without_it(world: World) -> None:
+    before = sum(world.backend.authorizations.values())
+    status, _ = chat(world.url, next(iter(KEYS)), SERVED, "with the engines' key")
+    assert status == 200
+    # Every request the gateway sent any engine carried the key it read from the engines' Secret, and nothing else.
+    assert set(world.backend.authorizations) == {f"Bearer {world.engine_key}"}, set(world.backend.authorizations)
+    assert sum(world.backend.authorizations.values()) > before
+    # A pod that reaches an engine past the gateway (and past its NetworkPolicy), with no key or a team's gateway key:
+    # refused, as vLLM refuses a /v1 request without its --api-key.
+    for authorization in ({}, {"Authorization": f"Bearer {next(iter(KEYS))}"}):
+        request = urllib.request.Request(
+            f"{world.backend.url}/v1/chat/completions", method="POST",
+            data=json.dumps({"model": SERVED, "messages": [{"role": "user", "content": "no key"}]}).encode(),
+            headers={"Content-Type": "application/json", **authorization})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 401
+    FIGURES.append(f"engines' API key: {world.backend.authorizations[f'Bearer {world.engine_key}']} requests from the "
+                   "real gateway carried it; a call without it, or with a team's gateway key, got 401")
