@@ -2,6 +2,7 @@
 stack's, and print the figures side by side with the difference (docs/simulate.md)."""
 
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from runbooks.simulate.plots import write_plots
 from runbooks.simulate.results import Figures, figures
 from runbooks.simulate.site_model import StaticSplit
 from runbooks.simulate.sizing import FlexNeed, LendingOption, flex_need, lending_options
+from runbooks.simulate.sweep import Spread, sweep
 from runbooks.simulate.traces import Trace, TraceError
 from runbooks.simulate.workload import Mapping
 
@@ -33,9 +35,9 @@ def simulate(
     traces: Annotated[Path | None, typer.Option(
         help="Trace directory; default: ../shared/traces beside the project directory.")] = None,
     days: Annotated[float, typer.Option(min=0.01, max=365, help="Days of the trace replayed.")] = DEFAULTS.days,
-    training_load: Annotated[float, typer.Option(
+    training_load: Annotated[list[float] | None, typer.Option(
         min=0.01, max=10, help="Training GPU-hours offered, as a share of the site's GPU-hours (jobs thinned or "
-                               "copied at random to reach it).")] = DEFAULTS.training_load,
+                               "copied at random to reach it); repeat it to sweep loads. Default: 0.7.")] = None,
     short_job_hours: Annotated[float, typer.Option(
         min=0, max=10_000, help="Jobs running at most this many hours go to Kubernetes, longer ones to Slurm.")
     ] = DEFAULTS.short_job_hours,
@@ -51,6 +53,9 @@ def simulate(
                                   "since the last one. Default: the spec's storage.nfs_hot.checkpoint_interval_minutes."
     )] = None,
     seed: Annotated[int, typer.Option(help="Seed of the thinning and copying of trace jobs.")] = DEFAULTS.seed,
+    seeds: Annotated[int, typer.Option(
+        min=1, max=100, help="Runs per load, seeds --seed to --seed + N - 1: each figure as mean (lowest to highest)."
+    )] = 1,
     static_split: Annotated[StaticSplit, typer.Option(
         help="How the static world cuts each team's slices: by fairshare and Kueue quota (as the site shares today), "
              "or in proportion to each team's demand in the replayed trace.")] = StaticSplit.FAIRSHARE,
@@ -66,8 +71,19 @@ def simulate(
     """Replay a workload trace on the site: static slices against this stack, side by side."""
     project = project_dir or find_project_dir(Path.cwd())
     site = site_or_exit(project, stack)
+    loads = training_load or [DEFAULTS.training_load]
     try:
-        mapping = Mapping(trace, days, training_load, short_job_hours, inference_peak, _pairs(team_map or []), seed)
+        mapping = Mapping(trace, days, loads[0], short_job_hours, inference_peak, _pairs(team_map or []), seed)
+        if len(loads) > 1 or seeds > 1:
+            if out_dir is not None or size_lending:
+                raise ValueError(f"{'--out' if out_dir is not None else '--size-lending'}: it reads one run; a sweep "
+                                 f"({len(loads)} loads, {seeds} seeds) has many: one --training-load and --seeds 1")
+            with err.status(f"simulating {len(loads) * seeds} runs of static and this stack"):
+                runs = sweep(at_stage(site, stage), traces or project / TRACES, mapping, loads, seeds,
+                             checkpoint_minutes, static_split)
+            for load, comparisons in runs.items():
+                out.print(_sweep_table(comparisons, stack, replace(mapping, training_load=load), seeds))
+            return
         with err.status("simulating static and this stack"):
             comparison = compare(at_stage(site, stage), traces or project / TRACES, mapping, checkpoint_minutes,
                                  static_split)
@@ -111,16 +127,29 @@ def run_name(comparison: Comparison, stack: str, mapping: Mapping) -> str:
             f"seed {mapping.seed}, static slices by {comparison.split}")
 
 
-def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, mapping: Mapping) -> Table:
-    static, ours = results[Policy.STATIC], results[Policy.STACK]
-    table = Table("figure", "static", "this stack", "difference", title=run_name(comparison, stack, mapping))
+@dataclass(frozen=True)
+class Row:
+    name: str
+    static: float
+    stack: float
+    unit: str
+    digits: int = 1
+    points: bool = False
+    """A difference of percentages is in points."""
+
+    def shown(self, value: float, difference: bool = False) -> str:
+        """A figure that does not apply (NaN) is a dash."""
+        if math.isnan(value):
+            return "-"
+        unit = " pt" if difference and self.points else self.unit
+        return f"{value:{'+' if difference else ''}.{self.digits}f}{unit}"
+
+
+def _rows(static: Figures, ours: Figures) -> list[Row]:
+    rows: list[Row] = []
 
     def row(name: str, a: float, b: float, unit: str, digits: int = 1, points: bool = False) -> None:
-        # A difference of percentages is in points; a figure that does not apply (NaN) is a dash.
-        def shown(value: float, text: str) -> str:
-            return "-" if math.isnan(value) else text
-        table.add_row(name, shown(a, f"{a:.{digits}f}{unit}"), shown(b, f"{b:.{digits}f}{unit}"),
-                      shown(b - a, f"{b - a:+.{digits}f}{' pt' if points else unit}"))
+        rows.append(Row(name, a, b, unit, digits, points))
 
     row("GPU utilization", static.utilization_pct, ours.utilization_pct, " %", points=True)
     for pool in static.pool_utilization_pct:
@@ -141,6 +170,38 @@ def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, m
     row("GPUs lent at peak", static.lent_peak_gpus, ours.lent_peak_gpus, "", 0)
     row("GPU-hours lent", static.lent_gpu_h, ours.lent_gpu_h, "")
     row("  of them serving inference", static.lent_serving_pct, ours.lent_serving_pct, " %", points=True)
+    return rows
+
+
+def _table(comparison: Comparison, results: dict[Policy, Figures], stack: str, mapping: Mapping) -> Table:
+    table = Table("figure", "static", "this stack", "difference", title=run_name(comparison, stack, mapping))
+    for r in _rows(results[Policy.STATIC], results[Policy.STACK]):
+        table.add_row(r.name, r.shown(r.static), r.shown(r.stack), r.shown(r.stack - r.static, difference=True))
+    return table
+
+
+def _sweep_table(comparisons: list[Comparison], stack: str, mapping: Mapping, seeds: int) -> Table:
+    """Each figure over the seeds: mean (lowest to highest), for static, this stack and the difference run by run."""
+    runs = [_rows(*(figures(c.outcomes[p]) for p in (Policy.STATIC, Policy.STACK))) for c in comparisons]
+    offered = Spread.of([c.workload.offered_load for c in comparisons])
+    title = (f"gpuctl simulate --stack {stack}: {mapping.trace}, {mapping.days:g} days, --training-load "
+             f"{mapping.training_load:g} (offered {offered.mean:.2f}, {offered.low:.2f} to {offered.high:.2f}), "
+             f"inference peak {mapping.inference_peak:g}, seeds {mapping.seed} to {mapping.seed + seeds - 1}, static "
+             f"slices by {comparisons[0].split}: mean (lowest to highest)")
+    table = Table("figure", "static", "this stack", "difference", title=title)
+
+    def spread(r: Row, values: list[float], difference: bool = False) -> str:
+        s = Spread.of(values)
+        if math.isnan(s.mean):
+            return "-"
+        return f"{r.shown(s.mean, difference)} ({r.shown(s.low, difference)} to {r.shown(s.high, difference)})"
+
+    # A team that submitted nothing in one run has no rows there: its figures spread over the runs it has them in.
+    named = [{r.name: r for r in run} for run in runs]
+    for name, r in {n: r for run in named for n, r in run.items()}.items():
+        same = [run[name] for run in named if name in run]
+        table.add_row(name, spread(r, [x.static for x in same]), spread(r, [x.stack for x in same]),
+                      spread(r, [x.stack - x.static for x in same], difference=True))
     return table
 
 

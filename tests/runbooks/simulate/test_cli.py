@@ -42,6 +42,16 @@ def test_prints_both_policies_and_writes_real_pngs(tmp_path: Path) -> None:
         assert data.startswith(PNG) and len(data) > 10_000, name  # a drawn figure, not an empty canvas
 
 
+def test_a_sweep_prints_each_figure_as_mean_and_range_per_load() -> None:
+    code, output = gpuctl("--days", "1", "--training-load", "0.5", "--training-load", "0.9", "--seeds", "2")
+    assert code == ExitCode.DONE, output
+    text = " ".join(output.split())
+    assert "--training-load 0.5 (offered" in text and "--training-load 0.9 (offered" in text
+    assert text.count("seeds 0 to 1") == 2 and "mean (lowest to highest)" in text
+    (row,) = [line for line in output.splitlines() if "GPU utilization" in line][:1]
+    assert " to " in row.split("│")[2], row  # mean (lowest to highest)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--days", "0"], "--days"),
     (["--trace", "philly"], "--trace"),
@@ -49,8 +59,10 @@ def test_prints_both_policies_and_writes_real_pngs(tmp_path: Path) -> None:
     (["--team-map", "nobody=2869ce"], "names no team of the site"),
     (["--stage", "beta"], "--stage: no stage named 'beta'"),
     (["--traces", "/nonexistent"], "unreadable"),
+    (["--seeds", "2", "--out", "/tmp/x"], "--out: it reads one run; a sweep (1 loads, 2 seeds) has many"),
 ], ids=["rejects a window of no days", "rejects an unknown trace", "rejects a team map without =",
-        "rejects a team map naming no team", "rejects an unknown stage", "rejects a missing trace folder"])
+        "rejects a team map naming no team", "rejects an unknown stage", "rejects a missing trace folder",
+        "rejects plots of a sweep"])
 def test_rejects_bad_input_naming_the_option(args: list[str], message: str) -> None:
     code, output = gpuctl("--days", "1", *args)
     assert code == ExitCode.INVALID
