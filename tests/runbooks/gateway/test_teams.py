@@ -1,6 +1,7 @@
 """A team's gateway account, created and removed through LiteLLM's admin API, idempotent both ways."""
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -73,3 +74,21 @@ def test_should_name_the_call_and_never_the_master_key_when_refused(double: Admi
     (closed,) = free_ports(1)
     with pytest.raises(GatewayError, match="did not answer"):
         GatewayAdmin(f"http://127.0.0.1:{closed}", MASTER).remove("speech")
+
+
+def test_should_never_put_a_key_the_gateway_echoes_into_an_error(double: AdminDouble) -> None:
+    admin = GatewayAdmin(double.url, MASTER)
+    key, _ = admin.ensure(SPEECH)
+    handle = double.handle
+
+    def refusing(method: str, path: str, query: dict[str, list[str]], body: dict[str, Any]) -> tuple[int, Any]:
+        # As update_key_fn's 403 does: "User=... is not allowed to update key=<the key> ..."
+        if path == "/key/update":
+            return 403, {"detail": f"User=u is not allowed to update key={body['key']} to belong to user=v"}
+        return handle(method, path, query, body)
+
+    double.handle = refusing  # type: ignore[method-assign]
+    with pytest.raises(GatewayError) as refused:
+        admin.ensure(SPEECH, [key])
+    assert "HTTP 403" in str(refused.value) and "update key=<key>" in str(refused.value)
+    assert key not in str(refused.value)
