@@ -109,6 +109,7 @@ class ErrorKind(StrEnum):
     COLD_FULL = "cold_full"
     """The cold tier is out of space or quota."""
     PERMISSION = "permission"
+    """Refused by the file system, or the tier's lock folder or file is not root's alone (nothing is done)."""
     UNSUPPORTED = "unsupported"
     """A device, FIFO or socket inside a checkpoint: never opened, the checkpoint stays on hot."""
     TOO_LARGE = "too_large"
@@ -786,7 +787,7 @@ def classify(error: BaseException) -> ErrorKind:
         return ErrorKind.UNSUPPORTED
     if isinstance(error, TooLargeError):
         return ErrorKind.TOO_LARGE
-    if isinstance(error, PermissionError):
+    if isinstance(error, PermissionError | LockUnsafeError):
         return ErrorKind.PERMISSION
     if isinstance(error, OSError) and error.errno in COLD_FULL_ERRNOS:
         return ErrorKind.COLD_FULL
@@ -1100,8 +1101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             held = lock.enter_context(tier_lock(settings.hot))
         except (LockUnsafeError, OSError) as error:
-            progress(f"cannot take the tier's lock, nothing done: {error}")
-            return 1
+            # Counted, so the metrics (and CheckpointMoverFailing) say so, not only the log.
+            report = TieringReport()
+            report.failed(settings.hot / LOCK_DIR, error, "cannot take the tier's lock, nothing done")
+            return finish(settings, report)
         if not held:
             progress(f"{settings.hot / LOCK_DIR / LOCK_FILE}: held by another mover, nothing done")
             return LOCK_HELD_EXIT

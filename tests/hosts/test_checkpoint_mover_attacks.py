@@ -445,10 +445,14 @@ def test_should_refuse_a_lock_not_roots_alone_naming_it_and_move_nothing(arena: 
     hot, cold, _ = round_tiers(arena, 0)
     checkpoint = make_checkpoint(hot)
     plant(hot / tiering.LOCK_DIR)
+    metrics = arena / "mover.prom"
     result = subprocess.run([sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold),
-                             "--keep", "0", "--settle-s", "0"], capture_output=True, text=True, timeout=20)
+                             "--keep", "0", "--settle-s", "0", "--metrics-file", str(metrics), "--mover-name", "m"],
+                            capture_output=True, text=True, timeout=20)
     assert result.returncode == 1 and f"{hot / tiering.LOCK_DIR}" in result.stderr, result.stderr
     assert checkpoint.exists() and not (cold / "team-a").exists()
+    # Counted, so CheckpointMoverFailing fires on it, not only logged.
+    assert 'gpucluster_checkpoint_last_run_errors{kind="permission",mover="m"} 1\n' in metrics.read_text()
 
 
 def test_should_exit_75_and_move_nothing_while_another_mover_holds_the_lock(arena: Path) -> None:
