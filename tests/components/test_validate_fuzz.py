@@ -153,11 +153,19 @@ def implied_records(site: Site) -> list[dict[str, str]]:
     """The records slurm.conf must hold for this spec: the fixed settings with the spec's values, one node record
     per Slurm-pool node, one partition per GPU type and pool."""
     slurm = site.slurm
+    groups = [g for g in site.node_groups if g.pool != Pool.KUBERNETES]
+    hosts = [node.ssh_host for g in groups for node in g.nodes]
+    # Several slurmd on one host: each its own spool, PID and log file (%n, the node's name).
+    node = "-%n" if len(set(hosts)) < len(hosts) else ""
     from_spec = {
         "clustername": site.site_name, "slurmctldhost": slurm.controller_host,
         "slurmctldport": str(slurm.slurmctld_port), "slurmdport": str(slurm.slurmd_port),
-        "statesavelocation": slurm.state_save_dir, "slurmdspooldir": slurm.slurmd_spool_dir,
-        "slurmctldlogfile": f"{slurm.log_dir}/slurmctld.log", "slurmdlogfile": f"{slurm.log_dir}/slurmd.log",
+        "slurmuser": slurm.slurm_user, "authinfo": f"socket={slurm.munge_socket}",
+        "statesavelocation": slurm.state_save_dir, "slurmdspooldir": slurm.slurmd_spool_dir + ("/%n" if node else ""),
+        "slurmctldpidfile": f"{slurm.run_dir}/slurmctld.pid", "slurmdpidfile": f"{slurm.run_dir}/slurmd{node}.pid",
+        "slurmctldlogfile": f"{slurm.log_dir}/slurmctld.log", "slurmdlogfile": f"{slurm.log_dir}/slurmd{node}.log",
+        "prolog": f"{slurm.scripts_dir}/prolog.sh", "epilog": f"{slurm.scripts_dir}/epilog.sh",
+        "accountingstoragepass": slurm.munge_socket,
         "defmempergpu": str(slurm.def_mem_per_gpu_gib * 1024), "priorityweightqos": str(slurm.priority_weight_qos),
         "priorityweightfairshare": str(slurm.priority_weight_fairshare),
         "accountingstoragehost": slurm.controller_host, "accountingstorageport": str(slurm.slurmdbd_port),
@@ -165,11 +173,14 @@ def implied_records(site: Site) -> list[dict[str, str]]:
     }
     assert set(from_spec) <= {key for record in FIXED for key in record}
     settings_ = [{key: from_spec.get(key, value) for key, value in record.items()} for record in FIXED]
-    groups = [g for g in site.node_groups if g.pool != Pool.KUBERNETES]
-    nodes = [{"nodename": node.name, "nodeaddr": node.ssh_host, "cpus": str(g.cpus),
+    if slurm.config_overrides:
+        after = next(i for i, record in enumerate(settings_) if "jobacctgathertype" in record)
+        settings_.insert(after + 1, {"slurmdparameters": "config_overrides"})
+    nodes = [{"nodename": n.name, "nodeaddr": n.ssh_host, **({"port": str(n.slurmd_port)} if n.slurmd_port else {}),
+              "cpus": str(g.cpus),
               "realmemory": str(math.floor(g.memory_gib * 1024 * (1 - slurm.os_memory_reserve_pct / 100))),
               "gres": f"gpu:{gres_type(g.gpu_model)}:{g.gpus_per_node}", "state": "UNKNOWN"}
-             for g in groups for node in g.nodes]
+             for g in groups for n in g.nodes]
     members: dict[str, list[str]] = {}
     for g in groups:
         role = "flex" if g.pool == Pool.FLEX else "train"
@@ -222,6 +233,9 @@ def test_should_never_give_a_traceback_and_render_only_what_the_spec_implies(
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(raw=hostile_site())
     @example(raw=_changed(("slurm", "slurmd_timeout_s"), 1))
+    # Values that add a record or a key (SlurmdParameters, a node's Port=), pinned so every run checks them.
+    @example(raw=_changed(("slurm", "config_overrides"), True))
+    @example(raw=_changed(("node_groups", 0, "nodes", 0, "slurmd_port"), 27001))
     def judge(raw: dict[str, str]) -> None:
         examples[0] += 1
         try:
