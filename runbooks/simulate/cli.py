@@ -11,11 +11,24 @@ from rich.markup import escape
 from rich.table import Table
 
 from components.spec.lending import Lending
+from components.spec.site import Site
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.options import StackOption, find_project_dir, site_or_exit
 from runbooks.simulate.compare import Comparison, at_stage, checkpoint_s, compare
 from runbooks.simulate.engine import Policy
+from runbooks.simulate.failure_report import (
+    PERSISTENT_SHARE,
+    RESPONSE_MINUTES,
+    FailureRateOption,
+    GangNodesOption,
+    PersistentShareOption,
+    ReplayFailuresOption,
+    ResponseMinutesOption,
+    failure_model,
+    failure_table,
+)
+from runbooks.simulate.failures import FailureModel
 from runbooks.simulate.plots import write_plots
 from runbooks.simulate.results import Figures, figures
 from runbooks.simulate.site_model import StaticSplit
@@ -63,6 +76,11 @@ def simulate(
         help="Also size lending from the request-rate trace: the flex GPUs its peaks need past replicas.max and, "
              "per lend and reclaim delay, the peaks served, lent GPU-hours serving, moves and training cost.")
     ] = False,
+    replay_failures: ReplayFailuresOption = False,
+    failure_rate: FailureRateOption = None,
+    persistent_share: PersistentShareOption = PERSISTENT_SHARE,
+    response_minutes: ResponseMinutesOption = RESPONSE_MINUTES,
+    gang_nodes: GangNodesOption = 1,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Write the PNG plots here.")] = None,
     project_dir: Annotated[
         Path | None, typer.Option(help="Directory holding Pulumi.yaml; default: found from the working directory.")
@@ -74,6 +92,8 @@ def simulate(
     loads = training_load or [DEFAULTS.training_load]
     try:
         mapping = Mapping(trace, days, loads[0], short_job_hours, inference_peak, _pairs(team_map or []), seed)
+        failing = failure_model(traces or project / TRACES, trace, failure_rate, persistent_share, response_minutes,
+                                gang_nodes, checkpoint_s(site, checkpoint_minutes)) if replay_failures else None
         if len(loads) > 1 or seeds > 1:
             if out_dir is not None or size_lending:
                 raise ValueError(f"{'--out' if out_dir is not None else '--size-lending'}: it reads one run; a sweep "
@@ -83,6 +103,7 @@ def simulate(
                              checkpoint_minutes, static_split)
             for load, comparisons in runs.items():
                 out.print(_sweep_table(comparisons, stack, replace(mapping, training_load=load), seeds))
+            _replay_failures(failing, at_stage(site, stage), days, seed, trace)
             return
         with err.status("simulating static and this stack"):
             comparison = compare(at_stage(site, stage), traces or project / TRACES, mapping, checkpoint_minutes,
@@ -99,6 +120,7 @@ def simulate(
             options = lending_options(comparison.model, comparison.workload, lending,
                                       checkpoint_s(site, checkpoint_minutes), comparison.slices)
         out.print(_sizing_table(needs, options, lending, run_name(comparison, stack, mapping)))
+    _replay_failures(failing, at_stage(site, stage), days, seed, trace)
     if out_dir is not None:
         try:
             written = write_plots(comparison.outcomes, out_dir, run_name(comparison, stack, mapping))
@@ -106,6 +128,13 @@ def simulate(
             err.print(f"[red]error:[/] cannot write the plots to {escape(str(out_dir))}: {escape(str(error))}")
             raise typer.Exit(ExitCode.FAILED) from None
         out.print("plots: " + ", ".join(escape(str(p)) for p in written))
+
+
+def _replay_failures(model: FailureModel | None, site: Site, days: float, seed: int, trace: Trace) -> None:
+    """The failure replay's table (--replay-failures), once, whatever the loads swept: it reads no training load."""
+    if model is not None:
+        with err.status("replaying GPU failures"):
+            out.print(failure_table(site, model, days, seed, trace))
 
 
 def _pairs(items: list[str]) -> dict[str, str]:
