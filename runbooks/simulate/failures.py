@@ -200,15 +200,17 @@ class NodeState:
 class Replay:
     """One world's replay of the faults; `run` returns its tally."""
 
-    def __init__(self, site: Site, model: FailureModel, world: Regime, rng: random.Random,
+    def __init__(self, site: Site, model: FailureModel, regime: Regime, rng: random.Random,
                  health: Health | None = None) -> None:
-        self.site, self.model, self.world, self.rng = site, model, world, rng
+        self.site, self.model, self.regime, self.rng = site, model, regime, rng
         self.health = health or site.health
         slurm = {n.name for n in slurm_nodes(site)}
         self.nodes = {n.name: NodeState(n.name, g.gpus_per_node, n.name in slurm)
                       for g in site.node_groups for n in g.nodes}
         self.tally = Tally()
         self.memory: dict[str, NodeMemory] = {}
+        self.pages: list[tuple[float, Fault]] = []
+        """This stack: each fault's page, answered `response_s` after it (in fault order, so in time order)."""
 
     # --- jobs ---------------------------------------------------------------------------------------------------
 
@@ -254,7 +256,7 @@ class Replay:
                 node.idle_since = fault.at
             else:
                 node.next_start = fault.at + PLACE_S
-        if self.world == Regime.STATIC:
+        if self.regime == Regime.STATIC:
             node.human_at = fault.at + self.model.response_s
         else:
             self.pages.append((fault.at + self.model.response_s, fault))
@@ -278,11 +280,10 @@ class Replay:
     # --- the worlds ---------------------------------------------------------------------------------------------
 
     def run(self, faults: Sequence[Fault]) -> Tally:
-        self.pages: list[tuple[float, Fault]] = []
         for node in self.nodes.values():
             node.job_end = None
             node.next_start = 0.0
-        if self.world == Regime.STATIC:
+        if self.regime == Regime.STATIC:
             for fault in faults:
                 self._due_humans(fault.at)
                 self._fault(fault)
@@ -405,10 +406,10 @@ class Replayed:
 
 
 def replay(site: Site, model: FailureModel, days: float, seed: int, health: Health | None = None) -> Replayed:
-    """Both worlds on the same faults (one draw per seed) and the same job run times (each world's own stream from
-    the seed, so one world's choices never shift the other's draws)."""
+    """Both worlds on the same faults (one draw per seed: node, time, kind and the work each loses at once); each
+    world draws its jobs' run times from its own stream seeded alike, so neither's choices shift the faults."""
     window_s = days * 86_400
     faults = draw_faults(site, model, window_s, random.Random(seed))
-    tallies = {world: Replay(site, model, world, random.Random(f"{seed}:jobs"), health).run(faults)
-               for world in Regime}
+    tallies = {regime: Replay(site, model, regime, random.Random(f"{seed}:jobs"), health).run(faults)
+               for regime in Regime}
     return Replayed(len(faults), tallies)
