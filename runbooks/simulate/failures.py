@@ -4,7 +4,7 @@ and failing them until a human acts on the page, and this stack's, where the nod
 diagnoses, returns or hands it off (docs/simulate.md, "GPU failures").
 
 The model, every number named where it is set:
-- Faults arrive on each GPU as a Poisson process at a rate per GPU-hour from a published fleet study (FLEET_STUDIES).
+- Faults arrive on each GPU as a Poisson process at a rate per GPU-hour from a published fleet study (LLAMA3).
   A share of them is persistent (the GPU stays broken: each job placed on the node fails FAIL_AFTER_S after it starts,
   a diagnosis fails) and the rest transient (only the job running then fails; the GPU serves again and a diagnosis
   passes once the XID has aged out of health.window_s).
@@ -52,7 +52,6 @@ from components.spec.site import Site
 
 @dataclass(frozen=True)
 class FleetStudy:
-    name: str
     source: str
     gpu_failures: float
     """Failures attributed to GPUs over the study."""
@@ -69,9 +68,8 @@ class FleetStudy:
 # GPU issues were 58.7 % of the unexpected ones (faulty GPU 148, 30.1 %; GPU HBM3 memory 72, 17.2 %; GPU SRAM
 # memory 19, 4.5 %; GPU system processor 17, 4.1 %). 419 x 58.7 % = 246 over 16,384 x 54 x 24 GPU-hours: 1.16e-5
 # per GPU-hour. A lower bound on the rate where fewer GPUs ran some of the time ("up to").
-LLAMA3 = FleetStudy("llama3-405b", "Dubey et al., The Llama 3 Herd of Models, arXiv:2407.21783, sec. 3.3.4, Table 5",
+LLAMA3 = FleetStudy("Dubey et al., The Llama 3 Herd of Models, arXiv:2407.21783, sec. 3.3.4, Table 5",
                     419 * 0.587, 16_384, 54)
-FLEET_STUDIES = {LLAMA3.name: LLAMA3}
 
 PLACE_S = 30.0
 """s from a node freed to the next waiting job on it: Slurm's backfill interval (slurm.conf(5), SchedulerParameters
