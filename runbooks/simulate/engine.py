@@ -169,8 +169,14 @@ class Simulation:
         """Waiting jobs by side, then by (QoS or class, team), each list in arrival order: what a pass orders by."""
         self.changed: set[Side] = set()
         """Sides whose queue or room changed since their last pass; a pass over an unchanged side starts nothing."""
+        self.changed_teams: set[str] = set()
+        """Teams whose Slurm queue or running jobs changed since the last static pass: a static slice's room changes
+        only with its own team's jobs (the slices add up to Slurm's GPUs, so the free GPUs are never fewer than a
+        slice's room), and a pass over an unchanged slice starts nothing."""
         self.running: set[Run] = set()
         self.running_slurm: set[Run] = set()
+        self.running_on: dict[str, set[Run]] = {f: set() for f in model.flavors}
+        """Kubernetes flavor -> the jobs running on it: what a preemption check walks, not every running job."""
         self.ends: dict[str | None, list[tuple[float, int, int]]] = {None: [], **{t: [] for t in model.teams}}
         """Running Slurm jobs' Run.ends, in order, of all teams (None) and of each: what backfill reads."""
         self.runs: list[Run] = []
@@ -408,6 +414,7 @@ class Simulation:
             else:
                 self.flavor_jobs[place] += gpus
                 self.kube_used[run.team, place] += gpus
+                self.running_on[place].add(run)
         if run.side == Side.SLURM:
             self.slurm_used[run.team] += run.gpus
         self.queue[run.side][run.qos, run.team].remove(run)
@@ -432,10 +439,13 @@ class Simulation:
             else:
                 self.flavor_jobs[place] -= gpus
                 self.kube_used[run.team, place] -= gpus
+                self.running_on[place].discard(run)
         if run.side == Side.SLURM:
             self.slurm_used[run.team] -= run.gpus
         run.held = {}
         self.changed.add(run.side)
+        if run.side == Side.SLURM:
+            self.changed_teams.add(run.team)
         self.running.discard(run)
         self.running_slurm.discard(run)
         if run.ends is not None:
@@ -473,6 +483,8 @@ class Simulation:
 
     def _enqueue(self, run: Run) -> None:
         bisect.insort(self.queue[run.side].setdefault((run.qos, run.team), []), run, key=_arrival)
+        if run.side == Side.SLURM:
+            self.changed_teams.add(run.team)
 
     def _in_order(self, side: Side, rank: Any, team: str | None = None,
                   done: dict[tuple[str, str], bool] | None = None) -> Iterator[Run]:
@@ -490,8 +502,10 @@ class Simulation:
             self._easy(None, self._in_order(Side.SLURM, lambda key: (
                 -self.model.qos_priority[key[0]], self.slurm_used[key[1]] / self.model.fairshare[key[1]])))
             return
+        changed, self.changed_teams = self.changed_teams, set()
         for team in self.model.teams:
-            self._easy(team, self._in_order(Side.SLURM, lambda key: 0, team))
+            if team in changed:
+                self._easy(team, self._in_order(Side.SLURM, lambda key: 0, team))
 
     def _easy(self, team: str | None, runs: Iterable[Run]) -> None:
         now, free = self.env.now, self._slurm_free(team)
@@ -593,9 +607,8 @@ class Simulation:
             limit = self._kube_limit(run.team, flavor)
             if run.gpus > limit:
                 continue
-            victims = sorted((r for r in self.running if r.side == Side.KUBERNETES and flavor in r.held
-                              and r.qos in preempts and (r.team == run.team or self.kube_used[r.team, flavor]
-                                                         > self.model.guaranteed[r.team, flavor])),
+            victims = sorted((r for r in self.running_on[flavor] if r.qos in preempts and (
+                r.team == run.team or self.kube_used[r.team, flavor] > self.model.guaranteed[r.team, flavor])),
                              key=lambda r: (self.model.class_priority[r.qos], -(r.started or 0.0), r.job.id))
             free, used, chosen = self._flavor_free(flavor), self.kube_used[run.team, flavor], []
             for victim in victims:
@@ -648,8 +661,7 @@ class Simulation:
 
     def _evict_for_inference(self, flavor: str, need: int) -> int:
         preempts = self.model.class_preempts.get(self.model.inference_class or "", set())
-        victims = sorted((r for r in self.running if r.side == Side.KUBERNETES and flavor in r.held
-                          and r.qos in preempts),
+        victims = sorted((r for r in self.running_on[flavor] if r.qos in preempts),
                          key=lambda r: (self.model.class_priority[r.qos], -(r.started or 0.0), r.job.id))
         freed = 0
         for victim in victims:
