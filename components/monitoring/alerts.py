@@ -18,10 +18,16 @@ Source metrics, and where their names come from:
   (components/monitoring/lending_metrics.py).
 - the node health controller (`gpuctl health control`) on the Slurm controller: gpucluster_health_node_phase{node,
   phase}, gpucluster_health_last_decision_timestamp_seconds (components/monitoring/health_metrics.py).
+- node-exporter's mountstats collector (node_exporter collector/mountstats_linux.go, on by --collector.mountstats):
+  node_mountstats_nfs_operations_requests_total and _request_time_seconds_total (s from a request's queueing to its
+  reply), labels export (the mount's `server:/path`), protocol, mountaddr, operation (READ, WRITE, ...), and Hostname,
+  the node's name, which the stack's scrape of node-exporter adds (components/monitoring/prometheus.py).
 - LiteLLM proxy 1.80.5, the one gateway of LLM traffic (litellm/types/integrations/prometheus.py, checked against the
   running proxy: ../shared/notes/litellm-offline.md): litellm_input_tokens_metric_total and
   litellm_output_tokens_metric_total, labels team (LiteLLM's team id), team_alias, model (the backend's name) and
-  requested_model (the gateway's model name); requests that no key authenticated carry team_alias="None".
+  requested_model (the gateway's model name); requests that no key authenticated carry team_alias="None";
+  litellm_proxy_total_requests_metric_total and litellm_proxy_failed_requests_metric_total (label exception_status)
+  count requests per requested_model and team_alias.
 """
 
 import re
@@ -263,11 +269,34 @@ MOVER_LATEST_RUN = ("gpucluster_checkpoint_last_run_timestamp_seconds == on (mov
 node-exporter serves it) until the node's disk is wiped; only the newest one says how the mover is doing now."""
 
 
+STORAGE_LATENCY_WINDOW = "2m"
+"""Window over which a node's mean NFS WRITE time to the hot tier is taken: short enough that the storage-jitter
+drill's 300 s detection deadline holds (half the window delayed, then `for`), long enough to span many writes."""
+NFS_REQUESTS = "node_mountstats_nfs_operations_requests_total"
+NFS_REQUEST_TIME = "node_mountstats_nfs_operations_request_time_seconds_total"
+
+
+def _hot_exports(site: Site) -> str:
+    """The hot tier's NFS mounts as mountstats names them (`server:/path`): each server's export root or a share
+    under it. Dots escaped for the regex, and the backslash for the PromQL string."""
+    nfs = site.storage.nfs_hot
+    servers = _alternatives([s.replace(".", "\\\\.") for s in nfs.servers])
+    return f"({servers}):{nfs.export_root}(/.*)?"
+
+
 def storage_alerts(site: Site) -> list[dict[str, Any]]:
     """On the checkpoint mover's own metrics (hosts/checkpoint_mover.py, node-exporter textfile), each mover judged by
-    its newest run, so a node it left cannot hold an alert."""
-    fill = site.storage.nfs_hot.fill_alert_pct
+    its newest run, so a node it left cannot hold an alert; and on each node's NFS client times to the hot tier."""
+    nfs = site.storage.nfs_hot
+    fill = nfs.fill_alert_pct
+    writes = f'{{operation="WRITE", export=~"{_hot_exports(site)}"}}'
+    # Mean time per WRITE: the checkpoint path as the jobs' own writes see it (a delayed link, a slow server).
+    write_ms = (f"sum by (Hostname, export) (rate({NFS_REQUEST_TIME}{writes}[{STORAGE_LATENCY_WINDOW}]))\n"
+                f"/ sum by (Hostname, export) (rate({NFS_REQUESTS}{writes}[{STORAGE_LATENCY_WINDOW}])) * 1000")
     return [
+        _alert(site, "StorageJitter", f"{write_ms} > {nfs.write_latency_alert_ms}", Severity.WARNING,
+               f"NFS writes from {{{{ $labels.Hostname }}}} to {{{{ $labels.export }}}} take {VALUE} ms on average "
+               f"(over {nfs.write_latency_alert_ms} ms): checkpoints stall", "1m"),
         _alert(site, "CheckpointHotTierFilling",
                f"max by (mover) (gpucluster_checkpoint_hot_fill_ratio and on (instance, mover) ({MOVER_LATEST_RUN}))"
                f" * 100 > {fill:g}", Severity.WARNING,
@@ -305,6 +334,30 @@ def lending_alerts(site: Site) -> list[dict[str, Any]]:
 
 HEALTH_STALE_INTERVALS = 5
 """Health decision intervals without a decision on fresh inputs after which the health controller counts as down."""
+
+
+INFERENCE_ERROR_WINDOW = "5m"
+"""Window over which a served model's share of failed requests is taken: a hot swap's cut-over is seconds to minutes."""
+
+
+def inference_alerts(site: Site) -> list[dict[str, Any]]:
+    """On the gateway's counters: a served model whose requests fail, as a failed hot swap (no ready endpoint, a new
+    version that errors) shows at the gateway. Server-side failures of requests a key authenticated, as the rollout's
+    inference gate counts them, against its error budget."""
+    served = _alternatives([m.name for m in site.inference.models])
+    if not served:
+        return []
+    budget = site.rollout.gates.max_inference_error_pct
+    keyed = f'team_alias!="None", requested_model=~"{served}"'
+    failed = (f"sum by (requested_model) (rate(litellm_proxy_failed_requests_metric_total"
+              f'{{{keyed}, exception_status!~"4.."}}[{INFERENCE_ERROR_WINDOW}]))')
+    total = (f"sum by (requested_model) (rate(litellm_proxy_total_requests_metric_total{{{keyed}}}"
+             f"[{INFERENCE_ERROR_WINDOW}]))")
+    return [
+        _alert(site, "ModelRequestsFailing", f"100 * {failed}\n/ {total} > {budget:g}", Severity.WARNING,
+               f"{VALUE} % of requests to {{{{ $labels.requested_model }}}} fail at the gateway (over {budget:g} %): "
+               "a model swap or its replicas are failing", "2m"),
+    ]
 
 
 def health_alerts(site: Site) -> list[dict[str, Any]]:
@@ -379,6 +432,7 @@ def render_rule_groups(site: Site, timing: Timing = PRODUCTION_TIMING) -> dict[s
         {"name": "gpu", "interval": every, "rules": gpu_recording_rules(site) + gpu_alerts(site, timing)},
         {"name": "pool-alerts", "interval": every, "rules": pool_alerts(site)},
         {"name": "storage-alerts", "interval": every, "rules": storage_alerts(site)},
+        {"name": "inference-alerts", "interval": every, "rules": inference_alerts(site)},
         {"name": "lending-alerts", "interval": every, "rules": lending_alerts(site)},
         {"name": "health-alerts", "interval": every, "rules": health_alerts(site)},
         {"name": "llm-cost", "interval": every, "rules": llm_cost_rules(site)},

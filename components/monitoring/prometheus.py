@@ -44,6 +44,9 @@ NODE_EXPORTER_CHART_ARGS = (
 """kube-prometheus-stack 77.5.0's prometheus-node-exporter.extraArgs, as its values.yaml sets them."""
 
 
+NODE_EXPORTER_MOUNTSTATS = "--collector.mountstats"
+"""node_exporter's flag that turns on its mountstats collector (collector/mountstats_linux.go; off by default)."""
+
 NOTIFY_SECRET = "alertmanager-notify"
 """Created by the platform team (docs/monitoring.md), never by Pulumi: holds slack-api-url and oncall-token."""
 
@@ -114,10 +117,17 @@ def prometheus_values(site: Site) -> dict[str, Any]:
                                                          f"pods=[{ENGINE_COMPONENT_LABEL}]"]},
         # The checkpoint mover's gpucluster_checkpoint_* files reach Prometheus only through the textfile
         # collector. The host's root is mounted at /host/root (prometheus-node-exporter hostRootFsMount); extraArgs
-        # replaces the list, so kube-prometheus-stack 77.5.0's two filesystem excludes are repeated.
+        # replaces the list, so kube-prometheus-stack 77.5.0's two filesystem excludes are repeated. The mountstats
+        # collector (off by default) gives each node's NFS client times, which StorageJitter reads: it reads the
+        # exporter's own /proc/self/mountstats, where the host's NFS mounts appear under /host/root (the chart's
+        # prometheus-node-exporter values.yaml: hostRootFsMount enabled, mountPropagation HostToContainer).
+        # Its series carry the node's name as `Hostname`, as dcgm-exporter's do (instance is only the node's IP on
+        # the host network): StorageJitter names the node, and the storage-jitter drill finds its alert by it.
         "prometheus-node-exporter": {"extraArgs": [
             *NODE_EXPORTER_CHART_ARGS, f"--collector.textfile.directory={NODE_EXPORTER_HOST_ROOT}{TEXTFILE_DIR}",
-        ]},
+            NODE_EXPORTER_MOUNTSTATS,
+        ], "prometheus": {"monitor": {"relabelings": [
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "Hostname", "action": "replace"}]}}},
         # The folder annotation is honoured only with foldersFromFilesStructure (grafana chart values).
         "grafana": {
             "sidecar": {"dashboards": {

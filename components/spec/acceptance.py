@@ -93,14 +93,15 @@ DEFAULT_DRILLS: Final = (
           detect_within_s=1500, recover_within_s=900, revert_after_s=3600),
     Drill(kind=DrillKind.NETWORK_PARTITION, sop="network-partition", alert="DcgmExporterDown", hold_s=900,
           detect_within_s=600, recover_within_s=600, revert_after_s=1800),
-    Drill(kind=DrillKind.STORAGE_JITTER, sop="storage-jitter", hold_s=900, detect_within_s=300,
+    Drill(kind=DrillKind.STORAGE_JITTER, sop="storage-jitter", alert="StorageJitter", hold_s=900, detect_within_s=300,
           recover_within_s=300, revert_after_s=1800, delay_ms=200),
     Drill(kind=DrillKind.MODEL_HOT_SWAP, sop="model-hot-swap", hold_s=600, detect_within_s=600,
           recover_within_s=300, revert_after_s=1800),
 )
 """One drill per failure mode of the mission. Detection deadlines leave room for each alert's `for` (15 min for
-SlurmNodesUnavailable, 5 min for DcgmExporterDown) plus scrape and evaluation; a hot-swap must be seen done (every
-answer from the new version) within its hold."""
+SlurmNodesUnavailable, 5 min for DcgmExporterDown, 1 min for StorageJitter after its 2 min window) plus scrape and
+evaluation; a hot-swap must be seen done (every answer from the new version) within its hold, and raises no alert
+(ModelRequestsFailing fires only when the swap fails requests)."""
 
 
 class Peak(Spec):

@@ -108,6 +108,11 @@ COLD_ARCHIVE_AFTER_DAYS: Final = 7
 HOT_FILL_ALERT_PCT: Final = 85.0
 """% full of an NFS hot server that warns: past ~90 % NFS servers slow down and one 300 GB dump fills them."""
 
+HOT_WRITE_LATENCY_ALERT_MS: Final = 100
+"""ms an NFS WRITE to the hot tier may take on average over STORAGE_LATENCY_WINDOW before StorageJitter warns. A
+healthy server answers a 1 MiB WRITE over the cluster network in a few ms; at 100 ms a node's checkpoint stream of
+8 writes in flight moves at most 80 MiB/s, and a 300 GB dump takes over an hour instead of minutes."""
+
 MOVER_MAX_CHECKPOINT_GIB: Final = 2048
 """GiB (apparent size) above which the mover refuses a checkpoint: a 70B-parameter model with Adam state is about
 1.1 TB (16 bytes per parameter), so twice that is no real checkpoint but a sparse file or a mistake."""

@@ -190,6 +190,10 @@ class NfsHotTier(Spec):
     """The model registry on the first server, the source of the NVMe prefetch."""
     fill_alert_pct: Percent = defaults.HOT_FILL_ALERT_PCT
     """% full at which a hot-tier server raises a warning (the mover frees space every run)."""
+    # An NFS timeout (timeo, 60 s by default) is past any latency worth a warning.
+    write_latency_alert_ms: Annotated[Int, Field(gt=0, le=60_000)] = defaults.HOT_WRITE_LATENCY_ALERT_MS
+    """ms the hot tier's NFS WRITEs may take on average, as a node's NFS client measures them, before StorageJitter
+    warns (docs/sop/storage-jitter.md)."""
     mount_root: AbsolutePath = defaults.NFS_MOUNT_ROOT
     """Where hosts mount the hot tier: each server's export_root at <mount_root>/<server>, so a team's share is
     <mount_root>/<server>/<team> on every Slurm node (and on pods that mount the same way)."""

@@ -56,6 +56,12 @@ VLLM_METRICS = frozenset({
                                      "time_per_output_token_seconds", "request_queue_time_seconds")
       for suffix in ("_bucket", "_sum", "_count")),
 })
+NODE_EXPORTER_MOUNTSTATS = frozenset({
+    # node_exporter collector/mountstats_linux.go (per NFS mount and operation), served with --collector.mountstats.
+    *(f"node_mountstats_nfs_operations_{name}_total" for name in (
+        "requests", "request_time_seconds", "response_time_seconds", "queue_time_seconds", "transmissions",
+        "major_timeouts")),
+})
 DCGM_SERVICE_LABELS = {"app": "nvidia-dcgm-exporter"}
 DCGM_PORT = "gpu-metrics"
 """The Service the GPU Operator creates for its DCGM exporter at run time (gpu-operator
@@ -119,8 +125,8 @@ class Producer:
 
 def producers(deployed: Deployed) -> list[Producer]:
     return [maker(deployed) for maker in (_prometheus, _recording_rules, _dcgm_exporter, _kube_state_metrics,
-                                          _textfile, _slurm_exporter, _lending_controller, _health_controller,
-                                          _gateway, _model_servers)]
+                                          _textfile, _mountstats, _slurm_exporter, _lending_controller,
+                                          _health_controller, _gateway, _model_servers)]
 
 
 def _meta(obj: dict[str, Any], key: str) -> Any:
@@ -241,6 +247,19 @@ def _host_path(workload: dict[str, Any], path: str) -> str | None:
             if mount["name"] in volumes and (path == inside or path.startswith(inside + "/")):
                 return (volumes[mount["name"]].rstrip("/") + path[len(inside):]) or "/"
     return None
+
+
+def _mountstats(deployed: Deployed) -> Producer:
+    """node-exporter's NFS client times per mount, when its mountstats collector is on and the exporter is scraped."""
+    name = "node-exporter mountstats collector"
+    exporters = [d for d in deployed.of_kind("DaemonSet") if "node-exporter" in (_meta(d, "name") or "")]
+    if not exporters:
+        return Producer(name, NODE_EXPORTER_MOUNTSTATS, "no node-exporter DaemonSet")
+    if "--collector.mountstats" not in _container_args(exporters[0]):
+        return Producer(name, NODE_EXPORTER_MOUNTSTATS, "node-exporter runs without --collector.mountstats (off by "
+                                                        "default)")
+    return Producer(name, NODE_EXPORTER_MOUNTSTATS, scraped(deployed, _meta(exporters[0], "namespace"),
+                                                            _services_for(deployed, exporters[0])))
 
 
 def _textfile(deployed: Deployed) -> Producer:

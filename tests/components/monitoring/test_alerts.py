@@ -401,3 +401,90 @@ def test_should_wrap_the_same_groups_in_a_prometheus_rule() -> None:
     manifest = prometheus_rule_manifest(s)
     assert (manifest["apiVersion"], manifest["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
     assert manifest["spec"] == render_rule_groups(s)
+
+
+# --- failure modes the acceptance campaign drills: storage jitter, a failed model swap ----------------------------
+
+NFS_WRITES = {"Hostname": "gpu-a800-05", "export": "nfs-hot-01.dc1.internal:/exports", "operation": "WRITE",
+              "protocol": "tcp", "mountaddr": "10.20.2.1", "instance": "10.20.1.15:9100"}
+"""node-exporter's mountstats labels (collector/mountstats_linux.go), with the Hostname the stack's scrape adds."""
+JITTER = ("NFS writes from gpu-a800-05 to nfs-hot-01.dc1.internal:/exports take 200.0 ms on average (over 100 ms): "
+          "checkpoints stall")
+
+
+def nfs(labels: dict[str, str], writes_per_min: int, ms_per_write: int, minutes: int = 6) -> list[dict[str, str]]:
+    """A mount's request and request-time counters: `writes_per_min` operations a minute, each taking `ms`."""
+    seconds = writes_per_min * ms_per_write // 1000
+    return [series("node_mountstats_nfs_operations_requests_total", labels, f"0+{writes_per_min}x{minutes}"),
+            series("node_mountstats_nfs_operations_request_time_seconds_total", labels, f"0+{seconds}x{minutes}")]
+
+
+def requests(model: str, per_min: int, failed_per_min: int, status: str = "500", team_alias: str = "speech",
+             minutes: int = 8) -> list[dict[str, str]]:
+    labels = gateway(team_alias, model)
+    return [series("litellm_proxy_total_requests_metric_total", labels, f"0+{per_min}x{minutes}"),
+            series("litellm_proxy_failed_requests_metric_total", {**labels, "exception_status": status},
+                   f"0+{failed_per_min}x{minutes}")]
+
+
+SHARE = "nfs-hot-02.dc1.internal:/exports/speech"
+SWAP_FAILING = ("5.0 % of requests to qwen2-5-72b fail at the gateway (over 1 %): a model swap or its replicas are "
+                "failing")
+FAILURE_MODES = [
+    pytest.param(Case("StorageJitter", "4m", nfs(NFS_WRITES, 600, 200),
+                      [({"Hostname": "gpu-a800-05", "export": "nfs-hot-01.dc1.internal:/exports"}, JITTER)]),
+                 id="hot-tier writes at 200 ms for a minute past the window fire"),
+    pytest.param(Case("StorageJitter", "4m", nfs({**NFS_WRITES, "export": SHARE}, 600, 200),
+                      [({"Hostname": "gpu-a800-05", "export": SHARE},
+                        JITTER.replace("nfs-hot-01.dc1.internal:/exports", SHARE))]),
+                 id="a team's share on the second server fires too"),
+    pytest.param(Case("StorageJitter", "4m", nfs(NFS_WRITES, 600, 90)), id="hot-tier writes at 90 ms stay quiet"),
+    pytest.param(Case("StorageJitter", "4m", nfs({**NFS_WRITES, "operation": "READ"}, 600, 200)),
+                 id="slow reads stay quiet"),
+    pytest.param(Case("StorageJitter", "4m", nfs({**NFS_WRITES, "export": "home.dc1.internal:/exports"}, 600, 200)),
+                 id="slow writes to a share outside the hot tier stay quiet"),
+    pytest.param(Case("StorageJitter", "1m", nfs(NFS_WRITES, 600, 200)),
+                 id="slow writes stay pending for their first minute"),
+    pytest.param(Case("ModelRequestsFailing", "8m", requests("qwen2-5-72b", 600, 30),
+                      [({"requested_model": "qwen2-5-72b"}, SWAP_FAILING)]),
+                 id="5 % of a served model's requests failing fires"),
+    pytest.param(Case("ModelRequestsFailing", "8m", requests("qwen2-5-72b", 600, 3)),
+                 id="0.5 % failing stays quiet"),
+    pytest.param(Case("ModelRequestsFailing", "8m", requests("qwen2-5-72b", 600, 30, status="429")),
+                 id="refused requests (4xx) stay quiet"),
+    pytest.param(Case("ModelRequestsFailing", "8m", requests("qwen2-5-72b", 600, 30, team_alias="None")),
+                 id="requests no key authenticated stay quiet"),
+    pytest.param(Case("ModelRequestsFailing", "8m", requests("gpt-4o", 600, 30)),
+                 id="an external API failing stays quiet (not a served model)"),
+]
+
+
+@needs_promtool
+@pytest.mark.parametrize("case", FAILURE_MODES)
+def test_should_raise_each_failure_modes_alert_exactly_when_the_rule_says(case: Case, tmp_path: Path) -> None:
+    s = site()
+    result = promtool_test(s, [alert_test(s, case)], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+@pytest.mark.parametrize(("change", "case"), [
+    pytest.param({"storage__nfs_hot__write_latency_alert_ms": 250}, FAILURE_MODES[0].values[0],
+                 id="storage latency threshold 100 -> 250 ms breaks the 200 ms test"),
+    pytest.param({"storage__nfs_hot__write_latency_alert_ms": 80}, FAILURE_MODES[2].values[0],
+                 id="storage latency threshold 100 -> 80 ms breaks the 90 ms test"),
+    pytest.param({"rollout": {"gates": {"max_inference_error_pct": 6}}}, FAILURE_MODES[6].values[0],
+                 id="error budget 1 -> 6 % breaks the 5 % test"),
+])
+def test_should_fail_a_failure_modes_test_when_its_threshold_moves(change: dict[str, Any], case: Case,
+                                                                  tmp_path: Path) -> None:
+    mutated = parse(with_changes(prod_values(), **change))
+    result = promtool_test(mutated, [alert_test(site(), case)], tmp_path)
+    assert result.returncode != 0, result.stdout
+
+
+def test_should_drill_storage_jitter_on_its_own_alert_and_sop() -> None:
+    # The drill waits for the alert the production rules raise, and the alert's runbook is the drill's SOP.
+    s = site()
+    (drill,) = [d for d in s.acceptance.drills if d.kind.value == "storage_jitter"]
+    assert drill.alert in alert_names(s) and runbook_url(s, drill.alert).endswith(f"/{drill.sop}.md")

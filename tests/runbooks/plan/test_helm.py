@@ -278,6 +278,10 @@ def drop_pod_label_allowlist(arg: str) -> str:
         "--metric-labels-allowlist") else arg
 
 
+def drop_mountstats(arg: str) -> str:
+    return "--no-collector.mountstats" if arg == "--collector.mountstats" else arg
+
+
 def empty_operand_tolerations(deployed: Deployed) -> None:
     find(deployed, "ClusterPolicy", "cluster-policy")["spec"]["daemonsets"]["tolerations"] = []
 
@@ -337,6 +341,11 @@ RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule g
                  "SlurmNodesUnavailable) is selected on label label_gpucluster_io_flex_lent, which "
                  "kube-state-metrics does not produce as deployed",
                  id="should hold a node label kube-state-metrics does not allow"),
+    pytest.param(edit_args("DaemonSet", "node-exporter", drop_mountstats), "metrics-have-producers",
+                 "node_mountstats_nfs_operations_request_time_seconds_total (read by rule StorageJitter) has no "
+                 "producer the stack deploys and scrapes (node-exporter mountstats collector: node-exporter runs "
+                 "without --collector.mountstats (off by default))",
+                 id="should hold storage jitter unmeasured without node-exporter's mountstats collector"),
     pytest.param(edit_args("DaemonSet", "node-exporter", move_textfile_directory), "metrics-have-producers",
                  "gpucluster_checkpoint_hot_fill_ratio (read by rule CheckpointHotTierFilling) has no producer the "
                  "stack deploys and scrapes (checkpoint mover via node-exporter's textfile collector: "
