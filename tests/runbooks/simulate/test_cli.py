@@ -43,9 +43,11 @@ def test_prints_both_policies_and_writes_real_pngs(tmp_path: Path) -> None:
 
 
 def test_a_sweep_prints_each_figure_as_mean_and_range_per_load() -> None:
-    code, output = gpuctl("--days", "1", "--training-load", "0.5", "--training-load", "0.9", "--seeds", "2")
+    code, output = gpuctl("--days", "1", "--training-load", "0.5", "--training-load", "0.9", "--seeds", "2",
+                          "--static-split", "demand")
     assert code == ExitCode.DONE, output
     text = " ".join(output.split())
+    assert "static slices by demand" in text
     assert "--training-load 0.5 (offered" in text and "--training-load 0.9 (offered" in text
     assert text.count("seeds 0 to 1") == 2 and "mean (lowest to highest)" in text
     (row,) = [line for line in output.splitlines() if "GPU utilization" in line][:1]
