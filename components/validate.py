@@ -9,7 +9,8 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from components.facility.power import plan_racks
+from components.facility.power import RULES as RACK_RULES
+from components.facility.power import on_every_rack
 from components.inference.values import DATABASE_OPERATOR_NAMESPACE, KEDA_NAMESPACE
 from components.inference.values import NAMESPACE as INFERENCE_NAMESPACE
 from components.monitoring.prometheus import NAMESPACE as MONITORING_NAMESPACE
@@ -90,19 +91,15 @@ def check_reserved_team_names(site: Site) -> list[Problem]:
              INFERENCE_NAMESPACE, KEDA_NAMESPACE, DATABASE_OPERATOR_NAMESPACE, site.gpu_operator.namespace,
              *SLURM_ACCOUNTS}
     return [Problem(f"teams[{i}].name", f"{team.name!r} is reserved: the cluster or the stack uses it for its own "
-                                        "namespace or Slurm account", "reserved-names")
+                                        "namespace or Slurm account")
             for i, team in enumerate(site.teams) if team.name in taken or team.name.startswith("kube-")]
 
 
-def check_racks(site: Site) -> list[Problem]:
-    return [p for plan in plan_racks(site) for p in plan.problems]
-
-
-RULES: tuple[Rule, ...] = (
+RULES: tuple[Rule[Site], ...] = (
     *SPEC_RULES,
-    rule(check_reserved_team_names, "teams", "gpu_operator"),
-    rule(check_team_quotas, "teams", "node_groups", "gpu_catalog", "inference"),
-    rule(check_inference_leaves_room, "teams", "node_groups", "gpu_catalog", "inference"),
-    rule(check_preemption, "scheduling"),
-    rule(check_racks, "racks", "node_groups", "gpu_catalog"),
+    rule("reserved-names", check_reserved_team_names, "teams", "gpu_operator"),
+    rule("team-quotas", check_team_quotas, "teams", "node_groups", "gpu_catalog", "inference"),
+    rule("inference-leaves-room", check_inference_leaves_room, "teams", "node_groups", "gpu_catalog", "inference"),
+    rule("preemption", check_preemption, "scheduling"),
+    *(on_every_rack(r) for r in RACK_RULES),
 )

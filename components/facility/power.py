@@ -12,10 +12,11 @@ from components.spec import defaults
 from components.spec.catalog import GpuClass
 from components.spec.derived import once_per_site
 from components.spec.problems import Problem
+from components.spec.rules import Rule, rule
 from components.spec.site import CoolingType, Feed, NodeGroup, Pdu, Rack, Site
 
-RULES = ("rack-load-within-power", "rack-heat-within-cooling", "dense-gpus-in-dense-racks", "rack-dual-feeds")
-"""The rack rules the spec checks, named as the policy pack's policies that judge the same rack facts again."""
+RACK_READS = ("racks", "node_groups", "gpu_catalog")
+"""What a rack's plan is made of: the rack, the nodes in it and their GPUs' draw."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class RackPlan:
     @property
     def verdicts(self) -> dict[str, bool]:
         broken = {p.rule for p in self.problems}
-        return {rule: rule not in broken for rule in RULES}
+        return {r.id: r.id not in broken for r in RULES}
 
 
 def node_draw_kw(site: Site, group: NodeGroup) -> float:
@@ -109,12 +110,15 @@ def plan_racks(site: Site) -> list[RackPlan]:
     for index, rack in enumerate(site.racks):
         nodes = tuple(by_rack.get(rack.name, ()))
         draft = RackPlan(index, rack, nodes, ())
-        problems = (
-            check_power_budget(draft) + check_cooling(draft) + check_dense_placement(draft)
-            + check_pdus(draft)
-        )
-        plans.append(RackPlan(index, rack, nodes, tuple(problems)))
+        plans.append(RackPlan(index, rack, nodes, tuple(p for r in RULES for p in r.judge(draft))))
     return plans
+
+
+def on_every_rack(rack_rule: Rule[RackPlan]) -> Rule[Site]:
+    """The rack rule as a rule of the site: its problems on every rack of the (once-made) plan."""
+    def check_racks(site: Site) -> list[Problem]:
+        return [p for plan in plan_racks(site) for p in plan.problems if p.rule == rack_rule.id]
+    return rule(rack_rule.id, check_racks, *RACK_READS)
 
 
 def _describe(nodes: tuple[NodeLoad, ...]) -> str:
@@ -130,7 +134,6 @@ def check_power_budget(plan: RackPlan) -> list[Problem]:
         f"racks[{plan.index}].power_budget_kw",
         f"planned draw {plan.it_load_kw:.1f} kW of {_describe(plan.nodes)} exceeds budget "
         f"{rack.power_budget_kw:g} kW less {rack.headroom_pct:g} % headroom ({plan.usable_kw:.1f} kW usable)",
-        "rack-load-within-power",
     )]
 
 
@@ -143,13 +146,11 @@ def check_cooling(plan: RackPlan) -> list[Problem]:
         problems.append(Problem(
             path,
             f"{cooling.type.value} cooling removes at most {limit:g} kW per rack, not {cooling.capacity_kw:g} kW",
-            "rack-heat-within-cooling",
         ))
     if plan.heat_load_kw > cooling.capacity_kw:
         problems.append(Problem(
             path,
             f"{cooling.capacity_kw:g} kW cannot remove {plan.heat_load_kw:.1f} kW of heat from {_describe(plan.nodes)}",
-            "rack-heat-within-cooling",
         ))
     return problems
 
@@ -165,14 +166,12 @@ def check_dense_placement(plan: RackPlan) -> list[Problem]:
             f"racks[{plan.index}].power_budget_kw",
             f"dense GPUs ({models}) need a rack of at least {defaults.DENSE_RACK_MIN_KW:g} kW, "
             f"not {rack.power_budget_kw:g} kW",
-            "dense-gpus-in-dense-racks",
         ))
     if rack.cooling.type == CoolingType.AIR:
         problems.append(Problem(
             f"racks[{plan.index}].cooling.type",
             f"dense GPUs ({models}) never go in an air-cooled rack; use in-row chilled water, "
             "direct liquid or immersion",
-            "dense-gpus-in-dense-racks",
         ))
     return problems
 
@@ -185,16 +184,14 @@ def check_pdus(plan: RackPlan) -> list[Problem]:
             problems.append(Problem(
                 f"{base}[{j}].current_a",
                 f"{pdu.current_a} A is not a site socket rating (32 or 63 A)",
-                "rack-dual-feeds",
             ))
         if pdu.phases not in (1, 3):
-            problems.append(Problem(f"{base}[{j}].phases", f"{pdu.phases} phases: must be 1 or 3", "rack-dual-feeds"))
+            problems.append(Problem(f"{base}[{j}].phases", f"{pdu.phases} phases: must be 1 or 3"))
     for feed in Feed:
         capacity = feed_capacity_kw(rack, feed)
         if capacity == 0:
             problems.append(Problem(
                 base, f"no PDU on feed {feed.value}; every rack needs dual-path power (feeds A and B)",
-                "rack-dual-feeds",
             ))
         elif capacity < plan.it_load_kw:
             problems.append(Problem(
@@ -202,6 +199,15 @@ def check_pdus(plan: RackPlan) -> list[Problem]:
                 f"feed {feed.value} alone carries {capacity:.1f} kW at "
                 f"{defaults.PDU_CONTINUOUS_DERATING * 100:g} % continuous derating, less than the rack's "
                 f"{plan.it_load_kw:.1f} kW",
-                "rack-dual-feeds",
             ))
     return problems
+
+
+RULES: tuple[Rule[RackPlan], ...] = (
+    rule("rack-load-within-power", check_power_budget, *RACK_READS),
+    rule("rack-heat-within-cooling", check_cooling, *RACK_READS),
+    rule("dense-gpus-in-dense-racks", check_dense_placement, *RACK_READS),
+    rule("rack-dual-feeds", check_pdus, *RACK_READS),
+)
+"""The rack rules, named as the policy pack's policies that judge the same rack facts again
+(tests/policy/test_contract.py)."""

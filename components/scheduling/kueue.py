@@ -129,7 +129,7 @@ def check_inference_leaves_room(site: Site) -> list[Problem]:
     flavors_held = ", ".join(f"{held[name]} of {name}'s {gpus}" for name, gpus in capacity.items())
     return [Problem("inference.models", f"the model servers may hold {flavors_held} GPUs (replicas.max x "
                                         f"gpus_per_replica: {models}): no kubernetes-pool GPU is left for the teams' "
-                                        "Kueue queues", "inference-leaves-room")]
+                                        "Kueue queues")]
 
 
 def guaranteed_share(flavor: Flavor, gpus: int) -> dict[str, int]:

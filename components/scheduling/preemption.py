@@ -19,7 +19,6 @@ from typing import Any
 from components.spec.problems import Problem
 from components.spec.site import SchedulingClass, Site, Workload
 
-RULE = "preemption"
 PATH = "scheduling.classes"
 PREEMPT_LOWER = "PreemptLowerPriority"
 NEVER = "Never"
@@ -126,13 +125,13 @@ def _names(classes: list[SchedulingClass]) -> Iterator[Problem]:
     seen: dict[str, int] = {}
     for i, c in enumerate(classes):
         if c.name in seen:
-            yield Problem(f"{PATH}[{i}].name", f'"{c.name}" is already used by {PATH}[{seen[c.name]}]', RULE)
+            yield Problem(f"{PATH}[{i}].name", f'"{c.name}" is already used by {PATH}[{seen[c.name]}]')
         seen.setdefault(c.name, i)
         if c.kubernetes_priority is None and c.slurm_priority is None:
-            yield Problem(f"{PATH}[{i}]", f"{c.name} has neither kubernetes_priority nor slurm_priority", RULE)
+            yield Problem(f"{PATH}[{i}]", f"{c.name} has neither kubernetes_priority nor slurm_priority")
         if c.kubernetes_priority is not None and "_" in c.name:
             yield Problem(f"{PATH}[{i}].name", f'"{c.name}" cannot name a PriorityClass (no "_" in Kubernetes '
-                          "names); drop kubernetes_priority or rename it", RULE)
+                          "names); drop kubernetes_priority or rename it")
 
 
 def _orders(classes: list[SchedulingClass]) -> Iterator[Problem]:
@@ -145,7 +144,7 @@ def _orders(classes: list[SchedulingClass]) -> Iterator[Problem]:
                 continue
             if above is not None and value >= getattr(above, side):
                 yield Problem(f"{PATH}[{i}].{side}", f"{c.name} at {value} is not below {above.name} at "
-                              f"{getattr(above, side)}, listed above it; list classes highest first", RULE)
+                              f"{getattr(above, side)}, listed above it; list classes highest first")
             above = c
 
 
@@ -155,19 +154,19 @@ def _preempt_lists(classes: list[SchedulingClass]) -> Iterator[Problem]:
         for name in c.preempts:
             path = f"{PATH}[{i}].preempts"
             if name not in rank:
-                yield Problem(path, f'no class named "{name}" (known: {", ".join(rank)})', RULE)
+                yield Problem(path, f'no class named "{name}" (known: {", ".join(rank)})')
                 continue
             victim = classes[rank[name]]
             if name == c.name:
-                yield Problem(path, f"{c.name} cannot preempt itself", RULE)
+                yield Problem(path, f"{c.name} cannot preempt itself")
             elif rank[name] < i:
-                yield Problem(path, f"{c.name} cannot preempt {name}, listed above it", RULE)
+                yield Problem(path, f"{c.name} cannot preempt {name}, listed above it")
             if not victim.preemptible:
-                yield Problem(path, f"{name} is never preemptible", RULE)
+                yield Problem(path, f"{name} is never preemptible")
             if c.workload == Workload.TRAINING and victim.workload == Workload.INFERENCE:
-                yield Problem(path, f"training class {c.name} must not preempt inference class {name}", RULE)
+                yield Problem(path, f"training class {c.name} must not preempt inference class {name}")
             if not _shared_scheduler(c, victim):
-                yield Problem(path, f"{c.name} and {name} share no scheduler, so neither can preempt the other", RULE)
+                yield Problem(path, f"{c.name} and {name} share no scheduler, so neither can preempt the other")
 
 
 def _shared_scheduler(a: SchedulingClass, b: SchedulingClass) -> bool:
@@ -183,11 +182,11 @@ def _kubernetes_preempts_by_value(classes: list[SchedulingClass]) -> Iterator[Pr
         missing = [lower.name for _, lower in rows[n + 1:] if lower.name not in c.preempts]
         if missing:
             yield Problem(f"{PATH}[{i}].preempts", f"{c.name} must list {', '.join(missing)}: on Kubernetes it "
-                          "preempts every lower class (kube-scheduler and Kueue preempt by value)", RULE)
+                          "preempts every lower class (kube-scheduler and Kueue preempt by value)")
 
 
 def _team_default(site: Site) -> Iterator[Problem]:
     name, teams = site.scheduling.team_default_class, team_qos(site)
     if name not in teams:
         yield Problem("scheduling.team_default_class",
-                      f'no Slurm class open to teams is named "{name}" (open to teams: {", ".join(teams)})', RULE)
+                      f'no Slurm class open to teams is named "{name}" (open to teams: {", ".join(teams)})')

@@ -10,7 +10,8 @@ class Problem:
     message: str
     """The rule and the numbers that break it."""
     rule: str = "schema"
-    """Name of the rule, so components can report a verdict per rule (`rack-load-within-power`, ...)."""
+    """Name of the rule, so components can report a verdict per rule (`rack-load-within-power`, ...): a cross-field
+    rule's id, stamped by components.spec.rules.Rule.judge; a type error's is the default."""
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"

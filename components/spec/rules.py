@@ -4,36 +4,45 @@ preemption table) live beside their planners and are composed with these in comp
 
 import ipaddress
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
 from components.spec import defaults
-from components.spec.acceptance import DrillKind
+from components.spec.acceptance import DrillKind, PeakSource
 from components.spec.problems import Problem
 from components.spec.site import Pool, Site
 from components.spec.wellknown import PLATFORM_ACCOUNT
 
 Check = Callable[[Site], list[Problem]]
+Subject = TypeVar("Subject")
 
 
 @dataclass(frozen=True)
-class Rule:
-    check: Check
+class Rule(Generic[Subject]):
+    """A named check: its problems carry the rule's id, stamped by `judge`, so a check never types its own name and
+    every id a problem can carry is one a Rule declares (tests/components/test_rules.py holds the docs to them)."""
+
+    id: str
+    check: Callable[[Subject], list[Problem]]
     reads: frozenset[str]
     """Top-level keys of the spec the check reads: when one of them failed to parse, the check is skipped, so a type
     error in one section leaves every rule over the other sections running (components.spec.sections)."""
 
+    def judge(self, subject: Subject) -> list[Problem]:
+        return [replace(p, rule=self.id) for p in self.check(subject)]
 
-def rule(check: Check, *reads: str) -> Rule:
-    return Rule(check, frozenset(reads))
+
+def rule(id: str, check: Callable[[Subject], list[Problem]], *reads: str) -> Rule[Subject]:
+    return Rule(id, check, frozenset(reads))
 
 
-def _unique(items: Iterable[tuple[str, str]], rule: str = "unique-names") -> list[Problem]:
+def _unique(items: Iterable[tuple[str, str]]) -> list[Problem]:
     """items: (path, name) pairs; a name seen twice is a problem at its second path."""
     seen: dict[str, str] = {}
     problems = []
     for path, name in items:
         if name in seen:
-            problems.append(Problem(f"{path}.name", f'"{name}" is already used by {seen[name]}', rule))
+            problems.append(Problem(f"{path}.name", f'"{name}" is already used by {seen[name]}'))
         else:
             seen[name] = path
     return problems
@@ -41,7 +50,7 @@ def _unique(items: Iterable[tuple[str, str]], rule: str = "unique-names") -> lis
 
 def dangling(path: str, kind: str, name: str, known: Iterable[str]) -> Problem:
     names = ", ".join(dict.fromkeys(known)) or "none defined"
-    return Problem(path, f'no {kind} named "{name}" (known: {names})', "references")
+    return Problem(path, f'no {kind} named "{name}" (known: {names})')
 
 
 def check_unique_rooms(site: Site) -> list[Problem]:
@@ -116,7 +125,6 @@ def check_stage_sizes(site: Site) -> list[Problem]:
                 f"stages[{i}].max_teams",
                 f"{len(onboarded)} teams are onboarded by {stage.name} ({', '.join(onboarded)}), "
                 f"more than its limit of {stage.max_teams}",
-                "stage-sizes",
             ))
     return problems
 
@@ -127,7 +135,7 @@ def check_first_stage_empty(site: Site) -> list[Problem]:
     first = site.stages[0].name
     return [Problem(f"teams[{i}].stage", f'team "{team.name}" is onboarded by {first}, the first stage, which the '
                                          "first `pulumi up` deploys before any acceptance campaign or approval: "
-                                         "the first stage onboards no team; name a later one", "first-stage-empty")
+                                         "the first stage onboards no team; name a later one")
             for i, team in enumerate(site.teams) if team.stage == first]
 
 
@@ -143,10 +151,9 @@ def check_team_onboarding(site: Site) -> list[Problem]:
         if earlier.stage != team.stage:
             problems.append(Problem(
                 f"teams[{i}].stage", f'team "{team.name}" is already onboarded by stage {earlier.stage} '
-                f"(teams[{first[team.name]}]); a team joins in one stage only", "team-onboarding"))
+                f"(teams[{first[team.name]}]); a team joins in one stage only"))
         else:
-            problems.append(Problem(f"teams[{i}].name", f'"{team.name}" is already used by teams[{first[team.name]}]',
-                                    "unique-names"))
+            problems.append(Problem(f"teams[{i}].name", f'"{team.name}" is already used by teams[{first[team.name]}]'))
     return problems
 
 
@@ -157,7 +164,6 @@ def check_retention(site: Site) -> list[Problem]:
     return [Problem(
         "monitoring.cold_retention_days",
         f"the cold tier ({m.cold_retention_days} days) must outlast the hot tier ({m.hot_retention_days} days)",
-        "retention",
     )]
 
 
@@ -172,7 +178,6 @@ def check_driver_version(site: Site) -> list[Problem]:
     return [Problem(
         "gpu_operator.driver_version",
         f"{installed} is older than node_check.min_driver_version {required}, the oldest driver the site accepts",
-        "driver-version",
     )]
 
 
@@ -182,7 +187,7 @@ def check_slurm_version(site: Site) -> list[Problem]:
         return []
     oldest = ".".join(f"{part:02d}" if i else str(part) for i, part in enumerate(defaults.SLURM_OLDEST_RELEASE))
     return [Problem("slurm.package_version",
-                    f"{version} is older than Slurm {oldest}, the oldest release the site runs", "slurm-version")]
+                    f"{version} is older than Slurm {oldest}, the oldest release the site runs")]
 
 
 def check_slurmd_ports(site: Site) -> list[Problem]:
@@ -199,8 +204,7 @@ def check_slurmd_ports(site: Site) -> list[Problem]:
             if other != node.name:
                 problems.append(Problem(f"node_groups[{i}].nodes[{j}].slurmd_port",
                                         f"{node.name}'s slurmd would listen on {node.ssh_host}:{port}, as {other}'s "
-                                        "does: give each Slurm node on one host a port of its own",
-                                        "slurmd-ports-distinct"))
+                                        "does: give each Slurm node on one host a port of its own"))
     return problems
 
 
@@ -209,7 +213,7 @@ def check_node_failure_detectable(site: Site) -> list[Problem]:
     acceptance, timeout = site.acceptance, site.slurm.slurmd_timeout_s
     return [Problem(f"acceptance.drills[{i}].detect_within_s",
                     f"{acceptance.scaled(d.detect_within_s):g} s (scaled) is shorter than slurm.slurmd_timeout_s "
-                    f"{timeout} s: Slurm cannot mark the failed node down by then", "node-failure-detectable")
+                    f"{timeout} s: Slurm cannot mark the failed node down by then")
             for i, d in enumerate(acceptance.drills)
             if d.kind == DrillKind.NODE_FAILURE and acceptance.scaled(d.detect_within_s) < timeout]
 
@@ -235,8 +239,8 @@ def check_inference_teams(site: Site) -> list[Problem]:
 
 
 def check_served_models_fit(site: Site) -> list[Problem]:
-    """A served model runs on a GPU the inference pools have, a replica fits one node, its most replicas fit the pools
-    (the kubernetes pool and the lendable flex pool), and its GPU has an hourly cost to price its tokens from."""
+    """A served model runs on a GPU the inference pools have, a replica fits one node, and its most replicas fit the
+    pools (the kubernetes pool and the lendable flex pool)."""
     problems = []
     for i, model in enumerate(site.inference.models):
         path = f"inference.models[{i}]"
@@ -249,16 +253,20 @@ def check_served_models_fit(site: Site) -> list[Problem]:
         widest = max(g.gpus_per_node for g in groups)
         if model.gpus_per_replica > widest:
             problems.append(Problem(f"{path}.gpus_per_replica", f"{model.gpus_per_replica} GPUs per replica do not "
-                                    f"fit one node ({widest} {model.gpu_model} per node)", "served-models-fit"))
+                                    f"fit one node ({widest} {model.gpu_model} per node)"))
         capacity = sum(len(g.nodes) * (g.gpus_per_node // model.gpus_per_replica) for g in groups)
         if model.replicas.max > capacity:
             problems.append(Problem(f"{path}.replicas.max", f"{model.replicas.max} replicas of "
                                     f"{model.gpus_per_replica} GPUs need more than the {capacity} that fit on the "
-                                    f"{model.gpu_model} nodes of the kubernetes and flex pools", "served-models-fit"))
-        if model.gpu_model not in site.inference.gpu_hour_usd:
-            problems.append(Problem("inference.gpu_hour_usd", f"no hourly cost for {model.gpu_model}, which "
-                                    f"{path} runs on: its tokens cannot be priced", "served-models-priced"))
+                                    f"{model.gpu_model} nodes of the kubernetes and flex pools"))
     return problems
+
+
+def check_served_models_priced(site: Site) -> list[Problem]:
+    """A served model's GPU has an hourly cost to price its tokens from."""
+    return [Problem("inference.gpu_hour_usd", f"no hourly cost for {model.gpu_model}, which inference.models[{i}] "
+                    "runs on: its tokens cannot be priced")
+            for i, model in enumerate(site.inference.models) if model.gpu_model not in site.inference.gpu_hour_usd]
 
 
 def check_training_floor(site: Site) -> list[Problem]:
@@ -268,7 +276,7 @@ def check_training_floor(site: Site) -> list[Problem]:
     if not flex or floor < flex:
         return []
     return [Problem("lending.training_floor_nodes", f"a floor of {floor} keeps all {flex} flex nodes in Slurm: "
-                    "the controller could never lend one", "training-floor")]
+                    "the controller could never lend one")]
 
 
 def _lendable_nodes(site: Site, gpu_model: str) -> tuple[int, int]:
@@ -292,7 +300,7 @@ def check_lent_replicas(site: Site) -> list[Problem]:
             problems.append(Problem("inference.models[].lent_replicas", f"{lendable} of the {nodes} {gpu} flex nodes "
                                     f"can be lent ({lendable * per_node} GPUs above lending.training_floor_nodes "
                                     f"{site.lending.training_floor_nodes}), but no served {gpu} model has "
-                                    "lent_replicas over 0: a lend would serve no one", "lent-nodes-used"))
+                                    "lent_replicas over 0: a lend would serve no one"))
     for i, model in enumerate(site.inference.models):
         if not model.lent_replicas:
             continue
@@ -302,9 +310,31 @@ def check_lent_replicas(site: Site) -> list[Problem]:
         if model.lent_replicas > lendable * per_node:
             problems.append(Problem(path, f"{model.lent_replicas} replicas of {model.gpus_per_replica} "
                                     f"{model.gpu_model} GPUs need more than the {lendable * per_node} that fit on the "
-                                    f"{lendable} of {nodes} {model.gpu_model} flex nodes the controller may lend",
-                                    "lent-nodes-used"))
+                                    f"{lendable} of {nodes} {model.gpu_model} flex nodes the controller may lend"))
     return problems
+
+
+def check_lend_above_autoscaler(site: Site) -> list[Problem]:
+    """Inference borrows Slurm's nodes only for queues its own pool cannot absorb: the controller's lend threshold is
+    above every served model's autoscaler threshold, since KEDA adds a replica on the kubernetes pool at that queue
+    (components/inference/values.py) and the controller reads the queue per replica over every model."""
+    lend = site.lending.lend_waiting_per_replica
+    return [Problem("lending.lend_waiting_per_replica", f"{lend:g} is not above the {model.waiting_per_replica} "
+                    f"waiting per replica at which the autoscaler adds a replica of inference.models[{i}] "
+                    f"{model.name}: the controller would lend Slurm's nodes for queues the kubernetes pool can still "
+                    "absorb by scaling")
+            for i, model in enumerate(site.inference.models) if lend <= model.waiting_per_replica]
+
+
+def check_peak_window_retained(site: Site) -> list[Problem]:
+    """The acceptance campaign measures the peak over the hot tier's history (the Prometheus at
+    rollout.prometheus_url): a longer window asks for days it no longer holds."""
+    acceptance, hot = site.acceptance, site.monitoring.hot_retention_days
+    if acceptance.peak_source != PeakSource.PROMETHEUS or acceptance.peak_window_days <= hot:
+        return []
+    return [Problem("acceptance.peak_window_days", f"{acceptance.peak_window_days} days of history to measure the "
+                    f"peak over, but the hot tier keeps monitoring.hot_retention_days {hot}: the peak window must lie "
+                    "within hot retention, or the campaign reads days Prometheus no longer holds")]
 
 
 def check_scraped_listeners(site: Site) -> list[Problem]:
@@ -317,33 +347,35 @@ def check_scraped_listeners(site: Site) -> list[Problem]:
                  ("health.metrics_address", site.health.metrics_address, site.health.metrics_port,
                   "health controller"))
     return [Problem(path, f"{address} is a loopback address, but Prometheus scrapes the {what} from the cluster at "
-                    f"{site.slurm.controller_host}:{port}: set the address the controller has there",
-                    "listeners-scraped")
+                    f"{site.slurm.controller_host}:{port}: set the address the controller has there")
             for path, address, port, what in listeners if ipaddress.ip_address(address).is_loopback]
 
 
-SPEC_RULES: tuple[Rule, ...] = (
-    rule(check_unique_rooms, "rooms"),
-    rule(check_unique_racks, "racks"),
-    rule(check_unique_nodes, "node_groups"),
-    rule(check_unique_stages, "stages"),
-    rule(check_rack_rooms, "racks", "rooms"),
-    rule(check_node_racks, "node_groups", "racks"),
-    rule(check_gpu_models, "node_groups", "gpu_catalog"),
-    rule(check_stage_references, "teams", "stages", "stage"),
-    rule(check_stage_sizes, "stages", "teams"),
-    rule(check_first_stage_empty, "stages", "teams"),
-    rule(check_team_onboarding, "teams"),
-    rule(check_retention, "monitoring"),
-    rule(check_driver_version, "gpu_operator", "node_check"),
-    rule(check_slurm_version, "slurm"),
-    rule(check_slurmd_ports, "node_groups", "slurm"),
-    rule(check_node_failure_detectable, "acceptance", "slurm"),
-    rule(check_inference_names, "inference"),
-    rule(check_inference_teams, "inference", "teams"),
-    rule(check_served_models_fit, "inference", "node_groups"),
-    rule(check_training_floor, "lending", "node_groups"),
-    rule(check_lent_replicas, "inference", "lending", "node_groups"),
-    rule(check_scraped_listeners, "slurm", "lending", "health"),
+SPEC_RULES: tuple[Rule[Site], ...] = (
+    rule("unique-names", check_unique_rooms, "rooms"),
+    rule("unique-names", check_unique_racks, "racks"),
+    rule("unique-names", check_unique_nodes, "node_groups"),
+    rule("unique-names", check_unique_stages, "stages"),
+    rule("references", check_rack_rooms, "racks", "rooms"),
+    rule("references", check_node_racks, "node_groups", "racks"),
+    rule("references", check_gpu_models, "node_groups", "gpu_catalog"),
+    rule("references", check_stage_references, "teams", "stages", "stage"),
+    rule("stage-sizes", check_stage_sizes, "stages", "teams"),
+    rule("first-stage-empty", check_first_stage_empty, "stages", "teams"),
+    rule("team-onboarding", check_team_onboarding, "teams"),
+    rule("retention", check_retention, "monitoring"),
+    rule("driver-version", check_driver_version, "gpu_operator", "node_check"),
+    rule("slurm-version", check_slurm_version, "slurm"),
+    rule("slurmd-ports-distinct", check_slurmd_ports, "node_groups", "slurm"),
+    rule("node-failure-detectable", check_node_failure_detectable, "acceptance", "slurm"),
+    rule("unique-names", check_inference_names, "inference"),
+    rule("references", check_inference_teams, "inference", "teams"),
+    rule("served-models-fit", check_served_models_fit, "inference", "node_groups"),
+    rule("served-models-priced", check_served_models_priced, "inference"),
+    rule("training-floor", check_training_floor, "lending", "node_groups"),
+    rule("lent-nodes-used", check_lent_replicas, "inference", "lending", "node_groups"),
+    rule("lend-above-autoscaler", check_lend_above_autoscaler, "lending", "inference"),
+    rule("peak-window-within-hot-retention", check_peak_window_retained, "acceptance", "monitoring"),
+    rule("listeners-scraped", check_scraped_listeners, "slurm", "lending", "health"),
 )
 """Rules that read the spec alone; components.validate adds those that need a planner (racks, quotas, preemption)."""

@@ -56,8 +56,8 @@ def validate_sections(data: Mapping[str, Any], unreadable: Iterable[str] = ()) -
     return Sections(Site.model_validate(values), frozenset(), problems)
 
 
-def run_rules(rules: Iterable[Rule], sections: Sections) -> list[Problem]:
-    return [p for rule in rules if not rule.reads & sections.failed for p in rule.check(sections.site)]
+def run_rules(rules: Iterable[Rule[Site]], sections: Sections) -> list[Problem]:
+    return [p for rule in rules if not rule.reads & sections.failed for p in rule.judge(sections.site)]
 
 
 @functools.cache

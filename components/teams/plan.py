@@ -191,26 +191,24 @@ def check_team_quotas(site: Site) -> list[Problem]:
             problems.append(dangling(path, "Kueue GPU flavor", name, capacity))
         elif name not in capacity:
             problems.append(Problem(path, f"{name} GPUs are Slurm's until lent to inference (gpuctl flex); teams "
-                                    "get quota on kubernetes-pool flavors only", "team-quotas"))
+                                    "get quota on kubernetes-pool flavors only"))
         return name in capacity
 
     for i, team in enumerate(site.teams):
         for name, gpus in team.gpu_quota.items():
             path = f"teams[{i}].gpu_quota.{name}"
             if team_flavor(path, name) and gpus > capacity[name]:
-                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name]} GPUs of {of_flavor(name)}",
-                                        "team-quotas"))
+                problems.append(Problem(path, f"{gpus} GPUs exceed the {capacity[name]} GPUs of {of_flavor(name)}"))
         for name, gpus in team.gpu_guaranteed.items():
             path = f"teams[{i}].gpu_guaranteed.{name}"
             quota = team.gpu_quota_on(name)
             if not team_flavor(path, name):
                 continue
             if gpus > quota:
-                problems.append(Problem(path, f"{gpus} guaranteed GPUs exceed the team's quota of {quota} on {name}",
-                                        "team-quotas"))
+                problems.append(Problem(path, f"{gpus} guaranteed GPUs exceed the team's quota of {quota} on {name}"))
                 continue
             before, guaranteed[name] = guaranteed[name], guaranteed[name] + gpus
             if before <= capacity[name] < guaranteed[name]:
                 problems.append(Problem(path, f"with this team the guarantees on {name} add up to {guaranteed[name]} "
-                                        f"GPUs, more than the {capacity[name]} of {of_flavor(name)}", "team-quotas"))
+                                        f"GPUs, more than the {capacity[name]} of {of_flavor(name)}"))
     return problems

@@ -241,10 +241,44 @@ def test_should_accept_the_prod_site(prod: dict[str, Any]) -> None:
              "Slurm cannot mark the failed node down by then"],
             id="rejects a node-failure drill that ends before Slurm can see the node dead",
         ),
+        pytest.param(
+            {"acceptance": {"peak_window_days": 31}},
+            ["acceptance.peak_window_days: 31 days of history to measure the peak over, but the hot tier keeps "
+             "monitoring.hot_retention_days 30: the peak window must lie within hot retention, or the campaign reads "
+             "days Prometheus no longer holds"],
+            id="rejects a peak window longer than hot retention",
+        ),
+        pytest.param(
+            {"monitoring": {"hot_retention_days": 10, "cold_retention_days": 365}},
+            ["acceptance.peak_window_days: 14 days of history to measure the peak over, but the hot tier keeps "
+             "monitoring.hot_retention_days 10: the peak window must lie within hot retention, or the campaign reads "
+             "days Prometheus no longer holds"],
+            id="rejects a hot retention shorter than the default peak window",
+        ),
+        pytest.param(
+            {"lending__lend_waiting_per_replica": 5},
+            [f"lending.lend_waiting_per_replica: 5 is not above the 5 waiting per replica at which the autoscaler adds "
+             f"a replica of inference.models[{i}] {name}: the controller would lend Slurm's nodes for queues the "
+             "kubernetes pool can still absorb by scaling" for i, name in enumerate(["qwen2-5-72b", "llama-3-1-8b"])],
+            id="rejects a lend threshold at the autoscaler's",
+        ),
+        pytest.param(
+            {"inference__models__1__waiting_per_replica": 12},
+            ["lending.lend_waiting_per_replica: 10 is not above the 12 waiting per replica at which the autoscaler "
+             "adds a replica of inference.models[1] llama-3-1-8b: the controller would lend Slurm's nodes for queues "
+             "the kubernetes pool can still absorb by scaling"],
+            id="rejects a model whose autoscaler waits for more than the lend threshold",
+        ),
     ],
 )
 def test_should_deny(prod: dict[str, Any], changes: dict[str, Any], expected: list[str]) -> None:
     assert problems(with_changes(prod, **changes)) == expected
+
+
+def test_should_accept_a_peak_window_past_hot_retention_when_the_peak_is_declared(prod: dict[str, Any]) -> None:
+    # The declared peak reads no history, so its window asks nothing of the hot tier.
+    site = parse(with_changes(prod, acceptance={"peak_window_days": 31, "peak_source": "declared"}))
+    assert site.acceptance.peak_window_days > site.monitoring.hot_retention_days
 
 
 def test_should_report_a_missing_key_with_its_path(prod: dict[str, Any]) -> None:

@@ -40,4 +40,4 @@ def test_should_key_only_on_type_tokens_the_program_registers() -> None:
 
 
 def test_should_name_each_rack_rule_as_the_pack_names_the_policy_that_judges_it() -> None:
-    assert set(RACK_RULES) <= {policy.name for policy in cooling.POLICIES}
+    assert {r.id for r in RACK_RULES} <= {policy.name for policy in cooling.POLICIES}

@@ -74,7 +74,7 @@ BROKEN_RULES = {
 """Every section parses; most rules find something, so their problem branches run too."""
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.check.__name__} reads only {', '.join(sorted(r.reads))}")
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.id} ({r.check.__name__}) reads {', '.join(sorted(r.reads))}")
 @pytest.mark.parametrize("changes", [{}, BROKEN_RULES],
                          ids=["on the prod site", "on a site breaking rules"])
 def test_should_read_only_the_sections_a_rule_declares(
