@@ -75,6 +75,28 @@ def test_should_fail_a_wrong_way_import(tree: Path, module: str, wrong_way: str,
     assert re.search(f"{re.escape(contract)}(?:(?!KEPT).)*? BROKEN", summary), result.stdout
 
 
+@pytest.mark.parametrize(("package", "upward", "contract"), [
+    pytest.param("components", "import components.cluster", "the spec at the bottom",
+                 id="should refuse a new package of the program that imports the cluster"),
+    pytest.param("runbooks", "import runbooks.gpuctl", "shared parts at the bottom",
+                 id="should refuse a new package of gpuctl that imports its entry"),
+])
+def test_should_refuse_a_new_package_the_contracts_do_not_list(tree: Path, package: str, upward: str,
+                                                              contract: str) -> None:
+    # Without `exhaustive = true` a package no layer names is judged by no layer, and its upward import passes.
+    scratch = tree / package / "scratch"
+    scratch.mkdir()
+    (scratch / "__init__.py").write_text(f"{upward}  # a new package importing upward\n")
+    try:
+        result = lint_imports(tree)
+    finally:
+        shutil.rmtree(scratch)
+    assert result.returncode == 1, result.stdout
+    summary = " ".join(result.stdout.split())
+    assert re.search(f"{re.escape(contract)}(?:(?!KEPT).)*? BROKEN", summary), result.stdout
+    assert f"{package}.scratch" in summary and "exhaustive" in summary, result.stdout
+
+
 # Programs copied to hosts and run by their own python3: nothing of the project or its virtualenv is there.
 @pytest.mark.parametrize("program", sorted((REPO / "hosts").glob("[!_]*.py")), ids=lambda p: p.name)
 def test_should_keep_host_programs_to_the_standard_library(program: Path) -> None:
