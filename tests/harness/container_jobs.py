@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from components.spec.site import Pool
+from components.spec.wellknown import PLATFORM_ACCOUNT
 from tests.builders import prod_values
 from tests.harness.slurm_cluster import Cluster, bring_up, loopback_cluster
 
@@ -53,7 +54,8 @@ def renamed() -> dict[str, Any]:
 
 
 def run_jobs(cluster: Cluster, image: str) -> dict[str, Any]:
-    account = ["-A", cluster.site.teams_onboarded()[0].name, "--qos=train_normal"]
+    # The operators' account, which exists at every stage (prod's first onboards no team), with the teams' QoS.
+    account = ["-A", PLATFORM_ACCOUNT, "--qos=train_normal"]
     partition = ["-p", "a800-train"]
     started = time.monotonic()
     srun = cluster.run("srun", *account, *partition, "-N2", f"--container-image={image}", "sh", "-c", IN_IMAGE,
