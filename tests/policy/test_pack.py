@@ -6,15 +6,24 @@ import re
 import sys
 from pathlib import Path
 
+import pack
 import pytest
 from pulumi_policy import Policy
 
 from tests.builders import REPO
 
 PACK_MODULES = sorted((REPO / "policy").glob("*.py"))
-MODULES = [module for path in PACK_MODULES if path.stem != "__main__"
-           if hasattr(module := importlib.import_module(path.stem), "POLICIES")]
-POLICIES = [p for m in MODULES for p in m.POLICIES]
+POLICIES = pack.all_policies()
+
+
+def test_should_serve_every_policy_each_module_declares_and_no_other() -> None:
+    declared = [p for path in PACK_MODULES if path.stem != "__main__"
+                for p in getattr(importlib.import_module(path.stem), "POLICIES", [])]
+    assert declared and declared == POLICIES
+    # __main__ serves pack.all_policies(), not a list of its own.
+    main = ast.parse((REPO / "policy" / "__main__.py").read_text())
+    assert [ast.unparse(k.value) for node in ast.walk(main) if isinstance(node, ast.Call)
+            for k in node.keywords if k.arg == "policies"] == ["pack.all_policies()"]
 
 
 def test_should_name_every_policy_once_in_kebab_case() -> None:
