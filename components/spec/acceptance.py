@@ -133,7 +133,8 @@ class Acceptance(Spec):
     peak_source: PeakSource = PeakSource.PROMETHEUS
     """Where the peak comes from."""
     peak_window_days: Annotated[Int, Field(gt=0, le=90)] = PEAK_WINDOW_DAYS
-    """days of history the peak is measured over (within monitoring.hot_retention_days)."""
+    """days of history the peak is measured over: within monitoring.hot_retention_days when the peak comes from
+    Prometheus (rule peak-window-within-hot-retention, components.spec.rules)."""
     peak: Peak = Peak()
     """The declared peak."""
     max_inference_rps: Annotated[Float, Field(gt=0, le=100_000)] = 500.0

@@ -23,7 +23,8 @@ Seconds = Annotated[Int, Field(gt=0, le=86_400)]
 class Lending(Spec):
     lend_waiting_per_replica: Annotated[WaitingPerReplica, Field(gt=0)] = defaults.LEND_WAITING_PER_REPLICA
     """Requests waiting per serving replica (`vllm:num_requests_waiting`) at or over which inference is at a peak;
-    a model server pending (a GPU pod of the inference path) is a peak too."""
+    a model server pending (a GPU pod of the inference path) is a peak too. Above every served model's
+    waiting_per_replica, where its autoscaler adds a replica (rule lend-above-autoscaler, components.spec.rules)."""
     reclaim_waiting_per_replica: WaitingPerReplica = defaults.RECLAIM_WAITING_PER_REPLICA
     """Requests waiting per replica at or under which (with no model server pending) inference is in a trough."""
     # Compared with a p95 of vLLM's time-to-first-token histogram in seconds; ten minutes is past any objective.
