@@ -38,6 +38,7 @@ from typing import Any
 from components.monitoring import health_metrics
 from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
 from components.spec.derived import once_per_site
+from components.spec.lending import Lending
 from components.spec.site import Pool, Site
 from components.spec.wellknown import FLEX_LENT_LABEL
 
@@ -313,10 +314,16 @@ LENDING_STALE_INTERVALS = 5
 """Decision intervals without a decision after which the lending controller counts as down."""
 
 
+def lending_stale_s(lending: Lending) -> int:
+    """s without a decision after which the lending controller counts as down: LendingControllerDown's threshold, and
+    the acceptance campaign's (runbooks.acceptance.verdict `lending controller`)."""
+    return LENDING_STALE_INTERVALS * lending.interval_s
+
+
 def lending_alerts(site: Site) -> list[dict[str, Any]]:
     """On the lending controller's own metrics (runbooks/flex/metrics.py, scraped on the Slurm controller)."""
     lending = site.lending
-    stale_s = LENDING_STALE_INTERVALS * lending.interval_s
+    stale_s = lending_stale_s(lending)
     window = f"{lending.flapping_window_h}h"
     # owner="lending": drained for lending, still waiting for jobs (components.scheduling.lending_decision.Owner).
     return [

@@ -2,6 +2,10 @@
 
 run:  revert_left, peak, drill:<kind> ..., shock, soak, verdict        -> passed | failed
 
+The lending controller is not the campaign's to run: in production it is the service beside slurmctld, and among the
+loads a ControllerSampler (runbooks.acceptance.lending) reads its /metrics at every look, so the verdict judges
+whether it decided through the shock and lent when inference peaked.
+
 The verdict judges what was measured (runbooks.acceptance.verdict): the inference load's latency and errors per phase,
 the critical alerts' firing, the time under load by the monotonic clock (each step's run time, so a resume neither
 resets nor skips the soak: the soak step runs what the finished steps left of soak_h) and the drills.
@@ -30,6 +34,7 @@ from typing import Any, Protocol
 from components.spec.acceptance import Acceptance, Drill, DrillKind, Peak
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, alert_sop, sop_missing
 from runbooks.acceptance.faults import Fault, FaultError, Switches, run_commands
+from runbooks.acceptance.lending import ControllerSampler
 from runbooks.acceptance.load import RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, RUNNING, AlertSpan, Campaign, CampaignStore, Failure
 from runbooks.acceptance.verdict import Measurements, judge, loaded_s
@@ -391,7 +396,8 @@ class Runbook:
             self.store.alert_spans(campaign.id), self.store.failures(campaign.id), self.poll_s,
             next(((load.peak_per_s, load.bound_per_s) for load in self.loads
                   if isinstance(load, RateLoad) and load.name == "storage"), None),
-            states))
+            states,
+            next(((load.where, load.stale_s) for load in self.loads if isinstance(load, ControllerSampler)), None)))
         failing = [c for c in criteria if not c.passed]
         verdict = FAILED if failing else PASSED
         reason = ("; ".join(f"{c.phase} {c.name}: {c.measured} (objective {c.objective})" for c in failing)

@@ -17,6 +17,7 @@ import typer
 import yaml
 from rich.markup import escape
 
+from components.monitoring.alerts import lending_stale_s
 from components.scheduling.preemption import team_qos
 from components.spec.acceptance import DrillKind, PeakSource
 from components.spec.site import Site
@@ -24,6 +25,7 @@ from components.spec.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import CampaignRefusedError, Load, Probe, Runbook, Target, terminated_as_exit
 from runbooks.acceptance.faults import FaultError, Switches
+from runbooks.acceptance.lending import ControllerSampler, http_text
 from runbooks.acceptance.load import (
     Checkpoints,
     DirectoryTier,
@@ -150,13 +152,22 @@ def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[s
     loads: list[Load] = [inference, storage, training,
                          PrometheusSampler("gpu_util_pct", site.rollout.prometheus_url,
                                            "avg(gpu:dcgm_gpu_util:max)"),
-                         QueueWaitSampler(("squeue",), {})]
+                         QueueWaitSampler(("squeue",), {}), _lending_controller(site)]
     log, rollout_log = _logs(context)
     return Runbook(spec, CampaignStore(context.state_dir / "acceptance.sqlite"), log, rollout_log,
                    Switches(context.state_dir / "switches"), context.project_dir / "docs" / "sop",
                    lambda: firing_alerts(spec.alertmanager_url), runbook_targets, loads,
                    StackLock(context.state_dir / f"{context.stack}.lock", "gpuctl acceptance"),
                    job_states(("sacct",), {}), (peak, source))
+
+
+def _lending_controller(site: Site) -> ControllerSampler:
+    """The deployed lending controller's /metrics, where its unit binds them (lending.metrics_address: loopback by
+    default, so the campaign then runs on the Slurm controller; the address Prometheus scrapes otherwise)."""
+    lending = site.lending
+    host = f"[{lending.metrics_address}]" if ":" in lending.metrics_address else lending.metrics_address
+    url = f"http://{host}:{lending.metrics_port}/metrics"
+    return ControllerSampler(url, lending_stale_s(lending), http_text(url))
 
 
 def _delay_ms(site: Site) -> int | None:

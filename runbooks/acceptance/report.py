@@ -1,6 +1,7 @@
 """The campaign's report: every criterion of the verdict with its measured value, objective and source, a line per
 drill, every failure with its SOP, and PNG plots a person reads at a glance (GPU utilization, inference p95 latency
-and error rate, training queue wait, storage latency, over time, each fault window shaded and named).
+and error rate, training queue wait, storage latency, the flex nodes the lending controller lent to inference, over
+time, each fault window and the shock shaded and named, each lend and reclaim it started marked on every panel).
 """
 
 import json
@@ -25,7 +26,10 @@ PANELS = (
     ("inference_error", "inference errors (%)", "pct"),
     ("training_queue_wait_s", "training queue wait (s)", "p95"),
     ("storage_latency_s", "storage write p95 latency (s)", "p95"),
+    ("lending_nodes_lent", "flex nodes lent to inference", "max"),
 )
+MOVES = (("lending_lends", "lend", "tab:green"), ("lending_reclaims", "reclaim", "tab:purple"))
+"""The lending controller's move counters (runbooks.acceptance.lending) whose every rise the plots mark."""
 
 
 def criterion_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
@@ -56,6 +60,16 @@ def drill_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
     return lines
 
 
+def lending_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
+    """Each lend and reclaim the lending controller started, with the step it fell in (the shock's timeline)."""
+    steps = store.steps(campaign.id)
+    lines = []
+    for move, at, _ in moves(store.samples(campaign.id)):
+        step = next((name for name, (begin, end, _) in steps.items() if end is not None and begin <= at <= end), "")
+        lines.append(f"- {move} at {at - campaign.started_at:.1f} s{f' ({step})' if step else ''}")
+    return lines
+
+
 def _s(value: Any) -> str:
     return f"{value:g} s" if isinstance(value, int | float) else "never"
 
@@ -71,11 +85,24 @@ def _bucketed(points: list[tuple[float, float]], how: str, start: float) -> tupl
             y = quantiles(values, n=20)[-1] if len(values) > 1 else values[0]
         elif how == "pct":
             y = 100 * sum(values) / len(values)
+        elif how == "max":
+            y = max(values)
         else:
             y = sum(values) / len(values)
         xs.append(bucket * BUCKET_S)
         ys.append(y)
     return xs, ys
+
+
+def moves(samples: dict[str, list[tuple[float, float]]]) -> list[tuple[str, float, str]]:
+    """(move, when its counter rose, colour) for each lend and reclaim the lending controller started, as the
+    campaign's looks saw its counters (a restarted controller's counters start from 0 again: no rise)."""
+    marks = []
+    for series, move, color in MOVES:
+        points = sorted(samples.get(series, []))
+        marks += [(move, at, color) for (_, before), (at, value) in zip(points, points[1:], strict=False)
+                  if value > before]
+    return sorted(marks, key=lambda mark: mark[1])
 
 
 def plot(store: CampaignStore, campaign: Campaign, path: Path) -> list[str]:
@@ -87,6 +114,7 @@ def plot(store: CampaignStore, campaign: Campaign, path: Path) -> list[str]:
     shock = steps.get("shock")
     if shock is not None:
         windows.append(("shock", shock[0] - campaign.started_at, (shock[1] or shock[0]) - campaign.started_at))
+    marks = [(move, at - campaign.started_at, color) for move, at, color in moves(samples)]
     figure, axes = plt.subplots(len(PANELS), 1, figsize=(11, 2.2 * len(PANELS)), sharex=True)
     drawn = []
     for axis, (series, title, how) in zip(axes, PANELS, strict=True):
@@ -100,10 +128,13 @@ def plot(store: CampaignStore, campaign: Campaign, path: Path) -> list[str]:
             color = "tab:orange" if name == "shock" else "tab:red"
             axis.axvspan(begin, max(end, begin + BUCKET_S), color=color, alpha=0.15)
             axis.text(begin, 1.0, name, transform=axis.get_xaxis_transform(), fontsize=7, va="top", color=color)
+        for move, at, color in marks:
+            axis.axvline(at, color=color, lw=1, ls="--")
+            axis.text(at, 0.0, move, transform=axis.get_xaxis_transform(), fontsize=7, va="bottom", color=color)
         axis.set_ylabel(title, fontsize=8)
         axis.grid(alpha=0.3)
     axes[-1].set_xlabel(f"seconds since the campaign started (time scale {campaign.time_scale:g}; "
-                        "red: faults, orange: the shock)")
+                        "red: faults, orange: the shock; dashed: the lending controller's lends and reclaims)")
     figure.suptitle(f"{campaign.id}: {(campaign.verdict or campaign.state).upper()}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,6 +152,7 @@ def write_report(store: CampaignStore, campaign: Campaign, directory: Path) -> P
              f"Deployment {campaign.deployment}, stage {campaign.stage}, time scale {campaign.time_scale:g}.", "",
              "## Criteria", "", *[f"- {line}" for line in criterion_lines(store, campaign)], "",
              "## Drills", "", *[f"- {line}" for line in drill_lines(store, campaign)], "",
+             "## Lending controller", "", *(lending_lines(store, campaign) or ["- no lend or reclaim started"]), "",
              "## Failures logged", "", "| at (s) | source | mode | SOP |", "| --- | --- | --- | --- |",
              *[f"| {f.at - campaign.started_at:.1f} | {f.source} | {f.mode} | "
                f"{('docs/sop/' + f.sop + '.md') if f.sop else '**none**'} |" for f in failures], "",

@@ -16,6 +16,10 @@ shock_factor x the peak; campaign: both).
   can no longer deliver the phase's MiB/s (Little's law), whatever the site's disks;
 - training: every sbatch of the load accepted, and no job of it lost (ended without completing or a requeue, as
   sacct tells at the verdict); a campaign that submitted no job fails;
+- lending controller (shock): its /metrics answered at every look of the shock (runbooks.acceptance.lending), its
+  last decision never older than LendingControllerDown's threshold, never paused, at least one decision on demand
+  data (not no-data), and, where it started a lend during the shock, a node lent to inference by the shock's end:
+  the decisions, lends and reclaims are listed in its measured value;
 - the drills' own verdicts, every failure with its SOP, and Alertmanager read at every look.
 
 Pure: the runbook hands in what its store holds (runbooks.acceptance.campaign).
@@ -26,7 +30,9 @@ from dataclasses import asdict, dataclass
 from statistics import quantiles
 from typing import Any
 
+from components.scheduling.lending_decision import Reason
 from components.spec.acceptance import Acceptance
+from runbooks.acceptance.lending import DECISION_SERIES
 from runbooks.acceptance.load import LOST_STATES, WORKERS
 from runbooks.acceptance.store import FAILED, AlertSpan, Failure, FaultRecord
 
@@ -75,6 +81,9 @@ class Measurements:
     training_states: dict[str, str]
     """The training load's jobs (runbooks.acceptance.load `training_job` samples) by id: their sacct state at the
     verdict; a job Slurm has no record of is absent."""
+    lending: tuple[str, float] | None
+    """Where the lending controller's /metrics were read and after how many s without a decision it counts as down
+    (runbooks.acceptance.lending.ControllerSampler), or None: the campaign did not watch it."""
 
 
 def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
@@ -87,6 +96,7 @@ def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
             # Judged under the shock, where the hot tier takes 3x the peak: the scaled test campaign's soak is all
             # drills, the partition among them cutting the very storage path (a soak with steady time is future work).
             criteria.append(_storage(phase, spec.shock_factor, intervals, measured, faults))
+            criteria.append(_lending(intervals, measured))
     criteria += _health(spec, measured, windows)
     criteria += _training(measured)
     criteria += _duration(spec, measured)
@@ -199,6 +209,60 @@ def _storage(phase: str, factor: float, intervals: Intervals, measured: Measurem
                      f"{p99:.3f} s over {len(latencies)} chunks ({skipped} ticks skipped with {WORKERS} in flight)",
                      f"p99 <= {allowed:.3f} s ({WORKERS} chunks in flight at {per_s:g}/s: slower, the load cannot "
                      "deliver the phase's MiB/s)", source)
+
+
+def _increase(points: list[tuple[float, float]]) -> float:
+    """A counter's increase over its points in time order; a drop is a restarted controller counting from 0 again
+    (as Prometheus's increase() reads it)."""
+    return sum(b if b < a else b - a for (_, a), (_, b) in zip(points, points[1:], strict=False))
+
+
+def _lending(intervals: Intervals, measured: Measurements) -> Criterion:
+    """Whether the controller decided through the shock, on data, and when it lent, whether a node reached inference.
+    Counters are read from the last look before the shock (the drills' loads sample it too) to the shock's last."""
+    where, stale_s = measured.lending or ("nowhere", 0.0)
+    objective = (f"read at every look; its last decision at most {stale_s:g} s old (LendingControllerDown's "
+                 "threshold); not paused; deciding on demand data; every lend started reaching inference")
+    source = f"the lending controller's /metrics at {where}, read by the campaign every look of the shock"
+    if measured.lending is None:
+        return Criterion("lending controller", "shock", False, "not watched (no /metrics to read)", objective, source)
+    samples, start = measured.samples, min(s for s, _ in intervals) if intervals else 0.0
+    answered = sorted(at for at, _ in samples.get("lending_decision_age_s", []))
+    # Each answered look of the shock, and the last one before it as the counters' baseline. A counter the renderer
+    # has not shown yet (nothing counted since the controller started) is 0 at that look.
+    window = [at for at in answered if at < start][-1:] + [at for at in answered if _within(at, intervals)]
+
+    def in_shock(series: str) -> list[tuple[float, float]]:
+        return sorted((at, v) for at, v in samples.get(series, []) if _within(at, intervals))
+
+    def over_shock(series: str) -> list[tuple[float, float]]:
+        seen = dict(samples.get(series, []))
+        return [(at, seen.get(at, 0.0)) for at in window]
+
+    ages = [v for _, v in in_shock("lending_decision_age_s")]
+    unreadable = len(in_shock("lending_unreadable"))
+    if not ages:
+        return Criterion("lending controller", "shock", False,
+                         f"no answer at any look of the shock ({unreadable} unreadable)", objective, source)
+    decisions = {series[len(DECISION_SERIES):]: increase for series in samples if series.startswith(DECISION_SERIES)
+                 if (increase := _increase(over_shock(series))) > 0}
+    on_data = sum(n for decision, n in decisions.items() if not decision.endswith(f"/{Reason.NO_DATA.value}"))
+    lends, reclaims = _increase(over_shock("lending_lends")), _increase(over_shock("lending_reclaims"))
+    lent = max((v for _, v in in_shock("lending_nodes_lent")), default=0.0)
+    done = _increase(over_shock("lending_lends_done"))
+    paused = sum(v > 0 for _, v in in_shock("lending_paused"))
+    missed = [why for why, failed in (
+        (f"{unreadable} looks unanswered", unreadable > 0),
+        (f"a decision {max(ages):.1f} s old", max(ages) > stale_s),
+        (f"paused at {paused} looks", paused > 0),
+        ("no decision on demand data (inference's peak unseen)", not on_data),
+        (f"{lends:g} lends started, no node lent to inference", lends > 0 and not (lent or done))) if failed]
+    listed = ", ".join(f"{decision} x{n:g}" for decision, n in sorted(decisions.items())) or "none"
+    measured_value = (f"{len(ages)} looks answered, {unreadable} not; last decision at most {max(ages):.1f} s old; "
+                      f"decisions: {listed}; lends started {lends:g}, completed {done:g}, reclaims {reclaims:g}, "
+                      f"at most {lent:g} nodes lent")
+    return Criterion("lending controller", "shock", not missed,
+                     f"{'; '.join(missed)} - {measured_value}" if missed else measured_value, objective, source)
 
 
 def _training(measured: Measurements) -> list[Criterion]:

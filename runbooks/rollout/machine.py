@@ -49,8 +49,8 @@ judged (StackDeployer.deployment_digest), its detail the campaign, its time scal
 soak_s and shock_s under load, drill_hold_s per drill kind)."""
 REQUIRED_CRITERIA = ("soak soak duration", "shock shock duration", "campaign continuity",
                      "soak inference p95 latency", "shock inference p95 latency", "soak inference errors",
-                     "shock inference errors", "shock storage p99 latency", "campaign training jobs refused",
-                     "campaign training jobs lost")
+                     "shock inference errors", "shock storage p99 latency", "shock lending controller",
+                     "campaign training jobs refused", "campaign training jobs lost")
 """Criteria (phase and name) a campaign's verdict must have judged, and passed, to count; with one per drill."""
 ROLLBACK_STEP = "rollback"
 BREAK_GLASS_PREFIX = "rollback-"

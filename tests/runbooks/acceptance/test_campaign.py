@@ -23,9 +23,11 @@ from components.spec.acceptance import Acceptance, DrillKind
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, sop_missing
 from runbooks.acceptance.campaign import CampaignRefusedError, Load, Reaction, Runbook, Target, terminated_as_exit
 from runbooks.acceptance.faults import Fault, Switches
+from runbooks.acceptance.lending import ControllerSampler, UnreadableError
 from runbooks.acceptance.load import RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, CampaignStore
 from runbooks.acceptance.verdict import loaded_s
+from runbooks.flex.metrics import Metrics
 from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.lock import StackLock
 from runbooks.rollout.machine import ACCEPTANCE_RECORD, REQUIRED_CRITERIA
@@ -116,6 +118,30 @@ class Slurm:
 
 
 @dataclass
+class LendingController:
+    """The lending controller as its /metrics show it (the real renderer, runbooks/flex/metrics.py): a decision at each
+    read, on steady demand, unless `down` (no answer) or hung (its last decision an hour old and staying there)."""
+
+    metrics: Metrics = field(default_factory=Metrics)
+    down: bool = False
+    hung: bool = False
+
+    def read(self) -> str:
+        if self.down:
+            raise UnreadableError("http://127.0.0.1:1/metrics: connection refused")
+        if not self.hung:
+            self.metrics.decisions[("hold", "steady")] += 1
+            self.metrics.last_decision = time.time()
+        return self.metrics.render()
+
+    def hang(self) -> None:
+        self.hung, self.metrics.last_decision = True, time.time() - 3600
+
+    def sampler(self) -> ControllerSampler:
+        return ControllerSampler("the test's controller", 0.5, self.read, every_s=0.01)
+
+
+@dataclass
 class World:
     tmp: Path
     alerts: list[FiringAlert] = field(default_factory=list)
@@ -123,6 +149,7 @@ class World:
     gateway: Gateway = field(default_factory=Gateway)
     hot_tier: Gateway = field(default_factory=Gateway)
     slurm: Slurm = field(default_factory=Slurm)
+    lending: LendingController = field(default_factory=LendingController)
 
     def __post_init__(self) -> None:
         for kind in DrillKind:
@@ -137,8 +164,8 @@ class World:
         runbook = Runbook(spec, store, AuditLog(self.tmp / "state" / "failures.jsonl", KEY),
                           AuditLog(self.tmp / "rollout" / "audit.jsonl", KEY), Switches(self.tmp / "state" / "sw"),
                           sop_dir, firing or (lambda: list(self.alerts)), targets,
-                          [self.gateway.load(), self.hot_tier.load("storage"), self.slurm.load()] if loads is None
-                          else loads,
+                          [self.gateway.load(), self.hot_tier.load("storage"), self.slurm.load(),
+                           self.lending.sampler()] if loads is None else loads,
                           StackLock(self.tmp / "state" / "lock", "gpuctl acceptance"), self.slurm.sacct, poll_s=0.02)
         return runbook, store
 
@@ -305,7 +332,8 @@ def test_should_fail_inference_when_the_load_generator_does_nothing(world: World
     campaign = runbook.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == [
         *(f"soak {name}" for name in INFERENCE), *(f"shock {name}" for name in INFERENCE), "shock storage p99 latency",
-        *(f"campaign {name}" for name in INFERENCE), "campaign training jobs refused", "campaign training jobs lost"]
+        "shock lending controller", *(f"campaign {name}" for name in INFERENCE), "campaign training jobs refused",
+        "campaign training jobs lost"]
     assert "no request measured" in (campaign.reason or "") and "no job submitted" in (campaign.reason or "")
     assert world.rollout_records() == []
 
@@ -381,6 +409,20 @@ def test_should_fail_continuity_when_a_campaign_is_resumed_after_its_window(worl
     assert failing(store, campaign.id) == ["campaign continuity"]
     # The soak was not skipped: the resumed run loaded the cluster for all of soak_h (scaled), by its own clock.
     assert loaded_s(store.steps(campaign.id)) >= SPEC.scaled(SPEC.soak_h * 3600) and world.rollout_records() == []
+
+
+@pytest.mark.parametrize(("break_it", "why"), [
+    pytest.param(lambda c: setattr(c, "down", True), "no answer at any look", id="should fail when it is not running"),
+    pytest.param(LendingController.hang, "s old", id="should fail when its last decision is stale"),
+])
+def test_should_fail_the_lending_controller_when_it_does_not_decide_through_the_shock(
+        world: World, break_it: Callable[[LendingController], None], why: str) -> None:
+    break_it(world.lending)
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["shock lending controller"], campaign.reason
+    assert why in (campaign.reason or "") and "LendingControllerDown's threshold" in (campaign.reason or "")
+    assert world.rollout_records() == []
 
 
 # --- a drill reverts on interrupt, before the command exits ---------------------------------------------------------
