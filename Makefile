@@ -79,12 +79,16 @@ artifacts: $(ARTIFACTS)/SHA256SUMS
 plan: $(VENV)/.installed-base $(BIN)/helm
 	$(BIN)/gpuctl plan --stack prod --out $(PLAN_DIR) $(if $(CHART_MIRROR),--chart-mirror $(CHART_MIRROR))
 
+# Workers for pytest-xdist: more than the 2 cores, since the real-daemon tests mostly wait on their daemons
+# (docs/testing.md has the measurements). Tests sharing a daemon run on one worker (tests/harness/sharing.py).
+TEST_WORKERS ?= 4
+
 test: $(VENV)/.installed-test .apt-test-packages $(BIN)/helm $(VENV)/litellm/bin/litellm $(ARTIFACTS)/SHA256SUMS
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layering contracts in .importlinter
 	$(BIN)/mypy
 	$(BIN)/mypy --strict policy/*.py  # the pack's modules are top-level names, as the CLI loads them
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(VENV)/.installed-base
 	$(BIN)/python benchmarks/plan_bench.py

@@ -6,6 +6,7 @@ import pytest
 
 from runbooks.rollout.audit import KEY_FILE_ENV
 from tests.builders import prod_values
+from tests.harness import sharing
 from tests.harness.figures import FIGURES
 from tests.harness.slurm_cluster import (  # noqa: F401 (the real Slurm cluster's fixtures, for every module)
     cluster,
@@ -40,6 +41,37 @@ def module_timer(request: pytest.FixtureRequest, report_figure: Callable[[str], 
     started = time.monotonic()
     yield
     report_figure(f"{request.module.__name__}: module ran in {time.monotonic() - started:.1f} s")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    sharing.record_groups(config, items)
+
+
+# pytest-xdist's hooks: known only where the plugin is installed.
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    sharing.name_groups_file(node.config, node.workerinput)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return sharing.scheduler(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sharing.remove_groups_file(config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # A pytest-xdist worker hands its figures to the controller, which prints them.
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output["figures"] = FIGURES
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    FIGURES.extend(getattr(node, "workeroutput", {}).get("figures", []))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -7,6 +7,7 @@ Names given to `namespace` resolve inside it to the host side's address: `ip net
 the render gave it, served by a double on the host side."""
 
 import contextlib
+import fcntl
 import os
 import secrets
 import shutil
@@ -43,49 +44,92 @@ class Namespace:
 
     def start(self, *argv: str, log: str) -> "subprocess.Popen[bytes]":
         with open(log, "wb") as out:
-            process = subprocess.Popen(["ip", "netns", "exec", self.name, *argv], stdout=out,
-                                       stderr=subprocess.STDOUT)
+            process = subprocess.Popen(["ip", "netns", "exec", self.name, *argv], stdout=out, stderr=subprocess.STDOUT)
         self.daemons.append(process)
         return process
 
     def link_state(self) -> str:
-        done = subprocess.run(["ip", "netns", "exec", self.name, "cat", f"/sys/class/net/{self.node_link}/operstate"],
-                              capture_output=True, text=True, timeout=TIMEOUT_S, check=True)
+        done = subprocess.run(
+            ["ip", "netns", "exec", self.name, "cat", f"/sys/class/net/{self.node_link}/operstate"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=True,
+        )
         return done.stdout.strip()
 
     def qdisc(self) -> str:
-        return subprocess.run(["ip", "netns", "exec", self.name, "tc", "qdisc", "show", "dev", self.node_link],
-                              capture_output=True, text=True, timeout=TIMEOUT_S, check=True).stdout
+        return subprocess.run(
+            ["ip", "netns", "exec", self.name, "tc", "qdisc", "show", "dev", self.node_link],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=True,
+        ).stdout
 
 
 ETC_NETNS = Path("/etc/netns")
+SETUP_LOCK = Path("/run/lock/gpucluster-netns.lock")
+"""Held while a namespace takes its subnet and its /etc/netns folder: tests on other pytest-xdist workers (or other
+runs) make namespaces at the same time, and two host sides with one /30 would route each other's packets."""
+
+
+def _free_subnet() -> int:
+    """A third octet no host side of ours holds now (10.251.<n>.1 on some link of the root namespace)."""
+    held = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, timeout=TIMEOUT_S, check=True
+    ).stdout
+    free = [n for n in range(1, 251) if f" 10.251.{n}.1/" not in held]
+    assert free, "every 10.251.<n>.0/30 is held: namespaces of earlier runs were left behind (ip netns list)"
+    return free[secrets.randbelow(len(free))]
 
 
 @contextlib.contextmanager
 def namespace(host_names: Sequence[str] = ()) -> Iterator[Namespace]:
     """host_names: resolve, inside, to the host side's address."""
     tag = secrets.token_hex(3)
-    subnet = 1 + secrets.randbelow(250)
-    ns = Namespace(f"gpuc-acc-{tag}", f"gan{tag}", f"10.251.{subnet}.2", f"10.251.{subnet}.1")
     host_link = f"gah{tag}"
-    etc = ETC_NETNS / ns.name
-    ip("netns", "add", ns.name)
+    SETUP_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(SETUP_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subnet = _free_subnet()
+        ns = Namespace(f"gpuc-acc-{tag}", f"gan{tag}", f"10.251.{subnet}.2", f"10.251.{subnet}.1")
+        etc = ETC_NETNS / ns.name
+        ip("netns", "add", ns.name)
+        try:
+            if host_names:
+                etc.mkdir(parents=True)
+                (etc / "hosts").write_text(f"127.0.0.1 localhost\n{ns.host_address} {' '.join(host_names)}\n")
+            ip("link", "add", host_link, "type", "veth", "peer", "name", ns.node_link, "netns", ns.name)
+            ip("addr", "add", f"{ns.host_address}/30", "dev", host_link)
+        except BaseException:
+            _remove_links(ns, host_link)
+            _remove_hosts_file(etc)
+            raise
     try:
-        if host_names:
-            etc.mkdir(parents=True)
-            (etc / "hosts").write_text(f"127.0.0.1 localhost\n{ns.host_address} {' '.join(host_names)}\n")
-        ip("link", "add", host_link, "type", "veth", "peer", "name", ns.node_link, "netns", ns.name)
-        ip("addr", "add", f"{ns.host_address}/30", "dev", host_link)
         ip("link", "set", host_link, "up")
-        for args in (("addr", "add", f"{ns.node_address}/30", "dev", ns.node_link),
-                     ("link", "set", ns.node_link, "up"), ("link", "set", "lo", "up")):
+        for args in (
+            ("addr", "add", f"{ns.node_address}/30", "dev", ns.node_link),
+            ("link", "set", ns.node_link, "up"),
+            ("link", "set", "lo", "up"),
+        ):
             ip("netns", "exec", ns.name, "ip", *args)
         yield ns
     finally:
         stop_all(ns.daemons)
-        with contextlib.suppress(subprocess.CalledProcessError):
-            ip("link", "del", host_link)
-        ip("netns", "del", ns.name)
-        shutil.rmtree(etc, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            ETC_NETNS.rmdir()  # only when no other namespace of ours still holds files there
+        _remove_links(ns, host_link)
+        with open(SETUP_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # not while another namespace makes its folder under /etc/netns
+            _remove_hosts_file(etc)
+
+
+def _remove_links(ns: Namespace, host_link: str) -> None:
+    with contextlib.suppress(subprocess.CalledProcessError):
+        ip("link", "del", host_link)
+    ip("netns", "del", ns.name)
+
+
+def _remove_hosts_file(etc: Path) -> None:
+    shutil.rmtree(etc, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        ETC_NETNS.rmdir()  # only when no other namespace of ours still holds files there

@@ -1,0 +1,128 @@
+"""Which tests run on one pytest-xdist worker: those that share an instance of a fixture wider than a test.
+
+`make test` spreads the suite over workers (`-n`, `--dist loadgroup`). A fixture scoped to a module, a package or the
+session holds something started once for the tests using it: a daemon (the Slurm cluster, a Prometheus world), a
+rendered plan. Spread over workers, each worker would start its own: for the Slurm cluster a conflict (every loopback
+cluster names its nodes alike, so a second one waits on a machine-wide lock until the first session ends), for the
+others the same start paid once per worker. So every test is grouped with every test it shares such an instance
+with, transitively, and with the tests carrying its `xdist_group` mark; a test in no group is scheduled on its own,
+wherever a worker is free. The grouping follows the fixtures the tests request: a new module with a module-scoped
+daemon is kept together without a mark.
+
+pytest-xdist 3.8's own loadgroup passes groups from the workers to the scheduler inside node ids, which pytest 9.2's
+structured node ids no longer allow: the groups are lost and every test is scheduled alone
+(https://github.com/pytest-dev/pytest-xdist/issues/1386). So each worker writes the groups it collected to a file
+the controller named, and the controller's scheduler reads them from there.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHEAP = frozenset({"report_figure", "module_timer"})
+"""Wider-than-a-test fixtures that hold nothing worth starting once: a list to append to, a module's start time."""
+GROUPS_FILE = "fixture_groups"
+"""The key of workerinput naming the file each worker writes its groups to."""
+_GROUPS_DIR = pytest.StashKey[Path]()
+
+
+def _shared(item: pytest.Item) -> Iterable[str]:
+    """What the test shares with others: each wide fixture instance it uses, each xdist_group it is marked with."""
+    for mark in item.iter_markers("xdist_group"):
+        yield f"mark {mark.args[0] if mark.args else mark.kwargs.get('name', 'default')}"
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return
+    module = item.nodeid.split("::", 1)[0]
+    for name in info.names_closure:
+        definitions = info.name2fixturedefs.get(name)
+        if not definitions:
+            continue
+        fixture = definitions[-1]  # the one this test gets (a closer definition overrides)
+        if name in CHEAP or not fixture.baseid or fixture.scope == "function" or getattr(fixture, "_autouse", False):
+            # A plugin's fixture (baseid ""), one the test gets for itself, or one every test gets (autouse: holding
+            # its users together would hold them all on one worker; each worker makes its own).
+            continue
+        shared_across = {
+            "session": "session",
+            "package": module.rsplit("/", 1)[0],
+            "module": module,
+            "class": item.nodeid.rsplit("::", 1)[0],
+        }[fixture.scope]
+        yield f"{name}@{shared_across}"
+
+
+def groups(items: list[pytest.Item]) -> dict[str, str]:
+    """nodeid -> group name for every test that shares something with another (union-find over what they share)."""
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    shared: dict[str, list[str]] = {}
+    for item in items:
+        keys = shared[item.nodeid] = list(_shared(item))
+        for key in keys:
+            parent.setdefault(key, key)
+        for key in keys[1:]:
+            first, other = root(keys[0]), root(key)
+            if first != other:
+                # The smaller name is the group's: every worker collects alike, so every worker names it alike.
+                parent[max(first, other)] = min(first, other)
+    return {nodeid: root(keys[0]) for nodeid, keys in shared.items() if keys}
+
+
+def record_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a worker: write the groups where the controller's scheduler reads them (whole, or not at all)."""
+    target = getattr(config, "workerinput", {}).get(GROUPS_FILE)
+    if target is None:
+        return  # not a pytest-xdist worker, or not scheduled by fixture groups
+    written = Path(f"{target}.{config.workerinput['workerid']}")
+    written.write_text(json.dumps(groups(items)))
+    os.replace(written, target)  # every worker collects the same tests: any worker's file serves
+
+
+def name_groups_file(config: pytest.Config, workerinput: dict[str, Any]) -> None:
+    """On the controller: the file a worker writes its groups to (one folder per run, removed at its end)."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    if _GROUPS_DIR not in config.stash:
+        config.stash[_GROUPS_DIR] = Path(tempfile.mkdtemp(prefix="pytest-fixture-groups-"))
+    workerinput[GROUPS_FILE] = str(config.stash[_GROUPS_DIR] / "groups.json")
+
+
+def remove_groups_file(config: pytest.Config) -> None:
+    with contextlib.suppress(KeyError):
+        shutil.rmtree(config.stash[_GROUPS_DIR], ignore_errors=True)
+
+
+def scheduler(config: pytest.Config, log: Any) -> Any:
+    """For `--dist loadgroup`: xdist's scope scheduler, its scopes being the groups the workers recorded; None
+    otherwise (xdist's own choice)."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # only where pytest-xdist runs the suite
+
+    class FixtureGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """Each group one unit of work, sent whole to one worker; a test in no group a unit of its own. Units
+        go out largest first (xdist's --loadscope-reorder), so the long groups start at once."""
+
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                # Written before the worker reported its collection; the scheduler splits only after every worker did.
+                self._groups = json.loads((config.stash[_GROUPS_DIR] / "groups.json").read_text())
+            return self._groups.get(nodeid, nodeid)
+
+    return FixtureGroupScheduling(config, log)
