@@ -12,6 +12,11 @@ the hot swap moves the model's service to a new version under the inference load
 
 The campaign runs first in a child process, killed (SIGKILL) while the partition holds; the node's own dead-man's
 switch reverts the partition at its deadline; the resumed campaign logs the fault it found and runs to its verdict.
+
+The lending controller runs throughout, as the service beside slurmctld does in production: the real `gpuctl flex
+control` against the loopback Slurm cluster, kubectl faked at its command line, reading demand through a real
+Prometheus from the flex tests' playback held at 0 requests waiting (the model server double answers at once: it
+queues nothing), so it decides on data and never sees a peak here; the campaign reads its /metrics.
 """
 
 import json
@@ -29,12 +34,15 @@ from typing import Any
 
 import pytest
 
+from components.monitoring.alerts import lending_stale_s
 from components.scheduling.preemption import team_qos
+from components.spec.lending import Lending
 from components.spec.site import Site
 from components.spec.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import Load, Runbook, Target
 from runbooks.acceptance.faults import Fault, Switches, link_down, storage_delay, version_swap
+from runbooks.acceptance.lending import ControllerSampler, UnreadableError, http_text, parse
 from runbooks.acceptance.load import (
     Checkpoints,
     PrometheusSampler,
@@ -49,14 +57,17 @@ from runbooks.acceptance.report import write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
 from runbooks.rollout.audit import AuditLog, audit_key
 from runbooks.rollout.lock import StackLock
-from tests.builders import parse, prod_values, with_changes
+from tests.builders import copy_project, prod_values, with_changes
+from tests.builders import parse as parse_site
 from tests.harness import netns
 from tests.harness.alerting import ALERTMANAGER, AlertingWorld, scaled_rules
-from tests.harness.daemons import PROMETHEUS, free_ports, wait_for
+from tests.harness.daemons import PROMETHEUS, PrometheusServer, free_ports, stop_all, wait_for
+from tests.harness.demand import Playback, serve_demand
 from tests.harness.figures import FIGURES
 from tests.harness.gateway import LITELLM, Backend, EngineService, plan_gateway, running_gateway
 from tests.harness.slurm_cluster import Cluster, slurm_marks
 from tests.harness.switches import disarmed
+from tests.integration.test_flex_controller import SCALED
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "tests" / "harness" / "node_agent.py"
@@ -89,6 +100,8 @@ ACCEPTANCE: dict[str, Any] = {
     ]}
 """The test site's campaign: this machine's peak (declared), a one-hour soak and a ten-minute shock, the drills'
 alerts as this world raises them (node B's exporter is all of its daemons here)."""
+LENDING = {**SCALED, "interval_s": 2}
+"""The flex tests' lending settings in seconds, deciding every 2 s: down after 10 s without a decision."""
 
 pytestmark = [*slurm_marks(), pytest.mark.skipif(
     bool(netns.missing() or not PROMETHEUS or not ALERTMANAGER or not LITELLM.exists()),
@@ -134,13 +147,15 @@ class World:
     """The loopback Slurm cluster the training load submits to (tests/harness/slurm_cluster.py)."""
     slurmd_pid_file_b: str = ""
     """Node B's slurmd there: the node failure kills it with node B's other daemons and its jobs."""
+    lending_metrics: str = ""
+    """The running lending controller's /metrics (the lending_controller fixture)."""
 
     def hot_url(self) -> str:
         return f"http://{self.address_a}:{AGENT_PORT}/hot"
 
 
 def acceptance_site() -> Site:
-    return parse(with_changes(prod_values(), acceptance=ACCEPTANCE, slurm__slurmd_timeout_s=SLURMD_TIMEOUT_S))
+    return parse_site(with_changes(prod_values(), acceptance=ACCEPTANCE, slurm__slurmd_timeout_s=SLURMD_TIMEOUT_S))
 
 
 def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]]:
@@ -184,7 +199,9 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
                              [ACCOUNT], team_qos(site), 2, spec.peak.training_jobs_per_h,
                              spec.max_training_jobs, TRAINING_JOB_S)
     loads: list[Load] = [inference, storage, training, QueueWaitSampler(("squeue",), slurm),
-                         PrometheusSampler("gpu_util_pct", world.prometheus, "avg(DCGM_FI_DEV_GPU_UTIL)")]
+                         PrometheusSampler("gpu_util_pct", world.prometheus, "avg(DCGM_FI_DEV_GPU_UTIL)"),
+                         ControllerSampler(world.lending_metrics, lending_stale_s(Lending.model_validate(LENDING)),
+                                           http_text(world.lending_metrics))]
     runbook = Runbook(spec, store, AuditLog(state / "failures.jsonl", key),
                       AuditLog(rollout_state / "audit.jsonl", key), Switches(state / "switches"), REPO / "docs" / "sop",
                       lambda: firing_alerts(world.alertmanager), {d.kind: targets[d.kind.value] for d in spec.drills},
@@ -277,11 +294,49 @@ def acceptance_slurm(slurm: Cluster, world: World) -> Iterator[Cluster]:
         slurm.run("scontrol", "update", f"nodename={world.node_b}", "state=resume", check=False)
 
 
+@pytest.fixture
+def lending_controller(acceptance_slurm: Cluster, tmp_path: Path) -> Iterator[str]:
+    """`gpuctl flex control` running for the campaign, live, on the flex tests' world (kubectl faked at its command
+    line, demand played back through a real Prometheus at 0 waiting); its /metrics URL, once it has decided."""
+    for directory in ("demand", "flex-project", "bin"):
+        (tmp_path / directory).mkdir()
+    demand = PrometheusServer(tmp_path / "demand", [
+        {"job_name": "demand", "static_configs": [{"targets": [f"127.0.0.1:{serve_demand(Playback())}"]}]}])
+    bin_dir = tmp_path / "bin"
+    (bin_dir / "kubectl").write_text("#!/bin/sh\nexit 0\n")  # labels nothing: no flex node is lent here
+    (bin_dir / "kubectl").chmod(0o755)
+    project = copy_project(tmp_path / "flex-project", lambda config: config["gpu-cluster:lending"].update(
+                               {**LENDING, "prometheus_url": demand.url}))
+    (port,) = free_ports(1)
+    url = f"http://127.0.0.1:{port}/metrics"
+    controller = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gpuctl"), "flex", "--project-dir", str(project), "control", "--listen",
+         "127.0.0.1", "--port", str(port), "--state-dir", str(tmp_path / "flex")],
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+             "SLURM_CONF": str(acceptance_slurm.conf_dir / "slurm.conf")},
+        stdout=(tmp_path / "flex-control.log").open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        demand.wait_ready()
+
+        def decided() -> bool:
+            assert controller.poll() is None, (tmp_path / "flex-control.log").read_text()[-2000:]
+            try:
+                return parse(http_text(url)())["last_decision"] > 0
+            except UnreadableError:
+                return False
+
+        wait_for("the lending controller's first decision", decided, 60, interval_s=0.5)
+        yield url
+    finally:
+        stop_all([controller])
+        demand.stop()
+
+
 def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_fault(
-        world: World, acceptance_slurm: Cluster, tmp_path: Path) -> None:
+        world: World, acceptance_slurm: Cluster, lending_controller: str, tmp_path: Path) -> None:
     slurm = acceptance_slurm
     world = replace(world, slurm_conf=str(slurm.conf_dir / "slurm.conf"),
-                    slurmd_pid_file_b=str(slurm.slurmd_pid_file(world.node_b)))
+                    slurmd_pid_file_b=str(slurm.slurmd_pid_file(world.node_b)), lending_metrics=lending_controller)
     state = tmp_path / "state"
     (tmp_path / "world.json").write_text(json.dumps(asdict(world)))
     child = subprocess.Popen([sys.executable, "-c", f"from tests.integration.test_acceptance import main; "
@@ -337,6 +392,8 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
     steps = store.steps(campaign.id)
     drills = {k: v[2] for k, v in steps.items() if k.startswith("drill:")}
     assert campaign.verdict == PASSED, json.dumps([campaign.reason, drills, [f.__dict__ for f in failures]], indent=1)
+    lending = next(c for c in steps["verdict"][2]["criteria"] if c["name"] == "lending controller")
+    assert lending["passed"] and "decisions: hold/" in lending["measured"], lending
     fired_alerts = {f.mode for f in failures if f.source == "fired"}
     assert "DcgmExporterDown" in fired_alerts and all(f.sop for f in failures)
     assert drills["drill:model_hot_swap"]["reactions"][0]["ok"]
