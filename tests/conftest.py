@@ -6,8 +6,13 @@ import pytest
 
 from runbooks.rollout.audit import KEY_FILE_ENV
 from tests.builders import prod_values
-from tests.harness import sharing
 from tests.harness.figures import FIGURES
+from tests.harness.sharing import (  # noqa: F401 (hooks: tests sharing a daemon share a pytest-xdist worker)
+    pytest_collection_modifyitems,
+    pytest_configure_node,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+)
 from tests.harness.slurm_cluster import (  # noqa: F401 (the real Slurm cluster's fixtures, for every module)
     cluster,
     flex_slurm,
@@ -41,25 +46,6 @@ def module_timer(request: pytest.FixtureRequest, report_figure: Callable[[str], 
     started = time.monotonic()
     yield
     report_figure(f"{request.module.__name__}: module ran in {time.monotonic() - started:.1f} s")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    sharing.record_groups(config, items)
-
-
-# pytest-xdist's hooks: known only where the plugin is installed.
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:
-    sharing.name_groups_file(node.config, node.workerinput)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    return sharing.scheduler(config, log)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    sharing.remove_groups_file(config)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

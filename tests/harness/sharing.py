@@ -16,6 +16,7 @@ the controller named, and the controller's scheduler reads them from there.
 """
 
 import contextlib
+import inspect
 import json
 import os
 import shutil
@@ -46,9 +47,9 @@ def _shared(item: pytest.Item) -> Iterable[str]:
         if not definitions:
             continue
         fixture = definitions[-1]  # the one this test gets (a closer definition overrides)
-        if name in CHEAP or not fixture.baseid or fixture.scope == "function" or getattr(fixture, "_autouse", False):
-            # A plugin's fixture (baseid ""), one the test gets for itself, or one every test gets (autouse: holding
-            # its users together would hold them all on one worker; each worker makes its own).
+        if name in CHEAP or fixture.scope == "function" or getattr(fixture, "_autouse", False) or _plugins(fixture):
+            # One the test gets for itself, one every test gets (autouse: holding its users together would hold them
+            # all on one worker; each worker makes its own), or a plugin's (pytest's tmp_path_factory).
             continue
         shared_across = {
             "session": "session",
@@ -57,6 +58,12 @@ def _shared(item: pytest.Item) -> Iterable[str]:
             "class": item.nodeid.rsplit("::", 1)[0],
         }[fixture.scope]
         yield f"{name}@{shared_across}"
+
+
+def _plugins(fixture: Any) -> bool:
+    """Whether a fixture comes from outside the tests (a plugin, pytest itself), not from a conftest or test module."""
+    source = inspect.getsourcefile(fixture.func) or ""
+    return "site-packages" in Path(source).parts or "dist-packages" in Path(source).parts
 
 
 def groups(items: list[pytest.Item]) -> dict[str, str]:
@@ -126,3 +133,23 @@ def scheduler(config: pytest.Config, log: Any) -> Any:
             return self._groups.get(nodeid, nodeid)
 
     return FixtureGroupScheduling(config, log)
+
+
+# The hooks, for tests/conftest.py to import (or `-p tests.harness.sharing`).
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    record_groups(config, items)
+
+
+# pytest-xdist's hooks: known only where the plugin is installed.
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    name_groups_file(node.config, node.workerinput)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return scheduler(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    remove_groups_file(config)
