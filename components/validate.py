@@ -17,6 +17,7 @@ from components.monitoring.prometheus import NAMESPACE as MONITORING_NAMESPACE
 from components.scheduling.kueue import NAMESPACE as KUEUE_NAMESPACE
 from components.scheduling.kueue import check_inference_leaves_room
 from components.scheduling.preemption import check_preemption
+from components.slurm.conf import check_flex_qos
 from components.spec.problems import Problem, SiteSpecError
 from components.spec.rules import SPEC_RULES, Rule, rule
 from components.spec.sections import run_rules, validate_sections
@@ -101,5 +102,6 @@ RULES: tuple[Rule[Site], ...] = (
     rule("team-quotas", check_team_quotas, "teams", "node_groups", "gpu_catalog", "inference"),
     rule("inference-leaves-room", check_inference_leaves_room, "teams", "node_groups", "gpu_catalog", "inference"),
     rule("preemption", check_preemption, "scheduling"),
+    rule("flex-qos", check_flex_qos, "slurm", "scheduling", "node_groups"),
     *(on_every_rack(r) for r in RACK_RULES),
 )

@@ -13,11 +13,19 @@ import math
 import shlex
 from collections.abc import Iterator
 
-from components.scheduling.preemption import KILL_WAIT_S, PREEMPTED_GRACE_S, preempted_qos, slurm_qos, team_qos
+from components.scheduling.preemption import (
+    KILL_WAIT_S,
+    PREEMPTED_GRACE_S,
+    inference_preempts,
+    preempted_qos,
+    slurm_qos,
+    team_qos,
+)
 from components.slurm.containers import PLUGSTACK
 from components.spec import defaults
 from components.spec.catalog import gres_type
 from components.spec.derived import mover_args, mover_stop_after_s
+from components.spec.problems import Problem
 from components.spec.site import Node, NodeGroup, Pool, Site
 from components.spec.wellknown import MOVER_LOCK, PLATFORM_ACCOUNT
 from hosts.checkpoint_mover import LOCK_HELD_EXIT
@@ -110,6 +118,29 @@ def partitions(site: Site) -> dict[str, list[NodeGroup]]:
     return found
 
 
+def admitted_qos(site: Site, pool: Pool) -> list[str] | None:
+    """The Slurm QoS a partition of the pool admits (slurm.conf(5) AllowQos), None for every QoS: the flex pool admits
+    slurm.flex_qos alone, work a lend may requeue (check_flex_qos), so inference always wins a flex node at a peak.
+    gpuctl simulate places jobs on flex nodes by the same answer."""
+    return list(site.slurm.flex_qos) if pool == Pool.FLEX else None
+
+
+def check_flex_qos(site: Site) -> list[Problem]:
+    """With flex nodes, the flex partitions admit only QoS a lend may requeue: those the inference class preempts in
+    the one table (runbooks/flex/lending.py requeues them and leaves any other job to finish, holding the node)."""
+    if not any(g.pool == Pool.FLEX for g in site.node_groups):
+        return []
+    requeueable = inference_preempts(site)
+    known = ", ".join(sorted(requeueable)) or "none"
+    if not site.slurm.flex_qos:
+        return [Problem("slurm.flex_qos", "empty, but the flex partitions need a QoS to admit: name one a lend may "
+                        f"requeue (those the inference class preempts: {known})")]
+    return [Problem(f"slurm.flex_qos[{i}]", f"{name} is not a QoS a lend may requeue (those the inference class "
+                    f"preempts in scheduling.classes: {known}): its jobs on a flex node would hold it against "
+                    "inference at a peak")
+            for i, name in enumerate(site.slurm.flex_qos) if name not in requeueable]
+
+
 def render_slurm_conf(site: Site) -> str:
     slurm = site.slurm
     conf = ConfigFile("slurm.conf, see slurm.conf(5)")
@@ -187,6 +218,10 @@ def render_slurm_conf(site: Site) -> str:
     conf.record(AccountingStorageTRES="gres/gpu")
     # Without qos enforcement an unknown --qos is accepted silently (slurm.conf(5) AccountingStorageEnforce).
     conf.record(AccountingStorageEnforce="associations,limits,qos")
+    # slurm.conf(5) EnforcePartLimits, whose limits include a partition's AllowQOS: ANY refuses at submission a job
+    # that no partition it names admits (sbatch -p a800-flex --qos=train_normal: "Invalid qos specification"), and
+    # runs one naming several partitions in one that admits it.
+    conf.record(EnforcePartLimits="ANY")
 
     conf.section("Nodes (slurm and flex pools)")
     for group in slurm_groups(site):
@@ -195,11 +230,12 @@ def render_slurm_conf(site: Site) -> str:
             conf.record(NodeName=node.name, NodeAddr=node.ssh_host, Port=node.slurmd_port, CPUs=group.cpus,
                         RealMemory=real_memory_mib(site, group), Gres=gres, State="UNKNOWN")
 
-    conf.section("Partitions: one per GPU type and pool")
+    conf.section("Partitions: one per GPU type and pool; the flex pool admits only work a lend may requeue")
     for index, (name, groups) in enumerate(partitions(site).items()):
         nodes = ",".join(n.name for g in groups for n in g.nodes)
+        admitted = admitted_qos(site, groups[0].pool)
         conf.record(PartitionName=name, Nodes=nodes, Default="YES" if index == 0 else "NO",
-                    MaxTime="INFINITE", State="UP")
+                    MaxTime="INFINITE", State="UP", AllowQos=None if admitted is None else ",".join(admitted))
     return conf.render()
 
 

@@ -302,6 +302,8 @@ LEND_MAX_STEP_NODES: Final = 1
 """Flex nodes one decision moves."""
 TRAINING_FLOOR_NODES: Final = 1
 """Flex nodes Slurm always keeps."""
+FLEX_QOS: Final = ("train_preemptible",)
+"""The Slurm QoS the flex partitions admit: the one the inference class preempts in DEFAULT_CLASSES."""
 LENDING_INTERVAL_S: Final = 30
 """s between decisions: Prometheus's scrape interval, so each decision sees news."""
 LEND_WAIT_S: Final = 600

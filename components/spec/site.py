@@ -562,6 +562,10 @@ class SlurmSettings(Spec):
     """Weight of the QoS factor in multifactor priority; larger than fairshare so QoS orders the queue first."""
     priority_weight_fairshare: PriorityWeight = defaults.SLURM_PRIORITY_WEIGHT_FAIRSHARE
     """Weight of the fairshare factor; orders jobs of one QoS by how little each account has used lately."""
+    flex_qos: list[ClassName] = list(defaults.FLEX_QOS)
+    """The Slurm QoS the flex partitions admit (slurm.conf AllowQos), each one a lend may requeue (the flex-qos rule):
+    a job of any other QoS on a flex node would hold it against inference at a peak, so such jobs go to the training
+    partitions and Slurm refuses them on a flex partition at submission."""
     containers: SlurmContainers
     """Where each Slurm host gets Pyxis and enroot, so GPU job steps run in containers on the operator's driver."""
 

@@ -5,8 +5,9 @@ Flex nodes run Slurm work until lent (docs/scheduling.md, "Lending the flex pool
 1. Slurm stops starting jobs on it: `scontrol update State=DRAIN Reason=<LEND_REASON>`. A node with any other
    reason (a failed node check, an operator) or down, failed or in maintenance is not lent.
 2. Running jobs whose QoS the inference class preempts in the one preemption table are requeued; any other job
-   (train_normal, train_high, inference, critical, or one Slurm cannot requeue) is left to finish, and the node
-   stays draining until it does.
+   (one Slurm cannot requeue, or of another QoS: the flex partitions admit only slurm.flex_qos, those the inference
+   class preempts, so only a job that started before a change to either) is left to finish, and the node stays
+   draining until it does.
 3. As soon as Slurm has the node idle, it gets the label LENT_LABEL=true, whatever the other nodes of the lend are
    still waiting for. The flex taint stays: only pods that tolerate it land on flex nodes, and the inference
    manifests in docs/scheduling.md also require the label, so they use lent nodes only. Kueue's flex flavor

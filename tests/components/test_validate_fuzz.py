@@ -185,8 +185,11 @@ def implied_records(site: Site) -> list[dict[str, str]]:
     for g in groups:
         role = "flex" if g.pool == Pool.FLEX else "train"
         members.setdefault(f"{gres_type(g.gpu_model)}-{role}", []).extend(n.name for n in g.nodes)
+    # A flex partition admits slurm.flex_qos alone.
     partitions = [{"partitionname": name, "nodes": ",".join(names), "default": "YES" if i == 0 else "NO",
-                   "maxtime": "INFINITE", "state": "UP"} for i, (name, names) in enumerate(members.items())]
+                   "maxtime": "INFINITE", "state": "UP",
+                   **({"allowqos": ",".join(slurm.flex_qos)} if name.endswith("-flex") else {})}
+                  for i, (name, names) in enumerate(members.items())]
     return settings_ + nodes + partitions
 
 

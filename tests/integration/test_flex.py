@@ -105,26 +105,30 @@ class TestOnRealSlurm:
     def test_should_lend_a_node_by_requeueing_preemptible_training_and_wait_for_the_rest(
             self, flex_slurm: Cluster) -> None:
         preemptible = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)
-        normal = flex_slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", FLEX[1], *GPU8)
-        for job in (preemptible, normal):
+        # The flex partition admits train_preemptible alone (slurm.flex_qos); one Slurm cannot requeue is work a lend
+        # leaves to finish.
+        kept = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "--no-requeue", "-w", FLEX[1], *GPU8)
+        for job in (preemptible, kept):
             flex_slurm.wait_state(job, "RUNNING")
         flex_slurm.run("scontrol", "update", f"JobId={preemptible}", f"AdminComment={ADMINS_NOTE}")
         kubectl, said = FakeKubectl(), []
         outcomes = flex(flex_slurm, kubectl, said).lend([], wait_s=8, poll_s=0.5)
         assert [(o.node, o.done) for o in outcomes] == [(FLEX[0], True), (FLEX[1], False)]
-        assert outcomes[1].detail == (f"draining: still runs {normal} (train_normal, not preempted by inference); "
+        assert outcomes[1].detail == (f"draining: still runs {kept} (train_preemptible, could not be requeued); "
                                       "run lend again to finish")
-        # Requeued, not lost, and its lend mark gone, the administrator's note back; the train_normal job runs on.
+        # Requeued, not lost, and its lend mark gone, the administrator's note back; the kept job runs on.
         requeued = flex_slurm.wait_state(preemptible, "PENDING")
         assert int(requeued["Restarts"]) >= 1 and admin_comment(flex_slurm, preemptible) == ADMINS_NOTE
-        assert flex_slurm.job(normal)["JobState"] == "RUNNING"
+        assert flex_slurm.job(kept)["JobState"] == "RUNNING"
         assert kubectl.labelled == {FLEX[0]}
-        assert said == [f"{FLEX[0]}: requeued job {preemptible} (train_preemptible), which inference preempts",
+        assert said == [f"{FLEX[1]}: job {kept} (train_preemptible) stays: Slurm cannot requeue it (an interactive or "
+                        "--no-requeue job)",
+                        f"{FLEX[0]}: requeued job {preemptible} (train_preemptible), which inference preempts",
                         f"{FLEX[0]}: lent to kubernetes inference"]
         # Both are drained for lending, so Slurm starts nothing new on either.
         assert all(node(flex_slurm, n)["Reason"].startswith(LEND_REASON) for n in FLEX)
-        # The train_normal job ends; running lend again finishes the second node.
-        flex_slurm.run("scancel", normal)
+        # The kept job ends; running lend again finishes the second node.
+        flex_slurm.run("scancel", kept)
         again = flex(flex_slurm, kubectl, said).lend([FLEX[1]], wait_s=15, poll_s=0.5)
         assert [(o.node, o.done, o.detail) for o in again] == [(FLEX[1], True, "lent")]
         assert kubectl.labelled == set(FLEX)
@@ -275,7 +279,7 @@ class TestOnRealSlurm:
         assert (back.done, back.detail) == (True, "back in Slurm")
         assert [call[1] for call in kubectl.calls] == ["label", "drain", "uncordon"]
         assert kubectl.calls[0] == ["kubectl", "label", "node", FLEX[0], f"{LENT_LABEL}-"]
-        job = flex_slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", FLEX[0], *GPU8)
+        job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)
         # A job submitted while slurmctld still has the resumed node unavailable (it pings it first) waits for the
         # next periodic scheduling pass: SchedulerParameters sched_interval, 60 s by default (slurm.conf(5)). Seen
         # once in CI: pending 20 s with ReqNodeNotAvail, the node IDLE.

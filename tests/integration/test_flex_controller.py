@@ -104,8 +104,10 @@ def moves(decisions: list[tuple[float, Decision]]) -> list[tuple[Action, tuple[s
 
 def test_should_lend_at_the_recorded_shock_and_reclaim_in_the_trough_never_touching_protected_work(
         flex_slurm: Cluster, world: World, tmp_path: Path) -> None:
-    protected = flex_slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", FLEX[0], *GPU8)
-    preemptible = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[1], *GPU8)
+    # The flex partition admits train_preemptible alone (slurm.flex_qos): protected work there is a job Slurm cannot
+    # requeue. The floor keeps it in Slurm: the controller lends the other node, first by name and no later in its run.
+    protected = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "--no-requeue", "-w", FLEX[1], *GPU8)
+    preemptible = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)
     for job in (protected, preemptible):
         flex_slurm.wait_state(job, "RUNNING")
     kubectl = TimedKubectl()
@@ -116,21 +118,21 @@ def test_should_lend_at_the_recorded_shock_and_reclaim_in_the_trough_never_touch
         i for i, w in enumerate(curve) if w / REPLICAS >= SCALED["lend_waiting_per_replica"])
     # The last (trough) hour holds after the curve: room for the reclaim on a loaded machine.
     decisions = drive(c, SHOCK_STEP_S * len(curve) + 4)
-    assert moves(decisions) == [(Action.LEND, (FLEX[1],)), (Action.RECLAIM, (FLEX[1],))]
+    assert moves(decisions) == [(Action.LEND, (FLEX[0],)), (Action.RECLAIM, (FLEX[0],))]
     # Protected work is never requeued; the training floor (one node) is never crossed.
     assert flex_slurm.job(protected)["JobState"] == "RUNNING" and flex_slurm.job(protected)["Restarts"] == "0"
     assert int(flex_slurm.job(preemptible)["Restarts"]) >= 1
     assert kubectl.most_lent == 1 and kubectl.labelled == set()
     # Back in Slurm after the peak: no longer drained, the node takes jobs again (the requeued one waits out the
     # BeginTime slurmctld gives a requeued job, so a new one shows it).
-    node = dict(re.findall(r"(\w+)=(\S*)", flex_slurm.run("scontrol", "--oneliner", "show", "node", FLEX[1]).stdout))
+    node = dict(re.findall(r"(\w+)=(\S*)", flex_slurm.run("scontrol", "--oneliner", "show", "node", FLEX[0]).stdout))
     assert "DRAIN" not in node["State"], node["State"]
-    after = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[1], *GPU8)
-    assert flex_slurm.wait_state(after, "RUNNING")["NodeList"] == FLEX[1]
+    after = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)
+    assert flex_slurm.wait_state(after, "RUNNING")["NodeList"] == FLEX[0]
     lines = [json.loads(line) for line in (tmp_path / AUDIT).read_text().splitlines()]
     assert len(lines) == len(decisions) and all(line["reason"] and line["detail"] for line in lines)
     decided = next(at for at, d in decisions if d.action == Action.LEND and d.reason == Reason.PEAK)
-    step = kubectl.lent_at[FLEX[1]] - decided
+    step = kubectl.lent_at[FLEX[0]] - decided
     FIGURES.append(f"lending controller, recorded 3x shock ({len(curve)} hours at {SHOCK_STEP_S:g} s each): "
                    f"{len(moves(decisions))} moves; preemptible node: demand crossing to lend decision "
                    f"{decided - crossing:.1f} s (peak_s {SCALED['peak_s']} s + scrape and decision intervals), "

@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from components.scheduling.preemption import slurm_qos, team_qos
-from components.slurm.conf import (
-    slurm_nodes,
-)
+from components.slurm.conf import partitions
 from components.slurm.install import installed_files
 from components.teams.plan import team_shares
 from tests.builders import parse, prod_values
@@ -114,9 +112,10 @@ GPU8 = ("--gres=gpu:a800:8", "--wrap=sleep 300")
 
 
 def test_should_requeue_a_preemptible_job_for_a_train_high_one(slurm: Cluster) -> None:
-    low = slurm.sbatch("-A", "nlp-foundation", "--qos=train_preemptible", "-w", "gpu-a800-09", "-p", "a800-flex", *GPU8)
+    low = slurm.sbatch("-A", "nlp-foundation", "--qos=train_preemptible", "-w", "gpu-a800-01", "-p", "a800-train",
+                       *GPU8)
     slurm.wait_state(low, "RUNNING")
-    high = slurm.sbatch("-A", "speech", "--qos=train_high", "-w", "gpu-a800-09", "-p", "a800-flex", *GPU8)
+    high = slurm.sbatch("-A", "speech", "--qos=train_high", "-w", "gpu-a800-01", "-p", "a800-train", *GPU8)
     slurm.wait_state(high, "RUNNING")
     # Requeued, not lost: back in the queue with a restart counted (it becomes eligible ~2 min later).
     preempted = slurm.wait_state(low, "PENDING")
@@ -126,11 +125,11 @@ def test_should_requeue_a_preemptible_job_for_a_train_high_one(slurm: Cluster) -
 
 def test_should_never_preempt_inference_or_critical_jobs(slurm: Cluster) -> None:
     protected = []
-    for index, node in enumerate(slurm_nodes(slurm.site)):
+    # The training partition's nodes: the flex partition admits neither class (slurm.flex_qos).
+    for index, node in enumerate(partitions(slurm.site)["a800-train"][0].nodes):
         # Both classes are the operators' (scheduling.classes[].for_teams false): a team account may not use them.
         account, qos = ("root", "critical") if index % 2 else ("root", "inference")
-        partition = "a800-flex" if node.name in ("gpu-a800-09", "gpu-a800-10") else "a800-train"
-        protected.append(slurm.sbatch("-A", account, f"--qos={qos}", "-w", node.name, "-p", partition, *GPU8))
+        protected.append(slurm.sbatch("-A", account, f"--qos={qos}", "-w", node.name, "-p", "a800-train", *GPU8))
     for job in protected:
         slurm.wait_state(job, "RUNNING")
     high = slurm.sbatch("-A", "speech", "--qos=train_high", "-p", "a800-train", *GPU8)
@@ -145,9 +144,9 @@ def test_should_never_preempt_inference_or_critical_jobs(slurm: Cluster) -> None
 
 
 def test_should_start_a_two_node_job_only_when_both_nodes_are_free(slurm: Cluster) -> None:
-    blocker = slurm.sbatch("-A", "speech", "--qos=train_normal", "-w", "gpu-a800-09", "-p", "a800-flex", *GPU8)
+    blocker = slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", "gpu-a800-09", "-p", "a800-flex", *GPU8)
     slurm.wait_state(blocker, "RUNNING")
-    gang = slurm.sbatch("-A", "nlp-foundation", "--qos=train_normal", "-N", "2", "-p", "a800-flex", *GPU8)
+    gang = slurm.sbatch("-A", "nlp-foundation", "--qos=train_preemptible", "-N", "2", "-p", "a800-flex", *GPU8)
     time.sleep(3)
     waiting = slurm.job(gang)
     assert (waiting["JobState"], waiting["Reason"]) == ("PENDING", "Resources"), waiting
@@ -169,6 +168,32 @@ def test_should_refuse_at_submit(slurm: Cluster, args: tuple[str, ...], refusal:
     result = slurm.run("sbatch", *args, f"--chdir={slurm.stack.root}", "--gres=gpu:a800:1", "--wrap=true",
                        check=False)
     assert result.returncode != 0 and refusal in result.stderr, result
+
+
+@pytest.mark.parametrize(
+    ("qos", "admitted"),
+    [
+        pytest.param("train_preemptible", True, id="admits on flex the QoS a lend may requeue"),
+        pytest.param("train_normal", False, id="refuses train_normal on flex at submit"),
+        pytest.param("train_high", False, id="refuses train_high on flex at submit"),
+        pytest.param("critical", False, id="refuses the operators' critical on flex at submit"),
+    ],
+)
+def test_should_admit_on_the_flex_partition_only_work_a_lend_may_requeue(slurm: Cluster, qos: str,
+                                                                         admitted: bool) -> None:
+    account = "root" if qos == "critical" else "speech"
+    result = slurm.run("sbatch", "-A", account, f"--qos={qos}", "-p", "a800-flex", f"--chdir={slurm.stack.root}",
+                       "--gres=gpu:a800:1", "--wrap=true", check=False)
+    assert (result.returncode == 0) is admitted, result
+    if not admitted:
+        assert "Invalid qos specification" in result.stderr, result
+
+
+def test_should_run_a_job_naming_both_partitions_where_its_qos_is_admitted(slurm: Cluster) -> None:
+    # EnforcePartLimits=ANY: the flex partition refuses train_normal, the training one takes it.
+    job = slurm.sbatch("-A", "speech", "--qos=train_normal", "-p", "a800-flex,a800-train", *GPU8)
+    started = slurm.wait_state(job, "RUNNING")
+    assert started["Partition"] == "a800-train", started
 
 
 @pytest.mark.slow

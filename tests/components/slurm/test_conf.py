@@ -91,6 +91,42 @@ def test_should_put_slurm_and_flex_pool_nodes_in_partitions_per_gpu_type_and_poo
     assert "PartitionName=a800-train Nodes=" in conf and " Default=YES " in conf.split("PartitionName=a800-train")[1]
 
 
+def partition_allow_qos(conf: str) -> dict[str, str | None]:
+    found = re.finditer(r"^PartitionName=(\S+) .*?(?:AllowQos=(\S+))?$", conf, re.MULTILINE)
+    return {m.group(1): m.group(2) for m in found}
+
+
+def test_should_admit_on_the_flex_partition_only_the_qos_a_lend_may_requeue(prod: dict[str, Any]) -> None:
+    conf = render_slurm_conf(parse(prod))
+    assert partition_allow_qos(conf) == {"a800-train": None, "a800-flex": "train_preemptible"}
+    # A job naming only partitions that refuse its QoS is refused at submission, not left pending.
+    assert "\nEnforcePartLimits=ANY\n" in conf
+
+
+@pytest.mark.parametrize(
+    ("flex_qos", "expected"),
+    [
+        pytest.param(["train_preemptible", "train_normal"],
+                     ["slurm.flex_qos[1]: train_normal is not a QoS a lend may requeue (those the inference class "
+                      "preempts in scheduling.classes: train_preemptible): its jobs on a flex node would hold it "
+                      "against inference at a peak"], id="rejects a flex QoS inference does not preempt"),
+        pytest.param([], ["slurm.flex_qos: empty, but the flex partitions need a QoS to admit: name one a lend may "
+                          "requeue (those the inference class preempts: train_preemptible)"],
+                     id="rejects a flex partition that admits nothing"),
+    ],
+)
+def test_should_reject_a_flex_partition_admitting_work_a_lend_may_not_requeue(
+        prod: dict[str, Any], flex_qos: list[str], expected: list[str]) -> None:
+    assert problems(with_changes(prod, slurm__flex_qos=flex_qos)) == expected
+
+
+def test_should_not_judge_flex_qos_on_a_site_without_flex_nodes(prod: dict[str, Any]) -> None:
+    # No flex partition, nothing to lend; the lending rules want a flex pool's models no more either.
+    site = parse(with_changes(prod, node_groups__1__pool="slurm", slurm__flex_qos=["train_normal"],
+                              inference__models__0__lent_replicas=0))
+    assert "AllowQos" not in render_slurm_conf(site)
+
+
 @pytest.mark.parametrize("node", KUBERNETES_NODES, ids=lambda n: f"kubernetes-pool node {n} is not in Slurm")
 def test_should_leave_kubernetes_pool_nodes_out_of_slurm(prod: dict[str, Any], node: str) -> None:
     site = parse(prod)
