@@ -2,7 +2,8 @@
 steps and the lending controller's ticks are SimPy processes; a run preempted is a process interrupted.
 
 - Slurm: jobs in priority order (QoS, then the team's GPUs held over its fairshare, then arrival; static: each team's
-  own queue in arrival order), started wherever GPUs are free, with EASY backfill: the first job that does not fit
+  own queue in arrival order), started wherever GPUs are free (stack: flex nodes only for the QoS the flex partitions
+  admit, slurm.conf's AllowQos), with EASY backfill: the first job that does not fit
   holds a reservation, and a later one starts only if it ends before it or leaves it its GPUs. The stack preempts by
   QoS (`Preempt=` lists of the one table); static never does.
 - Kubernetes (Kueue): team jobs in priority order, each on the first of its team's flavors with room within its
@@ -65,8 +66,9 @@ class Run:
     started: float | None = None
     held: dict[str, int] = field(default_factory=dict)
     """Slurm node or Kubernetes flavor -> GPUs, while it runs."""
-    ends: tuple[float, int, int] | None = None
-    """(when its run ends unless preempted, job id, GPUs) while it runs on Slurm: its entry in the end-time lists."""
+    ends: tuple[float, int, int, int] | None = None
+    """(when its run ends unless preempted, job id, GPUs, of them on slurm-pool nodes) while it runs on Slurm: its entry
+    in the end-time lists."""
     done_gpu_s: float = 0.0
     lost_gpu_s: float = 0.0
     finished: float | None = None
@@ -177,7 +179,7 @@ class Simulation:
         self.running_slurm: set[Run] = set()
         self.running_on: dict[str, set[Run]] = {f: set() for f in model.flavors}
         """Kubernetes flavor -> the jobs running on it: what a preemption check walks, not every running job."""
-        self.ends: dict[str | None, list[tuple[float, int, int]]] = {None: [], **{t: [] for t in model.teams}}
+        self.ends: dict[str | None, list[tuple[float, int, int, int]]] = {None: [], **{t: [] for t in model.teams}}
         """Running Slurm jobs' Run.ends, in order, of all teams (None) and of each: what backfill reads."""
         self.runs: list[Run] = []
         self.served = [Served(d) for d in workload.inference]
@@ -196,6 +198,8 @@ class Simulation:
         """GPUs training jobs hold on each Slurm pool."""
         self.free_owned = sum(n.gpus for n in self.nodes)
         """Free GPUs on nodes Slurm owns (not lent or being lent)."""
+        self.free_owned_flex = sum(n.gpus for n in self.flex)
+        """Of those, on flex nodes: room only for the QoS the flex partitions admit."""
         self.away = 0
         """Flex nodes not Slurm's (being lent or lent)."""
         self.lent = {n.gpu_model: 0 for n in self.nodes} | {d.gpu_model: 0 for d in workload.inference}
@@ -410,7 +414,7 @@ class Simulation:
                 self.pool_jobs[node.pool] += gpus
                 if node.pool == Pool.FLEX:
                     self._poke()
-                self.free_owned -= gpus if node.owner == Owner.SLURM else 0
+                self._owned_room(node, -gpus)
             else:
                 self.flavor_jobs[place] += gpus
                 self.kube_used[run.team, place] += gpus
@@ -421,7 +425,8 @@ class Simulation:
         self.running.add(run)
         if run.side == Side.SLURM:
             self.running_slurm.add(run)
-            run.ends = (self.env.now + run.work_s, run.job.id, run.gpus)
+            on_slurm_pool = sum(g for n, g in held.items() if self.by_name[n].pool == Pool.SLURM)
+            run.ends = (self.env.now + run.work_s, run.job.id, run.gpus, on_slurm_pool)
             for key in (None, run.team):
                 bisect.insort(self.ends[key], run.ends)
         run.process = self.env.process(self._running(run))
@@ -435,7 +440,7 @@ class Simulation:
                 self.pool_jobs[node.pool] -= gpus
                 if node.pool == Pool.FLEX:
                     self._poke()
-                self.free_owned += gpus if node.owner == Owner.SLURM else 0
+                self._owned_room(node, gpus)
             else:
                 self.flavor_jobs[place] -= gpus
                 self.kube_used[run.team, place] -= gpus
@@ -477,8 +482,19 @@ class Simulation:
 
     # --- Slurm --------------------------------------------------------------------------------------------------
 
-    def _slurm_free(self, team: str | None) -> int:
-        free = self.free_owned
+    def _owned_room(self, node: Node, gpus: int) -> None:
+        """GPUs freed (taken, if negative) on a node, counted as room where Slurm owns it."""
+        if node.owner == Owner.SLURM:
+            self.free_owned += gpus
+            self.free_owned_flex += gpus if node.pool == Pool.FLEX else 0
+
+    def _on_flex(self, run: Run) -> bool:
+        """Whether the job may run on flex nodes: the stack's flex partitions admit only model.flex_qos (AllowQos);
+        the static world has no partition for lending and schedules every Slurm node alike."""
+        return not self.stack or self.model.flex_qos is None or run.qos in self.model.flex_qos
+
+    def _slurm_free(self, team: str | None, flex: bool = True) -> int:
+        free = self.free_owned - (0 if flex else self.free_owned_flex)
         return free if team is None else min(free, self.slices.slurm[team] - self.slurm_used[team])
 
     def _enqueue(self, run: Run) -> None:
@@ -508,56 +524,59 @@ class Simulation:
                 self._easy(team, self._in_order(Side.SLURM, lambda key: 0, team))
 
     def _easy(self, team: str | None, runs: Iterable[Run]) -> None:
-        now, free = self.env.now, self._slurm_free(team)
+        now = self.env.now
         shadow: float | None = None
         extra = 0
         for run in runs:
+            flex = self._on_flex(run)
+            free = self._slurm_free(team, flex)
             if shadow is None:
-                if run.gpus <= free or (self.stack and self._slurm_preempt_for(run, free)):
-                    self._start(run, self._place(run.gpus))
-                    free = self._slurm_free(team)
+                if run.gpus <= free or (self.stack and self._slurm_preempt_for(run, free, flex)):
+                    self._start(run, self._place(run.gpus, flex))
                     continue
-                shadow, extra = self._shadow(team, run.gpus, free)
-            elif free <= 0:
+                shadow, extra = self._shadow(team, run.gpus, free, flex)
+            elif self._slurm_free(team) <= 0:
                 break  # nothing more fits, and only the first job may preempt
             elif run.gpus <= free:
                 ends_before = now + run.work_s <= shadow
                 if ends_before or run.gpus <= extra:
-                    self._start(run, self._place(run.gpus))
-                    free -= run.gpus
+                    self._start(run, self._place(run.gpus, flex))
                     extra -= 0 if ends_before else run.gpus
 
-    def _shadow(self, team: str | None, need: int, free: int) -> tuple[float, int]:
+    def _shadow(self, team: str | None, need: int, free: int, flex: bool) -> tuple[float, int]:
         """When the first blocked job can start as running jobs end (their remaining run time is known here; Slurm
         reads time limits), and the GPUs left over then."""
         available = free
-        for end, _, gpus in self.ends[team]:
-            available += gpus
+        for end, _, gpus, on_slurm_pool in self.ends[team]:
+            available += gpus if flex else on_slurm_pool
             if available >= need:
                 return end, available - need
         return math.inf, 0
 
-    def _place(self, gpus: int) -> dict[str, int]:
+    def _place(self, gpus: int, flex: bool) -> dict[str, int]:
         held: dict[str, int] = {}
         for node in self.nodes:
-            if node.owner == Owner.SLURM and node.free > 0 and gpus > 0:
+            if node.owner == Owner.SLURM and node.free > 0 and gpus > 0 and (flex or node.pool != Pool.FLEX):
                 take = min(node.free, gpus)
                 held[node.name], gpus = take, gpus - take
         assert gpus == 0, "placed more GPUs than were free"
         return held
 
-    def _slurm_preempt_for(self, run: Run, free: int) -> bool:
+    def _slurm_preempt_for(self, run: Run, free: int, flex: bool) -> bool:
         preempts = self.model.qos_preempts.get(run.qos, set())
         if not preempts:
             return False
-        victims = sorted((r for r in self.running_slurm if r.qos in preempts),
+        # A job the flex partitions refuse gains nothing from a victim on flex nodes alone.
+        victims = sorted((r for r in self.running_slurm if r.qos in preempts
+                          and (flex or any(self.by_name[n].pool != Pool.FLEX for n in r.held))),
                          key=lambda r: (self.model.qos_priority[r.qos], -(r.started or 0.0), r.job.id))
         chosen, freed = [], free
         for victim in victims:
             if freed >= run.gpus:
                 break
             chosen.append(victim)
-            freed += sum(g for n, g in victim.held.items() if self.by_name[n].owner == Owner.SLURM)
+            freed += sum(g for n, g in victim.held.items() if self.by_name[n].owner == Owner.SLURM
+                         and (flex or self.by_name[n].pool != Pool.FLEX))
         if freed < run.gpus:
             return False
         for victim in chosen:
@@ -687,12 +706,12 @@ class Simulation:
                     self.lent[node.gpu_model] -= node.gpus
                 if node.owner != Owner.SLURM:
                     node.owner = Owner.SLURM
-                    self.free_owned += node.free
+                    self._owned_room(node, node.free)
                     self.away -= 1
                 continue
             if node.owner == Owner.SLURM:
+                self._owned_room(node, -node.free)
                 node.owner = Owner.LENDING  # drained: no new job starts on it
-                self.free_owned -= node.free
                 self.away += 1
             for run in [r for r in node.runs if r.qos in self.model.lending_preempts]:
                 self._preempt(run)

@@ -1,7 +1,8 @@
 """The site as the simulator schedules on it, read from the stack's parsed site through the stack's own planners:
-Slurm's nodes (slurm and flex pools), the Kubernetes flavors and their capacity (components.scheduling.kueue), each
-team's Kueue quota and guarantee (components.teams.plan), who preempts whom (components.scheduling.preemption), and,
-for the static "before" world, the fixed slices each team and inference would own instead.
+Slurm's nodes (slurm and flex pools) and the QoS the flex partitions admit (components.slurm.conf), the Kubernetes
+flavors and their capacity (components.scheduling.kueue), each team's Kueue quota and guarantee
+(components.teams.plan), who preempts whom (components.scheduling.preemption), and, for the static "before" world, the
+fixed slices each team and inference would own instead.
 """
 
 from collections.abc import Mapping
@@ -10,6 +11,7 @@ from enum import StrEnum
 
 from components.scheduling.kueue import team_flavors
 from components.scheduling.preemption import inference_preempts, priority_classes, slurm_qos
+from components.slurm.conf import admitted_qos
 from components.spec.site import Pool, Site, Workload
 from components.teams.plan import team_plans
 
@@ -42,6 +44,9 @@ class SiteModel:
     """The inference PriorityClass; inference pods preempt what it lists."""
     lending_preempts: set[str]
     """Slurm QoS a lend may requeue (components.scheduling.preemption.inference_preempts, as gpuctl flex)."""
+    flex_qos: frozenset[str] | None
+    """Slurm QoS the flex partitions admit (components.slurm.conf.admitted_qos, the AllowQos the plan renders); None:
+    every QoS."""
 
     @property
     def gpus(self) -> int:
@@ -73,6 +78,7 @@ def site_model(site: Site) -> SiteModel:
         class_preempts={pc.name: set(classes[pc.name].preempts) for pc in pcs},
         inference_class=inference[0] if inference else None,
         lending_preempts=inference_preempts(site),
+        flex_qos=None if (admitted := admitted_qos(site, Pool.FLEX)) is None else frozenset(admitted),
     )
 
 

@@ -22,8 +22,9 @@ FLAVOR = "a800-kubernetes"
 HOUR = 3600.0
 
 
-def small_site(nodes: list[SlurmNode], flavor_gpus: int = 0) -> SiteModel:
-    """Two teams, a and b, with equal fairshare; the default table's QoS and classes, cut to what the cases use."""
+def small_site(nodes: list[SlurmNode], flavor_gpus: int = 0, flex_qos: frozenset[str] | None = None) -> SiteModel:
+    """Two teams, a and b, with equal fairshare; the default table's QoS and classes, cut to what the cases use; the
+    flex nodes admit flex_qos (None: every QoS)."""
     return SiteModel(
         nodes=nodes, flavors={FLAVOR: ("A800", flavor_gpus)} if flavor_gpus else {}, teams=["a", "b"],
         fairshare={"a": 1, "b": 1}, quota={("a", FLAVOR): 8, ("b", FLAVOR): 8},
@@ -31,7 +32,7 @@ def small_site(nodes: list[SlurmNode], flavor_gpus: int = 0) -> SiteModel:
         qos_priority={"train_normal": 1000, "train_preemptible": 100},
         qos_preempts={"train_normal": {"train_preemptible"}, "train_preemptible": set()},
         class_priority={"inference": 10_000_000, "dev": 1000}, class_preempts={"inference": {"dev"}, "dev": set()},
-        inference_class="inference", lending_preempts={"train_preemptible"})
+        inference_class="inference", lending_preempts={"train_preemptible"}, flex_qos=flex_qos)
 
 
 def job(id: int, team: str, at_h: float, gpus: int, hours: float, qos: str = "train_normal") -> SimJob:
@@ -190,6 +191,48 @@ def test_a_flex_node_is_lent_as_soon_as_its_protected_job_ends() -> None:
     outcome = simulate(small_site(FLEX_SITE, 8), workload, Policy.STACK, LENDING, 600, StaticSlices({}, {}, {}))
     assert outcome.covered_s["all"] == 4200 - (1500 - 1200)
     assert figures(outcome).lost_gpu_h == 0  # the lend requeued nothing
+
+
+@pytest.mark.parametrize(
+    ("flex_qos", "waits"),
+    [
+        pytest.param(frozenset({"train_preemptible"}), {0: 0.0, 1: 2.0, 2: 0.0},
+                     id="a train_normal job the flex partition refuses waits for the slurm pool's node"),
+        pytest.param(None, {0: 0.0, 1: 0.0, 2: 1.0}, id="with every QoS admitted it takes the flex node"),
+    ],
+)
+def test_a_job_runs_on_flex_nodes_only_if_the_flex_partitions_admit_its_qos(
+        flex_qos: frozenset[str] | None, waits: dict[int, float]) -> None:
+    """Two 8-GPU train_normal jobs (2 h, 1 h) and an 8-GPU train_preemptible one (1 h) at 0 on one slurm-pool and one
+    flex node: admitting train_preemptible alone, the second train_normal job waits for the first, and the
+    preemptible one runs on the flex node at once."""
+    workload = Workload([job(0, "a", 0, 8, 2), job(1, "b", 0, 8, 1), job(2, "a", 0, 8, 1, "train_preemptible")], [],
+                        48 * HOUR, 1.0, 0.0)
+    outcome = simulate(small_site(FLEX_SITE, flex_qos=flex_qos), workload, Policy.STACK, Lending(), 1800,
+                       StaticSlices({}, {}, {}))
+    assert waits_h(outcome) == waits
+    conserved(outcome)
+
+
+def test_no_job_of_a_qos_the_flex_partitions_refuse_runs_on_prod_flex_nodes(
+        prod_site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two days of Alibaba's pods on prod (LS -> train_normal, BE -> train_preemptible): the flex nodes, which admit
+    train_preemptible alone in the rendered slurm.conf, run only it, and do run it."""
+    model = site_model(prod_site)
+    assert model.flex_qos == frozenset({"train_preemptible"})
+    flex = {n.name for n in model.nodes if n.pool == Pool.FLEX}
+    on_flex: dict[str, int] = {}
+    start = Simulation._start
+
+    def recorded(self: Simulation, run: Run, held: dict[str, int]) -> None:
+        if run.side == Side.SLURM:
+            on_flex[run.qos] = on_flex.get(run.qos, 0) + sum(g for n, g in held.items() if n in flex)
+        start(self, run, held)
+
+    monkeypatch.setattr(Simulation, "_start", recorded)
+    workload = build(prod_site, model.teams, TRACES, Mapping(Trace.ALIBABA, days=2))
+    simulate(model, workload, Policy.STACK, prod_site.lending, 1800, static_slices(model, prod_site))
+    assert on_flex["train_normal"] == 0 and on_flex["train_preemptible"] > 0, on_flex
 
 
 def test_the_same_workload_gives_the_same_figures(prod_site: Site) -> None:
