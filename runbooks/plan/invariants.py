@@ -23,6 +23,7 @@ from runbooks.plan.admission import pools_exclusive
 from runbooks.plan.converge import first_install_converges
 from runbooks.plan.images import images_from_mirror
 from runbooks.plan.producers import Deployed, producers
+from runbooks.plan.promql import selectors
 from runbooks.plan.references import references_resolve
 
 GPU_NODE_TAINTS = ((UNVALIDATED_TAINT, "NoSchedule"), (POOL_TAINT, "NoSchedule"))
@@ -190,18 +191,6 @@ def metric_reads(deployed: Deployed) -> Iterator[tuple[str, str]]:
         yield f"gpuctl report {figure}", query
 
 
-def _selectors(expr: str) -> Iterator[promql_parser.VectorSelector]:
-    found: list[promql_parser.VectorSelector] = []
-
-    def visit(node: Any) -> bool:
-        if isinstance(node, promql_parser.VectorSelector):
-            found.append(node)
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return iter(found)
-
-
 def metrics_have_producers(deployed: Deployed) -> list[str]:
     """Every series a rule, a dashboard or a gate reads is produced by something deployed and scraped, with the
     labels it selects on; one violation per metric, naming who reads it."""
@@ -211,7 +200,7 @@ def metrics_have_producers(deployed: Deployed) -> list[str]:
     unlabelled: dict[tuple[str, str], list[str]] = {}
     violations = []
     for reader, expr in metric_reads(deployed):
-        for selector in _selectors(expr):
+        for selector in selectors(expr):
             matchers = selector.matchers.matchers
             names = [selector.name] if selector.name else []
             for m in matchers:
