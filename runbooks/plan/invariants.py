@@ -21,6 +21,7 @@ from components.spec.endpoints import placeholder
 from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
 from runbooks.plan.admission import pools_exclusive
 from runbooks.plan.converge import first_install_converges
+from runbooks.plan.engine_ingress import engines_admit_only_the_gateway
 from runbooks.plan.images import images_from_mirror
 from runbooks.plan.producers import Deployed, producers
 from runbooks.plan.promql import selectors
@@ -355,6 +356,8 @@ CHECKS: tuple[tuple[str, str, Judge], ...] = (
      "namespace, claim's StorageClass, custom resource's CRD and mounted Secret comes from what it waits for, and "
      "each release waits as long as its workloads' probes allow them to start and for the node admission they "
      "need.", first_install_converges),
+    ("engines-admit-only-the-gateway", "Every model server admits the gateway's pods and its scraping Prometheus's, "
+     "and no other pod the stack deploys or a team could create.", engines_admit_only_the_gateway),
     ("images-from-mirror", "Every image the stack pulls is pinned by a tag or digest and, with mirror.images set, "
      "comes from that registry.", images_from_mirror),
 )

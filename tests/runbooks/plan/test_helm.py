@@ -296,6 +296,17 @@ def refuse_inference_on_flex(deployed: Deployed) -> None:
     flex["expression"] = flex["expression"].replace("namespaceObject.metadata.name == 'inference' || ", "")
 
 
+def drop_engine_policy(deployed: Deployed) -> None:
+    """What main shipped until issue 41: no NetworkPolicy in front of the model servers."""
+    deployed.objects.remove(find(deployed, "NetworkPolicy", "vllm-qwen2-5-72b-ingress"))
+
+
+def widen_engine_policy(deployed: Deployed) -> None:
+    """The gateway's rule taken to every namespace: a team's pod labelled as the gateway gets in."""
+    (gateway,) = find(deployed, "NetworkPolicy", "vllm-qwen2-5-72b-ingress")["spec"]["ingress"][0]["from"]
+    gateway["namespaceSelector"] = {}
+
+
 def narrow_operand_tolerations(deployed: Deployed) -> None:
     daemonsets = find(deployed, "ClusterPolicy", "cluster-policy")["spec"]["daemonsets"]
     daemonsets["tolerations"] = [t for t in daemonsets["tolerations"] if t["key"] != POOL_TAINT]
@@ -387,6 +398,15 @@ RAW_UTIL = ("DCGM_FI_DEV_GPU_UTIL (read by gpuctl report gpu_utilization, rule g
                  "the inference path's GPU pods may tolerate the flex pool's taint (gpucluster.io/pool=flex): a flex "
                  "node is Slurm's until lent to inference), and the stack itself creates them",
                  id="should hold an admission policy that refuses the stack's own model servers"),
+    pytest.param(drop_engine_policy, "engines-admit-only-the-gateway",
+                 "Deployment inference/vllm-qwen2-5-72b-deployment-vllm: no NetworkPolicy restricts ingress to its "
+                 "pods: any pod of any namespace calls the model server with no gateway key, budget, model allow-list "
+                 "or metering", id="should hold a model server any pod can call"),
+    pytest.param(widen_engine_policy, "engines-admit-only-the-gateway",
+                 "Deployment inference/vllm-qwen2-5-72b-deployment-vllm: a pod in team namespace any-team labelled as "
+                 "Deployment inference/llm-gateway-litellm's pods is admitted on port 8000: a team calls the model "
+                 "server past the gateway",
+                 id="should hold a model server's policy widened to every namespace"),
     pytest.param(drop_cold_datasource, "dashboards-have-datasources",
                  "Prometheus monitoring/kube-prometheus-stack-prometheus writes to "
                  "http://metrics-cold-victoria-metrics-single-server.monitoring.svc:8428/api/v1/write, which no "
