@@ -15,7 +15,7 @@ import cel
 
 from components.spec.wellknown import POOL_TAINT, TEAM_LABEL
 from components.teams.plan import namespace_manifest
-from runbooks.plan.producers import Deployed, selects
+from runbooks.plan.producers import Deployed, pod_templates, selects
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """The label the API server sets on every Namespace to its name."""
@@ -60,15 +60,6 @@ def _operator_pods(deployed: Deployed) -> Iterator[tuple[str, dict[str, Any]]]:
             "containers": [{"name": "cuda-validation", "image": "nvcr.io/nvidia/cloud-native/gpu-operator-validator",
                             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]})
         yield f"ClusterPolicy {policy['metadata']['name']} (the validator's CUDA workload pod)", pod
-
-
-def _templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = obj.get("spec") or {}
-    if obj.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"):
-        return [spec.get("template") or {}]
-    if obj.get("kind") == "CronJob":
-        return [((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}]
-    return []
 
 
 def _namespace(deployed: Deployed, name: str) -> dict[str, Any]:
@@ -138,7 +129,7 @@ def pools_exclusive(deployed: Deployed) -> list[str]:
                      "out" for what, pod in samples if not denials(deployed, pod)]
     for obj in deployed.objects:
         metadata = obj.get("metadata") or {}
-        for template in _templates(obj):
+        for template in pod_templates(obj):
             pod = _pod(metadata.get("namespace") or "default", f"{metadata.get('name')}-0",
                        template.get("metadata") or {}, template.get("spec") or {})
             refused = denials(deployed, pod)

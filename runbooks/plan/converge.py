@@ -12,7 +12,7 @@ from typing import Any
 
 from runbooks.offline.engine import ResourceGraph
 from runbooks.plan.helm import RELEASE_TYPE, RenderedRelease
-from runbooks.plan.producers import Deployed, Install
+from runbooks.plan.producers import Deployed, Install, pod_templates
 
 NODE_PATCH_TYPE = "kubernetes:core/v1:NodePatch"
 RELEASE_WAIT_S = 300
@@ -103,14 +103,10 @@ def _short(urn: str) -> str:
 
 
 def pod_specs(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    spec = obj.get("spec") or {}
-    kind = obj.get("kind")
-    if kind in ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"):
-        yield (spec.get("template") or {}).get("spec") or {}
-    elif kind == "CronJob":
-        yield (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-    elif kind == "Pod":
-        yield spec
+    if obj.get("kind") == "Pod":
+        yield obj.get("spec") or {}
+    for template in pod_templates(obj):
+        yield template.get("spec") or {}
 
 
 def claimed_classes(obj: dict[str, Any]) -> Iterator[tuple[str | None, str]]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from components.spec.wellknown import TEAM_LABEL
-from runbooks.plan.producers import Deployed, selects
+from runbooks.plan.producers import Deployed, pod_templates, selects
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """The label the API server sets on every Namespace to its name."""
@@ -46,15 +46,6 @@ def _is_engine(workload: dict[str, Any]) -> bool:
 
 def _is_gateway(workload: dict[str, Any]) -> bool:
     return any("litellm" in str(c.get("image", "")) for c in _containers(workload))
-
-
-def _templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = obj.get("spec") or {}
-    if obj.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"):
-        return [spec.get("template") or {}]
-    if obj.get("kind") == "CronJob":
-        return [((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}]
-    return []
 
 
 def _namespace_labels(deployed: Deployed, name: str) -> dict[str, str]:
@@ -201,7 +192,7 @@ def engines_admit_only_the_gateway(deployed: Deployed) -> list[str]:
         for obj in deployed.objects:
             if obj in gateways:
                 continue
-            for template in _templates(obj):
+            for template in pod_templates(obj):
                 source = (str(_meta(obj, "namespace") or "default"), dict((template.get("metadata") or {}).get(
                     "labels") or {}))
                 if source in [pod for _, pod in allowed]:

@@ -133,6 +133,16 @@ def _meta(obj: dict[str, Any], key: str) -> Any:
     return (obj.get("metadata") or {}).get(key)
 
 
+def pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod templates (metadata and spec) a workload object stamps its pods from."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"):
+        return [spec.get("template") or {}]
+    if obj.get("kind") == "CronJob":
+        return [((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}]
+    return []
+
+
 def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
     """Kubernetes label selection; a missing selector selects nothing (as the Prometheus Operator reads it)."""
     if selector is None:
