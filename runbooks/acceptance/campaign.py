@@ -35,7 +35,7 @@ from components.spec.acceptance import Acceptance, Drill, DrillKind, Peak
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, alert_sop, sop_missing
 from runbooks.acceptance.faults import Fault, FaultError, Switches, run_commands
 from runbooks.acceptance.lending import ControllerSampler
-from runbooks.acceptance.load import RateLoad
+from runbooks.acceptance.load import JobRecord, RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, RUNNING, AlertSpan, Campaign, CampaignStore, Failure
 from runbooks.acceptance.verdict import Measurements, judge, loaded_s
 from runbooks.exit_codes import ExitCode
@@ -118,7 +118,7 @@ class Runbook:
     def __init__(self, spec: Acceptance, store: CampaignStore, log: AuditLog, rollout_log: AuditLog,
                  switches: Switches, sop_dir: Path, alerts: Callable[[], list[FiringAlert]],
                  targets: dict[DrillKind, Target], loads: list[Load], lock: StackLock,
-                 training_jobs: Callable[[Sequence[str]], dict[str, str]],
+                 training_jobs: Callable[[Sequence[str]], dict[str, JobRecord]],
                  peak: tuple[Peak, str] | None = None, clock: Callable[[], float] = time.time,
                  poll_s: float = POLL_S) -> None:
         self.spec, self.store, self.log, self.rollout_log = spec, store, log, rollout_log

@@ -31,6 +31,7 @@ from runbooks.acceptance.load import (
     DirectoryTier,
     PrometheusSampler,
     QueueWaitSampler,
+    TrainingJob,
     inference_load,
     job_states,
     storage_load,
@@ -130,13 +131,16 @@ def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[s
             peak, source = found, f"prometheus, {spec.peak_window_days} days"
     checkpoints = Checkpoints()
     tier = DirectoryTier(directory)
-    chunk = min(max(int(spec.checkpoint_gib * (1 << 30) * spec.time_scale), MIB), MAX_CHUNK)
+    checkpoint = max(int(spec.checkpoint_gib * (1 << 30) * spec.time_scale), MIB)
+    chunk = min(checkpoint, MAX_CHUNK)
     inference = inference_load(str(loads_at.get("gateway_url")), key, str(loads_at.get("model")), peak.inference_rps,
                                spec.max_inference_rps)
     storage = storage_load(tier, chunk, peak.storage_write_mib_s, spec.max_storage_write_mib_s, checkpoints)
     # The platform account: it exists before any team is onboarded, and has the teams' QoS (docs/acceptance.md).
-    training = training_load(("sbatch",), {}, [PLATFORM_ACCOUNT], team_qos(site), GANG_NODES,
-                             peak.training_jobs_per_h, spec.max_training_jobs, max(spec.scaled(3600), 10))
+    # Its checkpoints go where the storage load writes, the hot tier as every node mounts it, each a whole dump.
+    job = TrainingJob.for_site(site, max(spec.scaled(3600), 10), directory, checkpoint)
+    training = training_load(("sbatch",), {}, [PLATFORM_ACCOUNT], team_qos(site), job, GANG_NODES,
+                             peak.training_jobs_per_h, spec.max_training_jobs)
     probes: dict[DrillKind, Probe] = {
         DrillKind.STORAGE_JITTER: StorageJitterProbe(storage, (_delay_ms(site) or 1) / 1000, tier, checkpoints),
         DrillKind.MODEL_HOT_SWAP: HotSwapProbe(inference, int(targets["model_hot_swap"].get("new_version", 0)),

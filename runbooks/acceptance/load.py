@@ -3,12 +3,15 @@ stopped at once by an event: inference through the gateway, checkpoint writes to
 Slurm job mix under the given accounts (the platform's in production) and every training QoS (gang jobs included).
 
 Each records samples the report plots: `<name>_latency_s` per request, `<name>_error` (1 or 0) per request; the
-training load also `training_job`, the id of each job Slurm accepted, whose end the verdict asks Slurm for.
+training load also `training_job`, the id of each job Slurm accepted, whose end and GPU-seconds the verdict asks Slurm
+for.
 """
 
 import hashlib
 import json
+import math
 import os
+import shlex
 import subprocess
 import threading
 import time
@@ -21,6 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
+
+from components.slurm.conf import partitions
+from components.spec.site import Pool, Site
 
 WORKERS = 8
 """Requests one load has in flight at most: past it a tick is skipped and counted, never queued without end."""
@@ -173,23 +179,72 @@ def intact(tier: Tier, checkpoints: Checkpoints) -> tuple[int, list[str]]:
     return len(written), bad
 
 
+@dataclass(frozen=True)
+class TrainingJob:
+    """What each job of the training load asks and does: `gpus` GPUs per node through GRES on the training partition,
+    a checkpoint of `checkpoint_bytes` written (fsynced) to the hot tier as every node mounts it, then CPU burnt to
+    `seconds` after its start; bounded in time (`timeout`, and --time behind it) and in size (its checkpoint removed
+    at exit: the tier holds at most one per running job, or per job a node failure killed)."""
+
+    partition: str
+    gpus: int
+    seconds: float
+    hot_dir: Path
+    checkpoint_bytes: int
+
+    @classmethod
+    def for_site(cls, site: Site, seconds: float, hot_dir: Path, checkpoint_bytes: int) -> "TrainingJob":
+        """On the site's first training partition, as many GPUs as every node of it has (so any node can run it)."""
+        name, groups = next((name, groups) for name, groups in partitions(site).items()
+                            if all(g.pool == Pool.SLURM for g in groups))
+        return cls(name, min(g.gpus_per_node for g in groups), seconds, hot_dir, checkpoint_bytes)
+
+    def options(self) -> list[str]:
+        # --time (minutes) a minute past the script's own bound: the backstop, never what ends a healthy job.
+        return [f"--partition={self.partition}", f"--gres=gpu:{self.gpus}",
+                f"--time={math.ceil(self.seconds / 60) + 1}"]
+
+    def script(self) -> str:
+        seconds = max(math.ceil(self.seconds), 1)
+        mib = max(self.checkpoint_bytes // MIB, 1)
+        # dd's oflag=nofollow: the checkpoint's name is never a link planted in the shared directory. The busy loop
+        # runs at nice 19 so the node's daemons (and, on the test host, the other loads) keep their CPU.
+        return f"""#!/bin/sh
+set -eu
+end=$(( $(date +%s) + {seconds} ))
+dir={shlex.quote(str(self.hot_dir))}
+out="$dir/training-$SLURM_JOB_ID.ckpt"
+trap 'rm -f -- "$out"' EXIT
+mkdir -p -- "$dir"
+timeout {seconds} dd if=/dev/urandom of="$out" bs=1M count={mib} iflag=fullblock oflag=nofollow conv=fsync \
+    status=none
+rest=$(( end - $(date +%s) ))
+if [ "$rest" -gt 0 ]; then
+    timeout "$rest" nice -n 19 sh -c 'while :; do :; done' || [ "$?" -eq 124 ]
+fi
+"""
+
+
 def training_load(sbatch: Sequence[str], env: Mapping[str, str], accounts: Sequence[str], qos: Sequence[str],
-                  nodes_per_gang: int, peak_per_h: float, bound_jobs: int, job_seconds: float) -> RateLoad:
-    """sbatch submissions cycling through `accounts` and every training QoS; every third job a gang across
-    `nodes_per_gang` nodes. Each job runs `job_seconds` and may be requeued (--requeue). Bounded in jobs: past
-    bound_jobs submissions the load submits nothing more."""
+                  job: TrainingJob, nodes_per_gang: int, peak_per_h: float, bound_jobs: int) -> RateLoad:
+    """sbatch submissions of `job` cycling through `accounts` and every training QoS; every third job a gang across
+    `nodes_per_gang` nodes. Each may be requeued (--requeue). Bounded in jobs: past bound_jobs submissions the load
+    submits nothing more."""
+    script = job.script()
 
     def request(number: int) -> tuple[bool, dict[str, float]]:
         if number > bound_jobs:
             return True, {}
         gang = ["--nodes", str(nodes_per_gang)] if number % 3 == 0 else ["--nodes", "1"]
         account, level = accounts[number % len(accounts)], qos[number % len(qos)]
+        # No script file: sbatch(1) reads the script from standard input.
         done = subprocess.run([*sbatch, "--parsable", "--requeue", f"--account={account}", f"--qos={level}", *gang,
-                               f"--job-name={TRAINING_JOB_NAMES}", "--wrap", f"sleep {job_seconds:g}"],
+                               *job.options(), f"--job-name={TRAINING_JOB_NAMES}"], input=script,
                               env={**os.environ, **env}, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
                               check=False)
-        job = done.stdout.strip().split(";")[0]  # --parsable: `<id>` or `<id>;<cluster>`
-        return done.returncode == 0, {"job": float(job)} if done.returncode == 0 and job.isdigit() else {}
+        submitted = done.stdout.strip().split(";")[0]  # --parsable: `<id>` or `<id>;<cluster>`
+        ok = done.returncode == 0
+        return ok, {"job": float(submitted)} if ok and submitted.isdigit() else {}
 
     return RateLoad("training", peak_per_h / 3600, bound_jobs, request)
 
@@ -199,24 +254,40 @@ LOST_STATES = ("BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT
 lost. PENDING, RUNNING, REQUEUED and COMPLETED are not."""
 
 
-def job_states(sacct: Sequence[str], env: Mapping[str, str]) -> Callable[[Sequence[str]], dict[str, str]]:
-    """Job id -> its state now (one word, `CANCELLED by 0` reads CANCELLED), from sacct's allocation records; a job
-    sacct does not know yet is absent."""
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as Slurm accounted it."""
 
-    def states(jobs: Sequence[str]) -> dict[str, str]:
+    state: str
+    """One word: `CANCELLED by 0` reads CANCELLED."""
+    gpu_s: float
+    """GPUs allocated (AllocTRES gres/gpu) x seconds elapsed: 0 for a job that ran without a GPU, whatever it asked."""
+
+
+def job_states(sacct: Sequence[str], env: Mapping[str, str]) -> Callable[[Sequence[str]], dict[str, JobRecord]]:
+    """Job id -> its record now, from sacct's allocation records; a job sacct does not know yet is absent."""
+
+    def states(jobs: Sequence[str]) -> dict[str, JobRecord]:
         if not jobs:
             return {}
-        done = subprocess.run([*sacct, "-X", "-n", "-P", "--format=JobID,State", "-j", ",".join(jobs)],
-                              env={**os.environ, **env}, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
-                              check=True)
+        done = subprocess.run([*sacct, "-X", "-n", "-P", "--format=JobID,State,AllocTRES,ElapsedRaw",
+                               "-j", ",".join(jobs)], env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=REQUEST_TIMEOUT_S, check=True)
         found = {}
         for line in done.stdout.splitlines():
-            job, _, state = line.partition("|")
+            job, state, tres, elapsed = (line.split("|") + ["", "", ""])[:4]
             if job.strip() in jobs and state.split():
-                found[job.strip()] = state.split()[0]
+                found[job.strip()] = JobRecord(state.split()[0], allocated_gpus(tres) * float(elapsed or 0))
         return found
 
     return states
+
+
+def allocated_gpus(tres: str) -> int:
+    """The GPUs in sacct's AllocTRES (`cpu=2,gres/gpu:a800=8,gres/gpu=8,node=1`): the untyped gres/gpu count, which
+    slurmdbd records with AccountingStorageTRES=gres/gpu (components/slurm/conf.py); 0 where none was allocated."""
+    counts = {key: value for key, _, value in (item.partition("=") for item in tres.split(","))}
+    return int(counts.get("gres/gpu") or 0)
 
 
 @dataclass

@@ -15,7 +15,8 @@ shock_factor x the peak; campaign: both).
   the shock, outside fault windows, within the time WORKERS writes in flight allow at the phase's rate: slower, the load
   can no longer deliver the phase's MiB/s (Little's law), whatever the site's disks;
 - training: every sbatch of the load accepted, and no job of it lost (ended without completing or a requeue, as
-  sacct tells at the verdict); a campaign that submitted no job fails;
+  sacct tells at the verdict); a campaign that submitted no job fails; the GPU-seconds Slurm accounted (AllocTRES
+  gres/gpu x elapsed), where every completed job must have run on GPUs: one that got none delivered 0 and fails it;
 - lending controller (shock): its /metrics answered at every look of the shock (runbooks.acceptance.lending), its
   last decision never older than LendingControllerDown's threshold, never paused, at least one decision on demand
   data (not no-data), and, where it started a lend during the shock, a node lent to inference by the shock's end:
@@ -33,7 +34,7 @@ from typing import Any
 from components.scheduling.lending_decision import Reason
 from components.spec.acceptance import Acceptance
 from runbooks.acceptance.lending import DECISION_SERIES
-from runbooks.acceptance.load import LOST_STATES, WORKERS
+from runbooks.acceptance.load import LOST_STATES, WORKERS, JobRecord
 from runbooks.acceptance.store import FAILED, AlertSpan, Failure, FaultRecord
 
 LOADED_STEPS = ("drill:", "shock", "soak")
@@ -78,9 +79,9 @@ class Measurements:
     storage_rate: tuple[float, float] | None
     """The storage load's chunks per second at the peak and its bound (runbooks.acceptance.load.storage_load), or
     None: no storage load ran."""
-    training_states: dict[str, str]
-    """The training load's jobs (runbooks.acceptance.load `training_job` samples) by id: their sacct state at the
-    verdict; a job Slurm has no record of is absent."""
+    training_states: dict[str, JobRecord]
+    """The training load's jobs (runbooks.acceptance.load `training_job` samples) by id: their sacct state and
+    GPU-seconds at the verdict; a job Slurm has no record of is absent."""
     lending: tuple[str, float] | None
     """Where the lending controller's /metrics were read and after how many s without a decision it counts as down
     (runbooks.acceptance.lending.ControllerSampler), or None: the campaign did not watch it."""
@@ -274,18 +275,28 @@ def _training(measured: Measurements) -> list[Criterion]:
     else:
         submitted = Criterion("training jobs refused", "campaign", not any(refused),
                               f"{sum(refused):g} of {len(refused)} submissions refused", "none refused", source)
-    lost = sorted(j for j in jobs if measured.training_states.get(j) in LOST_STATES)
-    unknown = [j for j in jobs if j not in measured.training_states]
-    done = sum(measured.training_states.get(j) == "COMPLETED" for j in jobs)
+    states = {job: record.state for job, record in measured.training_states.items()}
+    lost = sorted(j for j in jobs if states.get(j) in LOST_STATES)
+    unknown = [j for j in jobs if j not in states]
+    completed = [j for j in jobs if states.get(j) == "COMPLETED"]
     # A job sacct has no record of is unaccounted for, as good as lost: a Slurm that cannot be asked proves nothing.
     ended = Criterion(
         "training jobs lost", "campaign", bool(jobs) and not lost and not unknown,
-        (f"{len(lost)} of {len(jobs)} lost ({', '.join(f'{j} {measured.training_states[j]}' for j in lost[:5])})"
-         if lost else f"none of {len(jobs)} lost") + f"; {done} completed"
+        (f"{len(lost)} of {len(jobs)} lost ({', '.join(f'{j} {states[j]}' for j in lost[:5])})"
+         if lost else f"none of {len(jobs)} lost") + f"; {len(completed)} completed"
         + (f"; {len(unknown)} with no record in sacct ({', '.join(unknown[:5])})" if unknown else ""),
         "none ended without completing or a requeue, each accounted for",
         "sacct's allocation records of the load's jobs at the verdict")
-    return [submitted, ended]
+    # What Slurm allocated, not what the job asked: a job run without its GPUs did no training, however long it ran.
+    delivered = sum(measured.training_states[j].gpu_s for j in jobs if j in measured.training_states)
+    starved = [j for j in completed if measured.training_states[j].gpu_s <= 0]
+    gpu_seconds = Criterion(
+        "training GPU-seconds", "campaign", bool(completed) and not starved,
+        f"{delivered:g} GPU-s delivered by {len(jobs)} jobs, {len(completed)} completed"
+        + (f"; {len(starved)} completed with no GPU allocated ({', '.join(starved[:5])})" if starved else ""),
+        "every completed job ran on GPUs (its GPU-s > 0), at least one completed",
+        "sacct's AllocTRES gres/gpu x ElapsedRaw of each job's allocation at the verdict")
+    return [submitted, ended, gpu_seconds]
 
 
 def _duration(spec: Acceptance, measured: Measurements) -> list[Criterion]:

@@ -47,6 +47,7 @@ from runbooks.acceptance.load import (
     Checkpoints,
     PrometheusSampler,
     QueueWaitSampler,
+    TrainingJob,
     inference_load,
     job_states,
     storage_load,
@@ -148,6 +149,9 @@ class World:
     slurmd_pid_file_b: str = ""
     """Node B's slurmd there: the node failure kills it with node B's other daemons and its jobs."""
     lending_metrics: str = ""
+    hot_dir: str = ""
+    """The platform's share on the hot tier as the test cluster's nodes mount it (<mount_root>/<server>/platform/...):
+    where the training jobs write their checkpoints."""
     """The running lending controller's /metrics (the lending_controller fixture)."""
 
     def hot_url(self) -> str:
@@ -195,9 +199,11 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
     store = CampaignStore(state / "acceptance.sqlite")
     rollout_state = state / "rollout"
     key = audit_key(rollout_state)
+    # The checkpoint dump at the scale (checkpoint_gib x time_scale), to the platform's hot share as nodes mount it.
+    job = TrainingJob.for_site(site, TRAINING_JOB_S, Path(world.hot_dir),
+                               int(spec.checkpoint_gib * (1 << 30) * spec.time_scale))
     training = training_load(("sbatch", "--chdir=/tmp", "--output=/dev/null"), slurm,
-                             [ACCOUNT], team_qos(site), 2, spec.peak.training_jobs_per_h,
-                             spec.max_training_jobs, TRAINING_JOB_S)
+                             [ACCOUNT], team_qos(site), job, 2, spec.peak.training_jobs_per_h, spec.max_training_jobs)
     loads: list[Load] = [inference, storage, training, QueueWaitSampler(("squeue",), slurm),
                          PrometheusSampler("gpu_util_pct", world.prometheus, "avg(DCGM_FI_DEV_GPU_UTIL)"),
                          ControllerSampler(world.lending_metrics, lending_stale_s(Lending.model_validate(LENDING)),
@@ -335,8 +341,10 @@ def lending_controller(acceptance_slurm: Cluster, tmp_path: Path) -> Iterator[st
 def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_fault(
         world: World, acceptance_slurm: Cluster, lending_controller: str, tmp_path: Path) -> None:
     slurm = acceptance_slurm
+    hot = slurm.stack.hot_root / slurm.site.storage.nfs_hot.servers[0] / ACCOUNT / "acceptance"
     world = replace(world, slurm_conf=str(slurm.conf_dir / "slurm.conf"),
-                    slurmd_pid_file_b=str(slurm.slurmd_pid_file(world.node_b)), lending_metrics=lending_controller)
+                    slurmd_pid_file_b=str(slurm.slurmd_pid_file(world.node_b)), lending_metrics=lending_controller,
+                    hot_dir=str(hot))
     state = tmp_path / "state"
     (tmp_path / "world.json").write_text(json.dumps(asdict(world)))
     child = subprocess.Popen([sys.executable, "-c", f"from tests.integration.test_acceptance import main; "
@@ -394,6 +402,10 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
     assert campaign.verdict == PASSED, json.dumps([campaign.reason, drills, [f.__dict__ for f in failures]], indent=1)
     lending = next(c for c in steps["verdict"][2]["criteria"] if c["name"] == "lending controller")
     assert lending["passed"] and "decisions: hold/" in lending["measured"], lending
+    # The jobs ran on GPUs Slurm allocated through GRES, and wrote their dumps to the platform's hot share.
+    gpu = next(c for c in steps["verdict"][2]["criteria"] if c["name"] == "training GPU-seconds")
+    assert gpu["passed"], gpu
+    assert hot.is_dir(), "no training job wrote to the platform's hot share"
     fired_alerts = {f.mode for f in failures if f.source == "fired"}
     assert "DcgmExporterDown" in fired_alerts and all(f.sop for f in failures)
     assert drills["drill:model_hot_swap"]["reactions"][0]["ok"]

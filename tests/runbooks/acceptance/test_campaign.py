@@ -24,7 +24,7 @@ from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, sop_missi
 from runbooks.acceptance.campaign import CampaignRefusedError, Load, Reaction, Runbook, Target, terminated_as_exit
 from runbooks.acceptance.faults import Fault, Switches
 from runbooks.acceptance.lending import ControllerSampler, UnreadableError
-from runbooks.acceptance.load import RateLoad
+from runbooks.acceptance.load import JobRecord, RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, CampaignStore
 from runbooks.acceptance.verdict import loaded_s
 from runbooks.flex.metrics import Metrics
@@ -103,15 +103,18 @@ class Gateway:
 @dataclass
 class Slurm:
     """The training path as the load and the verdict see it: sbatch accepts every job (numbered as submitted); sacct
-    says each completed, except the ones in `ended` (an empty state: sacct has no record of it)."""
+    says each completed on 8 GPUs for 10 s, except the ones in `ended` (an empty state: sacct has no record of it) and
+    those in `no_gpu`, run without a GPU allocated."""
 
     ended: dict[str, str] = field(default_factory=dict)
+    no_gpu: set[str] = field(default_factory=set)
 
     def sbatch(self, number: int) -> tuple[bool, dict[str, float]]:
         return True, {"job": float(number)}
 
-    def sacct(self, jobs: Sequence[str]) -> dict[str, str]:
-        return {job: state for job in jobs if (state := self.ended.get(job, "COMPLETED"))}
+    def sacct(self, jobs: Sequence[str]) -> dict[str, JobRecord]:
+        return {job: JobRecord(state, 0 if job in self.no_gpu else 8 * 10.0) for job in jobs
+                if (state := self.ended.get(job, "COMPLETED"))}
 
     def load(self) -> RateLoad:
         return RateLoad("training", 20, 1000, self.sbatch)
@@ -333,7 +336,7 @@ def test_should_fail_inference_when_the_load_generator_does_nothing(world: World
     assert failing(store, campaign.id) == [
         *(f"soak {name}" for name in INFERENCE), *(f"shock {name}" for name in INFERENCE), "shock storage p99 latency",
         "shock lending controller", *(f"campaign {name}" for name in INFERENCE), "campaign training jobs refused",
-        "campaign training jobs lost"]
+        "campaign training jobs lost", "campaign training GPU-seconds"]
     assert "no request measured" in (campaign.reason or "") and "no job submitted" in (campaign.reason or "")
     assert world.rollout_records() == []
 
@@ -353,6 +356,14 @@ def test_should_fail_training_when_a_job_of_the_load_is_lost(world: World) -> No
     assert failing(store, campaign.id) == ["campaign training jobs lost"]
     assert "1 of " in (campaign.reason or "") and "lost (3 NODE_FAIL)" in (campaign.reason or "")
     assert "; 1 with no record in sacct (7)" in (campaign.reason or "")
+
+
+def test_should_fail_gpu_seconds_when_a_completed_job_had_no_gpu_allocated(world: World) -> None:
+    world.slurm.no_gpu = {"4"}  # sacct: COMPLETED, AllocTRES without gres/gpu, whatever it asked
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["campaign training GPU-seconds"]
+    assert "; 1 completed with no GPU allocated (4)" in (campaign.reason or "")
 
 
 def test_should_fail_the_error_budget_when_every_inference_request_fails(world: World) -> None:

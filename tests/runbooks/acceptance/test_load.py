@@ -1,0 +1,55 @@
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from runbooks.acceptance.load import MIB, TrainingJob, allocated_gpus, job_states
+from tests.builders import parse, prod_values
+
+
+def run_job(job: TrainingJob, job_id: str = "7") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", "-s"], input=job.script(), env={**os.environ, "SLURM_JOB_ID": job_id},
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_should_request_the_training_partitions_gpus_through_gres() -> None:
+    site = parse(prod_values())
+    job = TrainingJob.for_site(site, 90, Path("/mnt/hot/nfs-a/platform/acceptance"), MIB)
+    group = next(g for g in site.node_groups if g.pool.value == "slurm")
+    assert job.options() == [f"--partition={job.partition}", f"--gres=gpu:{group.gpus_per_node}", "--time=3"]
+    assert job.partition.endswith("-train")
+
+
+def test_should_write_the_checkpoint_burn_until_its_end_and_exit_0(tmp_path: Path) -> None:
+    hot = tmp_path / "hot share's $(touch pwned)"  # quoted: the name is never run
+    started = time.monotonic()
+    done = run_job(TrainingJob("a800-train", 8, 2, hot, 2 * MIB))
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert 1.5 <= took < 6, took
+    assert hot.is_dir() and list(hot.iterdir()) == [], "its checkpoint is removed at exit"
+    assert not (Path.cwd() / "pwned").exists()
+
+
+def test_should_fail_the_job_when_its_checkpoint_name_is_a_planted_link(tmp_path: Path) -> None:
+    hot, target = tmp_path / "hot", tmp_path / "elsewhere"
+    hot.mkdir()
+    target.write_text("kept")
+    (hot / "training-7.ckpt").symlink_to(target)
+    done = run_job(TrainingJob("a800-train", 8, 1, hot, MIB))
+    assert done.returncode != 0
+    assert target.read_text() == "kept"
+
+
+def test_should_count_only_the_gpus_slurm_allocated() -> None:
+    assert allocated_gpus("billing=8,cpu=2,gres/gpu:a800=8,gres/gpu=8,mem=1G,node=1") == 8
+    assert allocated_gpus("billing=1,cpu=2,mem=1G,node=1") == 0
+    assert allocated_gpus("") == 0
+
+
+def test_should_read_gpu_seconds_from_sacct_allocation_records(tmp_path: Path) -> None:
+    answer = tmp_path / "sacct.out"
+    answer.write_text("12|COMPLETED|cpu=2,gres/gpu=8,node=1|10\n13|CANCELLED by 0|cpu=2,node=1|30\n14|PENDING||0\n")
+    states = job_states(("sh", "-c", 'cat "$0"', str(answer)), {})(["12", "13", "14"])
+    assert {j: (r.state, r.gpu_s) for j, r in states.items()} == {
+        "12": ("COMPLETED", 80.0), "13": ("CANCELLED", 0.0), "14": ("PENDING", 0.0)}
