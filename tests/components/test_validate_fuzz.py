@@ -17,6 +17,8 @@ file's 300 as a fixed setting (the spec had grown the value since; 70e06c5 made 
 import json
 import math
 import os
+import pwd
+import re
 import secrets
 import shlex
 import shutil
@@ -33,7 +35,7 @@ from hypothesis import strategies as st
 from components.slurm.conf import render_slurm_conf, render_tier_mounts
 from components.spec.catalog import gres_type
 from components.spec.problems import SiteSpecError
-from components.spec.site import Pool, Site
+from components.spec.site import Pool, Site, SlurmSettings
 from components.spec.wellknown import COLD_FILESYSTEM
 from components.storage.tiers import prefetch_daemonset, prefetched_dirs
 from components.teams.plan import NFS_MOUNT_OPTIONS
@@ -87,6 +89,18 @@ hostile_number = st.one_of(
     st.integers(min_value=1, max_value=1024),
     st.booleans(),
 )
+# scontrol resolves SlurmUser in this machine's passwd ("Invalid user for SlurmUser h", fatal): that the user exists
+# is the hosts' fact (Debian's slurm packages make `slurm`), not the spec's. A drawn name the spec's pattern accepts
+# but this machine lacks becomes one it has; every other draw still tries the pattern.
+SLURM_USER = ("slurm", "slurm_user")
+LOCAL_USERS = sorted({u.pw_name for u in pwd.getpwall()})
+USER_NAME = next(m.pattern for m in SlurmSettings.model_fields["slurm_user"].metadata if getattr(m, "pattern", None))
+
+
+def _user_this_machine_lacks(name: Any) -> bool:
+    return isinstance(name, str) and name not in LOCAL_USERS and re.fullmatch(USER_NAME, name) is not None
+
+
 junk = st.one_of(st.none(), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=4), st.integers(),
                                                                                     max_size=2))
 
@@ -120,6 +134,9 @@ def hostile_site(draw: st.DrawFn) -> dict[str, str]:
             parent[last] = draw(hostile_number)
         else:
             parent[last] = draw(st.one_of(hostile_text, hostile_number, junk))
+        named = parent.get(last) if isinstance(parent, dict) else None
+        if path == SLURM_USER and _user_this_machine_lacks(named):
+            parent[last] = draw(st.sampled_from(LOCAL_USERS))
     return encode(values) | raw_sections | SECRETS
 
 
