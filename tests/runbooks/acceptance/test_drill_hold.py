@@ -8,7 +8,6 @@ server would; ssh records its argv and succeeds (the node's own commands are not
 through a stand-in scontrol answer: every node idle."""
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from runbooks.health.controller import Controller, Store
 from runbooks.health.diagnose import Diagnoser
 from runbooks.health.nodes import Nodes
 from tests.builders import parse, prod_values
+from tests.harness.fake_tools import put_on_path
 from tests.runbooks.acceptance.test_cli import TARGETS
 
 FAKE_KUBECTL = f"""#!{sys.executable}
@@ -88,15 +88,10 @@ def site() -> Site:
 
 @pytest.fixture
 def kube(tmp_path: Path, site: Site, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kube]:
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    for name, text in (("kubectl", FAKE_KUBECTL), ("ssh", FAKE_SSH)):
-        (tools / name).write_text(text)
-        (tools / name).chmod(0o755)
+    put_on_path(tmp_path / "bin", monkeypatch, {"kubectl": FAKE_KUBECTL, "ssh": FAKE_SSH})
     state = tmp_path / "kube.json"
     state.write_text(json.dumps({n.name: {"labels": {}, "annotations": {}, "cordoned": False}
                                  for g in site.node_groups for n in g.nodes}))
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_KUBE_STATE", str(state))
     yield Kube(state)
 

@@ -4,7 +4,6 @@ answers `ps` with the DCGM container and `exec ... dcgmi diag` with a recorded d
 it. Both fakes record their argv."""
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from components.spec.site import Site
 from components.spec.wellknown import CRI_ENDPOINT, DCGM_CONTAINER
 from runbooks.health.diagnose import SSH_CONNECT_TIMEOUT_S, Diagnoser, ssh_command
 from tests.builders import parse, prod_values
+from tests.harness.fake_tools import put_on_path
 
 RECORDS = Path(__file__).parents[2] / "hosts" / "records"
 CONTAINER = "3f2a9c1b7d4e"
@@ -72,13 +72,8 @@ class Node:
 
 @pytest.fixture
 def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    for name, text in (("ssh", FAKE_SSH), ("crictl", FAKE_CRICTL)):
-        (tools / name).write_text(text)
-        (tools / name).chmod(0o755)
+    put_on_path(tmp_path / "bin", monkeypatch, {"ssh": FAKE_SSH, "crictl": FAKE_CRICTL})
     log = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_LOG", str(log))
     yield Node(log, monkeypatch)
 
