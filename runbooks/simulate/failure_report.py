@@ -10,7 +10,8 @@ from rich.table import Table
 
 from components.spec.acceptance import CRITICAL_ALERT_MAX_S
 from components.spec.site import Site
-from runbooks.simulate.failures import LLAMA3, LONG_JOB_S, FailureModel, Regime, Replayed, replay
+from runbooks.simulate.engine import Policy
+from runbooks.simulate.failures import LLAMA3, LONG_JOB_S, FailureModel, Replayed, replay
 from runbooks.simulate.traces import Trace, training_jobs
 
 RESPONSE_MINUTES = CRITICAL_ALERT_MAX_S / 60
@@ -58,7 +59,7 @@ def _title(model: FailureModel, days: float, seed: int, trace: Trace, level: int
 
 
 def _table(replayed: Replayed, model: FailureModel, days: float, seed: int, trace: Trace, level: int) -> Table:
-    static, ours = replayed.tallies[Regime.STATIC], replayed.tallies[Regime.STACK]
+    static, ours = replayed.tallies[Policy.STATIC], replayed.tallies[Policy.STACK]
     table = Table("figure", "static", "this stack", "difference", title=_title(model, days, seed, trace, level))
 
     def row(name: str, a: float, b: float, digits: int = 1) -> None:

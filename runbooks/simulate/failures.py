@@ -27,7 +27,6 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from components.scheduling.health_decision import (
     HANDED_REASON,
@@ -48,6 +47,7 @@ from components.scheduling.health_decision import (
 from components.slurm.conf import slurm_nodes
 from components.spec.health import Health
 from components.spec.site import Site
+from runbooks.simulate.engine import Policy
 
 
 @dataclass(frozen=True)
@@ -87,13 +87,6 @@ STILL = frozenset({Reason.HEALTHY, Reason.DRAINING, Reason.DIAGNOSING, Reason.HA
 doing, so a node waiting for one is decided on every interval."""
 MAX_FAULTS = 100_000
 MAX_STEPS = 5_000_000
-
-
-class Regime(StrEnum):
-    STATIC = "static"
-    """A human acts on the page; nothing drains on its own."""
-    STACK = "this stack"
-    """The node health controller acts; a human on the pages it leaves and on its hand-offs."""
 
 
 @dataclass(frozen=True)
@@ -196,9 +189,11 @@ class NodeState:
 
 
 class Replay:
-    """One world's replay of the faults; `run` returns its tally."""
+    """One world's replay of the faults; `run` returns its tally. Policy.STATIC: a human acts on the page, nothing
+    drains on its own; Policy.STACK: the node health controller acts, a human on the pages it leaves and its
+    hand-offs."""
 
-    def __init__(self, site: Site, model: FailureModel, regime: Regime, rng: random.Random,
+    def __init__(self, site: Site, model: FailureModel, regime: Policy, rng: random.Random,
                  health: Health | None = None) -> None:
         self.site, self.model, self.regime, self.rng = site, model, regime, rng
         self.health = health or site.health
@@ -254,7 +249,7 @@ class Replay:
                 node.idle_since = fault.at
             else:
                 node.next_start = fault.at + PLACE_S
-        if self.regime == Regime.STATIC:
+        if self.regime == Policy.STATIC:
             node.human_at = fault.at + self.model.response_s
         else:
             self.pages.append((fault.at + self.model.response_s, fault))
@@ -281,7 +276,7 @@ class Replay:
         for node in self.nodes.values():
             node.job_end = None
             node.next_start = 0.0
-        if self.regime == Regime.STATIC:
+        if self.regime == Policy.STATIC:
             for fault in faults:
                 self._due_humans(fault.at)
                 self._fault(fault)
@@ -400,7 +395,7 @@ class Replay:
 class Replayed:
     faults: int
     """Faults drawn in the window."""
-    tallies: dict[Regime, Tally]
+    tallies: dict[Policy, Tally]
 
 
 def replay(site: Site, model: FailureModel, days: float, seed: int, health: Health | None = None) -> Replayed:
@@ -409,5 +404,5 @@ def replay(site: Site, model: FailureModel, days: float, seed: int, health: Heal
     window_s = days * 86_400
     faults = draw_faults(site, model, window_s, random.Random(seed))
     tallies = {regime: Replay(site, model, regime, random.Random(f"{seed}:jobs"), health).run(faults)
-               for regime in Regime}
+               for regime in Policy}
     return Replayed(len(faults), tallies)
