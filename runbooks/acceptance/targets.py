@@ -20,14 +20,17 @@ llm-gateway-platform of the inference namespace), never in the file.
 
 import re
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from components.spec.acceptance import DrillKind
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
+
+from components.spec.acceptance import Drill, DrillKind
 from components.spec.site import Node, Site
 from hosts import drill_node
+from runbooks.acceptance.campaign import Target
 from runbooks.acceptance.faults import (
     Fault,
     bmc_power,
@@ -37,6 +40,7 @@ from runbooks.acceptance.faults import (
     storage_delay,
     version_swap,
 )
+from runbooks.acceptance.registry import DrillTargets, DrillType, Scene
 
 INTERFACE = re.compile(r"^[A-Za-z0-9._-]{1,15}$")
 """A Linux interface name (IFNAMSIZ 16 with its NUL): nothing a remote shell would read as more than a word."""
@@ -71,6 +75,46 @@ def _argv(value: Any, key: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(w, str) and w for w in value):
         raise TargetsError(f"{key}: must be a command as a list of non-empty strings")
     return tuple(value)
+
+
+def _interface_name(value: str) -> str:
+    if not INTERFACE.match(value):
+        raise ValueError(f"{value!r} is not an interface name (letters, digits, . _ -; 15 at most)")
+    return value
+
+
+Interface = Annotated[str, AfterValidator(_interface_name)]
+"""A node's network interface, as its drill's commands name it on the node."""
+Command = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+"""A command as a list of words, run with no shell."""
+
+
+def spec_node(site: Site, name: str) -> Node:
+    """The spec's node of that name (a NodeTargets' node is one: validated against the site)."""
+    return next(n for g in site.node_groups for n in g.nodes if n.name == name)
+
+
+class NodeTargets(DrillTargets):
+    """The entry of a drill that lands on one node."""
+
+    node: str
+    """A node of the spec, by name."""
+
+    @field_validator("node")
+    @classmethod
+    def _in_spec(cls, name: str, info: ValidationInfo) -> str:
+        site = (info.context or {}).get("site")
+        if not isinstance(site, Site) or not any(n.name == name for g in site.node_groups for n in g.nodes):
+            raise ValueError(f"no node named {name!r} in the spec")
+        return name
+
+
+def over_ssh(fault: Fault, site: Site, node: str, drill: Drill) -> Fault:
+    """A fault of a node's own network run there (on_node), its timer reverting it at the drill's scaled deadline."""
+    found = spec_node(site, node)
+    ssh = ("ssh", "-o", "BatchMode=yes", f"{site.ssh_user}@{found.ssh_host}", "--")
+    unit = f"gpucluster-drill-{fault.drill.replace('_', '-')}"
+    return on_node(fault, ssh, site.acceptance.scaled(drill.revert_after_s), unit)
 
 
 def on_node(fault: Fault, ssh: Sequence[str], revert_after_s: float, unit: str) -> Fault:
@@ -122,6 +166,39 @@ def placed(site: Site, targets: dict[str, Any], state_dir: Path) -> dict[DrillKi
         # Held against the node health controller while the fault is in (faults.held).
         found[kind] = Placed(held(Fault(fault.drill, node.name, fault.inject, fault.undo, fault.env, fault.stays),
                                   node.name), exporter if isinstance(exporter, str) else None, node.name)
+    return found
+
+
+def drill_targets(site: Site, entries: Mapping[str, Any], drills: Mapping[str, DrillType[DrillTargets]],
+                  scene: Scene) -> dict[str, Target]:
+    """Each spec drill placed where its entry in the targets file says, through its drill module: its fault (held
+    against the node health controller when it lands on a node, faults.held), its probe, the labels its alert must
+    carry. TargetsError lists every problem, each naming the key and the rule."""
+    problems: list[str] = []
+    found: dict[str, Target] = {}
+    for index, drill in enumerate(site.acceptance.drills):
+        kind = str(drill.kind)
+        drill_type = drills.get(kind)
+        if drill_type is None:
+            problems.append(f"acceptance.drills[{index}].kind: no drill module named {kind!r} in "
+                            f"runbooks/acceptance/drills/ (there are: {', '.join(sorted(drills))})")
+            continue
+        entry = entries.get(kind)
+        if not isinstance(entry, Mapping):
+            problems.append(f"{kind}: missing (every drill of the spec needs its target)")
+            continue
+        try:
+            targets = drill_type.targets.model_validate(entry, context={"site": site})
+        except ValidationError as error:
+            problems += [f"{kind}.{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
+                         for e in error.errors()]
+            continue
+        fault, node = drill_type.fault(targets, drill, scene), drill_type.node(targets)
+        if node is not None:
+            fault = held(replace(fault, where=node), node)
+        found[kind] = Target(fault, drill_type.probe(targets, drill, scene), {"Hostname": node} if node else {})
+    if problems:
+        raise TargetsError("; ".join(problems))
     return found
 
 
