@@ -102,7 +102,7 @@ def registered(module: ModuleType, sop_dir: Path) -> DrillType[DrillTargets]:
     return drill
 
 
-def load(sop_dir: Path) -> Mapping[str, DrillType[DrillTargets]]:
+def shipped(sop_dir: Path) -> Mapping[str, DrillType[DrillTargets]]:
     """The drills this project ships (runbooks/acceptance/drills/), each with its SOP under `sop_dir`."""
     from runbooks.acceptance import drills  # the drill modules import this one: walked on demand, not at import
 

@@ -169,19 +169,20 @@ def placed(site: Site, targets: dict[str, Any], state_dir: Path) -> dict[DrillKi
     return found
 
 
-def drill_targets(site: Site, entries: Mapping[str, Any], drills: Mapping[str, DrillType[DrillTargets]],
-                  scene: Scene) -> dict[str, Target]:
-    """Each spec drill placed where its entry in the targets file says, through its drill module: its fault (held
-    against the node health controller when it lands on a node, faults.held), its probe, the labels its alert must
-    carry. TargetsError lists every problem, each naming the key and the rule."""
+def drill_targets(site: Site, drills: Sequence[Drill], entries: Mapping[str, Any],
+                  kinds: Mapping[str, DrillType[DrillTargets]], scene: Scene) -> dict[str, Target]:
+    """Each of the spec's `drills` (site.acceptance.drills) placed where its entry in the targets file says, through
+    its drill module in `kinds`: its fault (held against the node health controller when it lands on a node,
+    faults.held), its probe, the labels its alert must carry. TargetsError lists every problem, each naming the key and
+    the rule."""
     problems: list[str] = []
     found: dict[str, Target] = {}
-    for index, drill in enumerate(site.acceptance.drills):
+    for index, drill in enumerate(drills):
         kind = str(drill.kind)
-        drill_type = drills.get(kind)
+        drill_type = kinds.get(kind)
         if drill_type is None:
             problems.append(f"acceptance.drills[{index}].kind: no drill module named {kind!r} in "
-                            f"runbooks/acceptance/drills/ (there are: {', '.join(sorted(drills))})")
+                            f"runbooks/acceptance/drills/ (there are: {', '.join(sorted(kinds))})")
             continue
         entry = entries.get(kind)
         if not isinstance(entry, Mapping):

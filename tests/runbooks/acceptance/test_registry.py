@@ -10,7 +10,7 @@ import pytest
 
 from components.spec.acceptance import DEFAULT_DRILLS, DrillKind
 from runbooks.acceptance.load import Checkpoints, DirectoryTier, RateLoad
-from runbooks.acceptance.registry import RegistryError, Scene, discover, load, registered
+from runbooks.acceptance.registry import RegistryError, Scene, discover, registered, shipped
 from runbooks.acceptance.targets import TargetsError, drill_targets
 from tests.builders import REPO, parse, prod_values
 from tests.runbooks.acceptance import fixture_drills
@@ -18,6 +18,7 @@ from tests.runbooks.acceptance.fixture_drills import marker_flap
 from tests.runbooks.acceptance.test_cli import TARGETS as CLI_TARGETS
 
 SOP_DIR = REPO / "docs" / "sop"
+SITE = parse(prod_values())
 FIXTURE_SOP = Path(fixture_drills.__file__).parent / "marker-flap.md"
 TARGETS = {**CLI_TARGETS, "node_failure": {k: v for k, v in CLI_TARGETS["node_failure"].items() if k != "exporter"}}
 
@@ -36,7 +37,7 @@ def scene(tmp_path: Path) -> Scene:
         return True, {}
 
     return Scene(
-        parse(prod_values()),
+        SITE,
         tmp_path / "switches",
         RateLoad("inference", 1, 1, answered),
         RateLoad("storage", 1, 1, answered),
@@ -46,7 +47,7 @@ def scene(tmp_path: Path) -> Scene:
 
 
 def test_should_ship_a_drill_module_for_every_failure_mode_the_spec_requires() -> None:
-    drills = load(SOP_DIR)
+    drills = shipped(SOP_DIR)
     assert not (lacking := {str(k) for k in DrillKind} - set(drills)), f"no drill module for {lacking}"
     assert all(name == drill.name for name, drill in drills.items())
 
@@ -55,7 +56,7 @@ def test_should_ship_a_drill_module_for_every_failure_mode_the_spec_requires() -
     "default", DEFAULT_DRILLS, ids=lambda d: f"should default {d.kind} to its module's SOP and alert"
 )
 def test_should_default_each_drill_to_the_sop_and_alert_its_module_names(default: Any) -> None:
-    drill = load(SOP_DIR)[default.kind]
+    drill = shipped(SOP_DIR)[default.kind]
     assert (default.sop, default.alert) == (drill.sop, drill.alert)
 
 
@@ -111,7 +112,7 @@ def test_should_refuse_a_module_that_is_not_one_drill(drill: Any, expected: str)
 
 
 def test_should_place_every_drill_of_the_spec_from_its_targets_entry(tmp_path: Path) -> None:
-    placed = drill_targets(parse(prod_values()), TARGETS, load(SOP_DIR), scene(tmp_path))
+    placed = drill_targets(SITE, SITE.acceptance.drills, TARGETS, shipped(SOP_DIR), scene(tmp_path))
     assert sorted(placed) == sorted(DrillKind)
     assert placed["storage_jitter"].alert_labels == {"Hostname": "gpu-a800-06"}
     assert placed["model_hot_swap"].alert_labels == {} and placed["model_hot_swap"].fault.stays
@@ -126,7 +127,7 @@ def test_should_refuse_malformed_targets_naming_every_key_and_field(tmp_path: Pa
         "model_hot_swap": {**TARGETS["model_hot_swap"], "new_version": 0, "to_old": []},
     }
     with pytest.raises(TargetsError) as refused:
-        drill_targets(parse(prod_values()), broken, load(SOP_DIR), scene(tmp_path))
+        drill_targets(SITE, SITE.acceptance.drills, broken, shipped(SOP_DIR), scene(tmp_path))
     # In the spec's order of drills, each entry's problems in its schema's order of fields.
     assert str(refused.value) == "; ".join(
         [
@@ -144,12 +145,10 @@ def test_should_refuse_malformed_targets_naming_every_key_and_field(tmp_path: Pa
 
 
 def test_should_refuse_a_spec_drill_no_module_implements(tmp_path: Path) -> None:
-    values = prod_values()
-    site = parse(values)
-    drills = {name: drill for name, drill in load(SOP_DIR).items() if name != "storage_jitter"}
+    drills = {name: drill for name, drill in shipped(SOP_DIR).items() if name != "storage_jitter"}
     with pytest.raises(
         TargetsError,
         match=r"acceptance.drills\[2\].kind: no drill module named 'storage_jitter' in "
         r"runbooks/acceptance/drills/ \(there are: model_hot_swap, ",
     ):
-        drill_targets(site, TARGETS, drills, scene(tmp_path))
+        drill_targets(SITE, SITE.acceptance.drills, TARGETS, drills, scene(tmp_path))
