@@ -1,5 +1,7 @@
 """The pools-exclusive admission policy as the API server would apply it: its CEL evaluated on sample pods."""
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -8,7 +10,7 @@ from components.scheduling.pools import pools_exclusive_binding, pools_exclusive
 from components.spec.wellknown import POOL_TAINT, TEAM_LABEL
 from runbooks.plan.admission import denials, pools_exclusive
 from runbooks.plan.producers import Deployed
-from tests.builders import parse, prod_values
+from tests.builders import REPO, parse, prod_values
 
 SLURM = {"key": POOL_TAINT, "operator": "Equal", "value": "slurm", "effect": "NoSchedule"}
 FLEX = {"key": POOL_TAINT, "operator": "Equal", "value": "flex", "effect": "NoSchedule"}
@@ -71,3 +73,13 @@ def test_should_hold_the_prod_policy_and_name_each_way_around_a_weakened_one() -
     found = pools_exclusive(Deployed([weak, *deployed().objects[1:]], [], {}))
     assert found == ["nothing refuses a GPU pod in team namespace nlp-foundation naming its node: it would get GPUs "
                      "Slurm also hands out"]
+
+
+def test_should_evaluate_cel_without_importing_the_packages_repl() -> None:
+    # In a fresh interpreter: gpuctl plan's imports carry the CEL engine, not the REPL of its package (0.2 s of CPU),
+    # and a later `import cel` gets the same compiled module, which may be initialized once per process.
+    probe = ("import sys; import runbooks.plan.admission as a; repl = 'prompt_toolkit' in sys.modules; import cel; "
+             "print(repl, cel.evaluate is a.cel.evaluate, a.cel.evaluate('1 + 2 == 3', {}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True"]
