@@ -28,7 +28,8 @@ release rendered by the real Helm, parsed, validated and written) and without it
 after the other (--e2e-large-samples past 1,024 GPUs, one by default: a round at 8,192 GPUs takes minutes), each a
 fresh process timed in wall-clock time and in CPU time (user + system of it and every child
 it waited for: Helm, the policy pack, its YAML workers, the consumers). The prod size runs the repo's own stack, as
-`make plan` does; a larger one a copy of the project whose Pulumi.prod.yaml holds the generated site.
+`make plan` does; a larger one a copy of the project whose Pulumi.prod.yaml holds the generated site. Each size's
+end-to-end figures are printed beside its program-only ones (the plan child above), each beside its target.
 
 Run from the repo root: `make bench` or `.venv/bin/python benchmarks/plan_bench.py [--sizes 128,1024]`.
 Targets, printed and not asserted (issue 22): plan at most 1.5x the replay of its own resources at each size; the
@@ -382,34 +383,52 @@ def end_to_end(gpus: int, samples: int) -> dict[str, Any]:
     return runs
 
 
+def judged(value: float, target: float, unit: str) -> str:
+    """A figure beside its target: `7.51 s wall (at most 4 s: over)`; every time judged here is wall time."""
+    shown = f"{value:.2f} s wall" if unit == "s" else f"{value:.2f}x"
+    return f"{shown} (at most {target:g}{' s' if unit == 's' else 'x'}: {'within' if value <= target else 'over'})"
+
+
 def print_end_to_end(rows: list[dict[str, Any]], program_rows: list[dict[str, Any]]) -> None:
+    """The table of `gpuctl plan --out` rounds, then per size its end-to-end figures and the program-only ones, each
+    beside its target. Issue 40's targets are prod's (4 s with the mirror, 1.5x the plan without); the ratio is held
+    at every size too, since the charts' own work does not grow with the site."""
     print("\n`gpuctl plan --out` end to end, with the chart mirror and without; wall and CPU seconds (it and its "
-          "children), min/median of the rounds")
+          "children), min/median of the rounds; program-only: the plan child above (parse_site and the program under "
+          "the offline engine, no policy pack, no files)")
     header = ("GPUs", "rounds", "with charts wall", "with charts CPU", "without wall", "without CPU", "ratio wall",
-              "program-only CPU", "exit codes")
-    program_cpu = {row["gpus"]: [r["cpu_s"] for r in row["plan"]] for row in program_rows}
+              "program-only wall", "program-only CPU", "exit codes")
+    program = {row["gpus"]: row for row in program_rows}
     table: list[tuple[str, ...]] = [header]
     for row in rows:
-        charts, program = ({k: [r[k] for r in row[kind]] for k in ("wall_s", "cpu_s")}
+        charts, without = ({k: [r[k] for r in row[kind]] for k in ("wall_s", "cpu_s")}
                            for kind in ("charts", "program"))
-        row["ratio"] = statistics.median(charts["wall_s"]) / statistics.median(program["wall_s"])
+        row["ratio"] = statistics.median(charts["wall_s"]) / statistics.median(without["wall_s"])
+        alone = program.get(row["gpus"])
         table.append((f"{row['gpus']:,}", str(len(row["charts"])), spread(charts["wall_s"]), spread(charts["cpu_s"]),
-                      spread(program["wall_s"]), spread(program["cpu_s"]), f"{row['ratio']:.2f}x",
-                      spread(program_cpu[row["gpus"]]) if row["gpus"] in program_cpu else "-",
+                      spread(without["wall_s"]), spread(without["cpu_s"]), f"{row['ratio']:.2f}x",
+                      spread([r["wall_s"] for r in alone["plan"]]) if alone else "-",
+                      spread([r["cpu_s"] for r in alone["plan"]]) if alone else "-",
                       ", ".join(map(str, sorted(row["exits"])))))
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
         print("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
-    print("  (program-only: the plan child above, parse_site and the program under the offline engine, CPU)")
+    print("targets (not asserted), medians:")
     for row in rows:
-        if row["gpus"] == PROD_GPUS:
-            wall = statistics.median(r["wall_s"] for r in row["charts"])
-            cpu = statistics.median(r["cpu_s"] for r in row["charts"])
-            print(f"  target: prod `gpuctl plan --chart-mirror` at most {PLAN_WITH_CHARTS_TARGET_S:g} s: {wall:.2f} s "
-                  f"wall, {cpu:.2f} s CPU (medians of {len(row['charts'])}, "
-                  f"{'within' if wall <= PLAN_WITH_CHARTS_TARGET_S else 'over'});"
-                  f" at most {CHARTS_RATIO_TARGET:g}x without the mirror: {row['ratio']:.2f}x "
-                  f"({'within' if row['ratio'] <= CHARTS_RATIO_TARGET else 'over'})")
+        wall = statistics.median(r["wall_s"] for r in row["charts"])
+        end_to_end = judged(wall, PLAN_WITH_CHARTS_TARGET_S, "s") if row["gpus"] == PROD_GPUS else f"{wall:.2f} s wall"
+        line = (f"  {row['gpus']:,} GPUs, {len(row['charts'])} round(s): `gpuctl plan --chart-mirror` {end_to_end}, "
+                f"{judged(row['ratio'], CHARTS_RATIO_TARGET, 'x')} of the plan without the mirror")
+        alone = program.get(row["gpus"])
+        if alone:
+            plan_wall = statistics.median(r["wall_s"] for r in alone["plan"])
+            shown = judged(plan_wall, PROD_PLAN_TARGET_S, "s") if row["gpus"] == PROD_GPUS else \
+                f"{plan_wall:.2f} s wall"
+            line += f"; the program alone {shown}, {judged(alone['ratio'], REPLAY_TARGET, 'x')} of its typed floor"
+            if "policy_s" in alone["record"]:
+                with_pack = plan_wall + alone["record"]["policy_s"]
+                line += f", with the policy pack {judged(with_pack, LARGEST_WITH_POLICY_TARGET_S, 's')}"
+        print(line)
 
 
 def main() -> None:
