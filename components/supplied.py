@@ -6,9 +6,9 @@ them; `gpuctl plan`'s references-resolve invariant accepts a pod's reference to 
 from dataclasses import dataclass
 
 from components.inference.values import NAMESPACE as INFERENCE_NAMESPACE
-from components.monitoring.prometheus import NAMESPACE as MONITORING_NAMESPACE
 from components.monitoring.prometheus import NOTIFY_SECRET
 from components.spec.site import Site
+from components.spec.wellknown import MONITORING_NAMESPACE
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,6 @@ from typing import Any
 
 from components.facility.power import RULES as RACK_RULES
 from components.facility.power import on_every_rack
-from components.inference.values import DATABASE_OPERATOR_NAMESPACE, KEDA_NAMESPACE
-from components.inference.values import NAMESPACE as INFERENCE_NAMESPACE
-from components.monitoring.prometheus import NAMESPACE as MONITORING_NAMESPACE
-from components.scheduling.kueue import NAMESPACE as KUEUE_NAMESPACE
 from components.scheduling.kueue import check_inference_leaves_room
 from components.scheduling.preemption import check_preemption
 from components.slurm.conf import check_flex_qos
@@ -22,9 +18,16 @@ from components.spec.problems import Problem, SiteSpecError
 from components.spec.rules import SPEC_RULES, Rule, rule
 from components.spec.sections import run_rules, validate_sections
 from components.spec.site import Site
-from components.spec.wellknown import PLATFORM_ACCOUNT
-from components.storage.tiers import CEPH_NAMESPACE
-from components.storage.tiers import NAMESPACE as STORAGE_NAMESPACE
+from components.spec.wellknown import (
+    CEPH_NAMESPACE,
+    DATABASE_OPERATOR_NAMESPACE,
+    INFERENCE_NAMESPACE,
+    KEDA_NAMESPACE,
+    KUEUE_NAMESPACE,
+    MONITORING_NAMESPACE,
+    PLATFORM_ACCOUNT,
+    STORAGE_NAMESPACE,
+)
 from components.teams.plan import check_team_quotas
 
 KUBERNETES_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from runbooks.rollout.audit import KEY_FILE_ENV
+from runbooks.stack.audit import KEY_FILE_ENV
 from tests.builders import prod_values
 from tests.harness.figures import FIGURES
 from tests.harness.sharing import (  # noqa: F401 (hooks: tests sharing a daemon share a pytest-xdist worker)

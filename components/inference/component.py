@@ -12,13 +12,11 @@ import pulumi_kubernetes as kubernetes
 from components.charts import CLOUDNATIVE_PG, CLOUDNATIVE_PG_CLUSTER, KEDA, LITELLM, VLLM_STACK
 from components.inference.access import engine_key, engine_key_secret, engine_network_policy
 from components.inference.values import (
-    DATABASE_OPERATOR_NAMESPACE,
     DATABASE_RELEASE,
     ENGINE_KEY_ENV,
     ENGINE_RELEASE,
     ENGINE_RELEASE_TIMEOUT_S,
     GATEWAY_RELEASE,
-    KEDA_NAMESPACE,
     KEDA_VALUES,
     MASTER_KEY_SECRET,
     NAMESPACE,
@@ -36,7 +34,7 @@ from components.inference.values import (
 )
 from components.k8s import custom, fields, release
 from components.spec.site import Site
-from components.spec.wellknown import INFERENCE_TYPE, PLATFORM_ACCOUNT
+from components.spec.wellknown import DATABASE_OPERATOR_NAMESPACE, INFERENCE_TYPE, KEDA_NAMESPACE, PLATFORM_ACCOUNT
 
 
 def _namespace(name: str, namespace: str, parent: pulumi.Resource) -> kubernetes.core.v1.Namespace:

@@ -10,7 +10,6 @@ from typing import Any
 
 from components.charts import BUSYBOX_IMAGE
 from components.mirror.images import pulled, pulled_repository
-from components.monitoring.prometheus import PROMETHEUS_URL
 from components.spec.inference import ExternalApi, Resources, ServedModel
 from components.spec.site import Pool, Site, Workload
 from components.spec.wellknown import (
@@ -21,13 +20,12 @@ from components.spec.wellknown import (
     POOL_LABEL,
     POOL_TAINT,
     PREFETCHED_MARKER,
+    PROMETHEUS_URL,
     VALIDATED_LABEL,
 )
 
 NAMESPACE = INFERENCE_NAMESPACE
 """The model servers and the gateway (never a team's namespace: components.validate reserves it)."""
-KEDA_NAMESPACE = "keda"
-DATABASE_OPERATOR_NAMESPACE = "cnpg-system"
 
 ENGINE_RELEASE = "vllm"
 GATEWAY_RELEASE = "llm-gateway"

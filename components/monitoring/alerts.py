@@ -40,7 +40,7 @@ from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
 from components.spec.derived import once_per_site
 from components.spec.lending import Lending
 from components.spec.site import Pool, Site
-from components.spec.wellknown import FLEX_LENT_LABEL
+from components.spec.wellknown import FLEX_LENT_LABEL, MONITORING_NAMESPACE
 
 KSM_FLEX_LENT = "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", FLEX_LENT_LABEL)
 """The flex-lent node label as kube-state-metrics names it on kube_node_labels."""
@@ -50,7 +50,7 @@ GPU = ("Hostname", "gpu", "UUID", "modelName")
 GPU_MATCH = "Hostname, gpu, UUID"
 """Labels that join per-GPU series (modelName follows from UUID)."""
 
-RULE_NAMESPACE = "monitoring"
+RULE_NAMESPACE = MONITORING_NAMESPACE
 """Namespace of the PrometheusRule (where the Prometheus Operator watches for rules)."""
 
 THERMAL_WINDOW = "10m"

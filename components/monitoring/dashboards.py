@@ -37,8 +37,9 @@ from components.monitoring import health_metrics
 from components.monitoring.alerts import GPU, GPU_MATCH, KSM_FLEX_LENT, UNATTRIBUTED, Record, llm_cost_rules
 from components.spec.derived import once_per_site
 from components.spec.site import Pool, Site
+from components.spec.wellknown import MONITORING_NAMESPACE
 
-NAMESPACE = "monitoring"
+NAMESPACE = MONITORING_NAMESPACE
 """Namespace of the ConfigMaps: Grafana's own, where the sidecar looks unless `searchNamespace` widens it."""
 
 SIDECAR_LABEL = "grafana_dashboard"

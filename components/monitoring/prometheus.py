@@ -15,16 +15,13 @@ from components.monitoring.alertmanager import render_alertmanager_config
 from components.monitoring.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL
 from components.spec import defaults
 from components.spec.site import Site
-from components.spec.wellknown import ENGINE_COMPONENT_LABEL, FLEX_LENT_LABEL, TEXTFILE_DIR
+from components.spec.wellknown import ENGINE_COMPONENT_LABEL, FLEX_LENT_LABEL, MONITORING_NAMESPACE, TEXTFILE_DIR
 
-NAMESPACE = "monitoring"
+NAMESPACE = MONITORING_NAMESPACE
 
 
 PROMETHEUS_RELEASE = "kube-prometheus-stack"
 
-
-PROMETHEUS_URL = f"http://prometheus-operated.{NAMESPACE}.svc:9090"
-"""The hot Prometheus inside the cluster: the Prometheus Operator's governing Service of its Prometheus pods."""
 
 COLD_RELEASE = "metrics-cold"
 

@@ -32,21 +32,20 @@ from components.scheduling.preemption import priority_classes
 from components.spec.catalog import gres_type
 from components.spec.derived import once_per_site
 from components.spec.problems import Problem
-from components.spec.site import Pool, Site
+from components.spec.site import KUBERNETES_POOLS, Pool, Site
 from components.spec.wellknown import (
     FLEX_LENT_LABEL,
     GPU_MODEL_LABEL,
+    KUEUE_NAMESPACE,
     POOL_LABEL,
     POOL_TAINT,
     TEAM_LABEL,
 )
 
 API_VERSION = "kueue.x-k8s.io/v1beta1"
-NAMESPACE = "kueue-system"
+NAMESPACE = KUEUE_NAMESPACE
 COHORT = "gpu-cluster"
 GPU_RESOURCE = "nvidia.com/gpu"
-KUBERNETES_POOLS = (Pool.KUBERNETES, Pool.FLEX)
-"""Pools whose nodes Kubernetes may schedule GPU work on; the slurm pool is Slurm's alone."""
 TEAM_QUEUE = "default"
 """Each team namespace's LocalQueue. Kueue's LocalQueueDefaulting (beta, on by default since 0.12) gives a Job
 that names no queue the queue called `default` of its namespace, so every team Job is held to the team's caps."""

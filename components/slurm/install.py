@@ -11,25 +11,27 @@ from components.facility.admission import Verdict
 from components.scheduling.preemption import slurm_qos
 from components.slurm.conf import (
     ACCOUNTING_DB,
+    partitions,
+    render_cgroup_conf,
+    render_gres_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+)
+from components.slurm.containers import ENROOT_TMPFILES, containers_step, node_container_files, submit_files
+from components.slurm.scripts import (
     EXPORTER_UNIT,
     epilog_path,
     exporter_path,
     mover_path,
-    partitions,
     prolog_path,
-    render_cgroup_conf,
     render_epilog,
     render_exporter_unit,
-    render_gres_conf,
     render_prolog,
-    render_slurm_conf,
-    render_slurmdbd_conf,
     render_tier_mounts,
 )
-from components.slurm.containers import ENROOT_TMPFILES, containers_step, node_container_files, submit_files
 from components.spec.site import Site
 from components.spec.wellknown import COLD_FILESYSTEM
-from components.teams.plan import NFS_MOUNT_OPTIONS
+from components.storage.tiers import NFS_MOUNT_OPTIONS
 from hosts import SLURM_EXPORTER
 
 CONFIG_DIR = "/etc/slurm"

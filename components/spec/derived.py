@@ -36,21 +36,3 @@ def once_per_site(derive: Callable[Concatenate[Site, P], T]) -> Callable[Concate
 @once_per_site
 def nodes_by_name(site: Site) -> dict[str, Node]:
     return {node.name: node for group in site.node_groups for node in group.nodes}
-
-
-MOVER_GRACE_S = 600
-"""s a mover run past its deadline may take to finish the checkpoint it is copying before it is stopped."""
-
-
-@once_per_site
-def mover_args(site: Site) -> list[str]:
-    """The checkpoint mover's settings (hosts/checkpoint_mover.py), the same for the CronJob and the Slurm epilog."""
-    nfs, cold = site.storage.nfs_hot, site.storage.ceph_cold
-    return ["--keep", str(nfs.keep_checkpoints), "--archive-after-days", str(cold.archive_after_days),
-            "--max-checkpoint-gib", str(cold.max_checkpoint_gib), "--max-run-gib", str(cold.max_run_gib),
-            "--deadline-s", str(cold.mover_deadline_minutes * 60)]
-
-
-def mover_stop_after_s(site: Site) -> int:
-    """s after which a mover run is stopped (the CronJob's activeDeadlineSeconds, the epilog's timeout)."""
-    return site.storage.ceph_cold.mover_deadline_minutes * 60 + MOVER_GRACE_S

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, Field, field_validator
 from components.spec import defaults
 from components.spec.maintenance_window import parse_window
 from components.spec.types import AbsolutePath, Float, Int, ListenAddress, Percent, Spec
+from components.spec.wellknown import PROMETHEUS_URL
 from components.spec.xid import XID_CATALOGUE, unknown_xids
 
 # Seconds compared with time.time() differences and written as Prometheus ranges `[<s>s]`: a day at most.
@@ -89,8 +90,7 @@ class Health(Spec):
     """TCP port of the controller's /metrics on the Slurm controller; Prometheus scrapes it."""
     metrics_address: ListenAddress = "127.0.0.1"
     """The address /metrics binds to on the Slurm controller (one interface; as lending.metrics_address)."""
-    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
-        "http://prometheus-operated.monitoring.svc:9090")
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = PROMETHEUS_URL
     """Prometheus the controller reads the DCGM series from, as the Slurm controller reaches it."""
     kubeconfig: AbsolutePath = "/etc/gpucluster/health-controller.kubeconfig"
     """kubectl's credentials on the Slurm controller: an identity that may read nodes and pods and cordon, uncordon

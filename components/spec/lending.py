@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from components.spec import defaults
 from components.spec.types import AbsolutePath, Float, Int, ListenAddress, Spec
+from components.spec.wellknown import PROMETHEUS_URL
 
 # Compared with vLLM's queue gauge summed over replicas; ten thousand waiting per replica is past any engine.
 WaitingPerReplica = Annotated[Float, Field(ge=0, le=10_000)]
@@ -65,8 +66,7 @@ class Lending(Spec):
     metrics_port, so a site sets the address that name resolves to; until then LendingControllerDown fires. At most
     hosts.slurm_exporter.METRICS_MAX_CONNECTIONS connections at once, each closed after LISTENER_TIMEOUT_S of
     silence."""
-    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
-        "http://prometheus-operated.monitoring.svc:9090")
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = PROMETHEUS_URL
     """Prometheus the controller reads demand from, as the Slurm controller reaches it (example host: set it)."""
     project_dir: AbsolutePath = "/opt/gpu-cluster"
     """Where the stack installs this project's code and the stack file on the Slurm controller (releases/<digest>,

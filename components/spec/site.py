@@ -32,7 +32,7 @@ from components.spec.types import (
     Percent,
     Spec,
 )
-from components.spec.wellknown import HPC_JOB_MAPPING_DIR
+from components.spec.wellknown import HPC_JOB_MAPPING_DIR, PROMETHEUS_URL
 
 # Written as a Kubernetes quantity with :g (`<n>Ti`), which turns to `1e+06` from a million and `1e-05` under 1e-4,
 # neither a quantity; 100 PiB is past any site.
@@ -138,6 +138,12 @@ class Pool(StrEnum):
     """Long, offline and preemptible training."""
     FLEX = "flex"
     """Slurm by default; lendable to Kubernetes at an inference peak."""
+
+
+SLURM_POOLS = (Pool.SLURM, Pool.FLEX)
+"""Pools whose nodes Slurm schedules; kubernetes-pool nodes are not in slurm.conf at all."""
+KUBERNETES_POOLS = (Pool.KUBERNETES, Pool.FLEX)
+"""Pools whose nodes Kubernetes may schedule GPU work on; the slurm pool is Slurm's alone."""
 
 
 class NodeGroup(Spec):
@@ -370,9 +376,7 @@ class Gates(Spec):
 class Rollout(Spec):
     gates: Gates = Gates()
     """Health gates checked when approval is requested and again right before apply."""
-    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = (
-        "http://prometheus-operated.monitoring.svc:9090"
-    )
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$")] = PROMETHEUS_URL
     """Prometheus whose HTTP API the gates query (the Prometheus Operator's service; example host: set it)."""
     gate_window_minutes: Annotated[Float, Field(gt=0, le=10080)] = defaults.GATE_WINDOW_MINUTES
     """minutes of history the utilization, queue-time and error-rate gates average over."""

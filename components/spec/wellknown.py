@@ -34,6 +34,18 @@ team): the acceptance campaign's training jobs and inference requests run under 
 INFERENCE_NAMESPACE = "inference"
 """The model servers and the gateway (components/inference); the one namespace whose GPU pods may use lent flex nodes
 (components/scheduling/pools.py)."""
+MONITORING_NAMESPACE = "monitoring"
+"""Prometheus, Alertmanager, Grafana and their rules and dashboards (components/monitoring)."""
+KUEUE_NAMESPACE = "kueue-system"
+STORAGE_NAMESPACE = "storage"
+"""The NFS CSI driver and the checkpoint mover's CronJob (components/storage)."""
+CEPH_NAMESPACE = "rook-ceph"
+KEDA_NAMESPACE = "keda"
+DATABASE_OPERATOR_NAMESPACE = "cnpg-system"
+"""The platform's own namespaces above: a team's namespace may take none of them (components/validate.py)."""
+
+PROMETHEUS_URL = f"http://prometheus-operated.{MONITORING_NAMESPACE}.svc:9090"
+"""The hot Prometheus inside the cluster: the Prometheus Operator's governing Service of its Prometheus pods."""
 
 # Labels on pods.
 ENGINE_COMPONENT_LABEL = "app.kubernetes.io/component"

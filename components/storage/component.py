@@ -17,9 +17,8 @@ from components.charts import (
 from components.k8s import fields, release
 from components.spec.mirror import Mirror
 from components.spec.site import Site
-from components.spec.wellknown import COLD_TIER_TYPE, STORAGE_TYPE
+from components.spec.wellknown import CEPH_NAMESPACE, COLD_TIER_TYPE, STORAGE_TYPE
 from components.storage.tiers import (
-    CEPH_NAMESPACE,
     NAMESPACE,
     ceph_cluster_values,
     cold_claim,

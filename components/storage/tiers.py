@@ -1,5 +1,5 @@
 """The storage tiers as the stack deploys them (local NVMe, NFS hot, CephFS cold, the checkpoint mover), rendered
-from the site spec. Pure: no pulumi.
+from the site spec, and each team's NFS share: which server, which class, which mount options. Pure: no pulumi.
 
 Value names follow each chart's values.yaml: sig-storage-local-static-provisioner (classes[], tolerations),
 csi-driver-nfs (StorageClass parameters server/share), rook-ceph-cluster (cephFileSystems[], cephBlockPools[],
@@ -7,6 +7,7 @@ cephObjectStores[]).
 """
 
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 from components.charts import (
@@ -14,28 +15,82 @@ from components.charts import (
     PYTHON_IMAGE,
 )
 from components.mirror.images import pulled
-from components.spec.derived import mover_args, mover_stop_after_s
+from components.spec.derived import once_per_site
 from components.spec.site import Site
 from components.spec.wellknown import (
+    CEPH_NAMESPACE,
     COLD_CLASS,
     COLD_FILESYSTEM,
     POOL_TAINT,
     PREFETCHED_MARKER,
+    STORAGE_NAMESPACE,
     TEAM_LABEL,
     TEXTFILE_DIR,
     UNVALIDATED_TAINT,
 )
-from components.teams.plan import HOT_CLASS_PREFIX, team_shares
 
-NAMESPACE = "storage"
-
-
-CEPH_NAMESPACE = "rook-ceph"
+NAMESPACE = STORAGE_NAMESPACE
 
 
 NVME_CLASS = "nvme-local"
 
+NFS_MOUNT_OPTIONS = ["nfsvers=4.1", "hard", "nconnect=8"]
+"""nconnect spreads one client's traffic over several TCP connections (nfs(5)); hard never loses a write."""
 
+HOT_CLASS_PREFIX = "nfs-hot-"
+"""A team's hot StorageClass is nfs-hot-<team>; the storage isolation policy keys on the prefix."""
+
+
+@dataclass(frozen=True)
+class TeamShare:
+    team: str
+    server: str
+    share: str
+
+    @property
+    def storage_class(self) -> str:
+        return f"{HOT_CLASS_PREFIX}{self.team}"
+
+
+def team_shares(site: Site) -> list[TeamShare]:
+    """Onboarded teams' shares. Servers are assigned by a team's place in the spec, so onboarding more
+    teams never moves an earlier team to another server."""
+    nfs, onboarded = site.storage.nfs_hot, {t.name for t in site.teams_onboarded()}
+    return [
+        TeamShare(team.name, nfs.servers[index % len(nfs.servers)], f"{nfs.export_root}/{team.name}")
+        for index, team in enumerate(site.teams) if team.name in onboarded
+    ]
+
+
+def nfs_storage_class(share: TeamShare) -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": share.storage_class, "labels": {TEAM_LABEL: share.team}},
+        "provisioner": "nfs.csi.k8s.io",
+        "parameters": {"server": share.server, "share": share.share},
+        "mountOptions": NFS_MOUNT_OPTIONS,
+        "reclaimPolicy": "Retain",
+        "volumeBindingMode": "Immediate",
+    }
+
+
+MOVER_GRACE_S = 600
+"""s a mover run past its deadline may take to finish the checkpoint it is copying before it is stopped."""
+
+
+@once_per_site
+def mover_args(site: Site) -> list[str]:
+    """The checkpoint mover's settings (hosts/checkpoint_mover.py), the same for the CronJob and the Slurm epilog."""
+    nfs, cold = site.storage.nfs_hot, site.storage.ceph_cold
+    return ["--keep", str(nfs.keep_checkpoints), "--archive-after-days", str(cold.archive_after_days),
+            "--max-checkpoint-gib", str(cold.max_checkpoint_gib), "--max-run-gib", str(cold.max_run_gib),
+            "--deadline-s", str(cold.mover_deadline_minutes * 60)]
+
+
+def mover_stop_after_s(site: Site) -> int:
+    """s after which a mover run is stopped (the CronJob's activeDeadlineSeconds, the epilog's timeout)."""
+    return site.storage.ceph_cold.mover_deadline_minutes * 60 + MOVER_GRACE_S
 
 
 COLD_CLAIM = "checkpoint-archive"

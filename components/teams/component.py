@@ -10,10 +10,10 @@ import pulumi_kubernetes as kubernetes
 
 from components.k8s import custom, fields
 from components.spec.wellknown import TEAM_TYPE
+from components.storage.tiers import nfs_storage_class
 from components.teams.plan import (
     TeamPlan,
     namespace_manifest,
-    nfs_storage_class,
     reserved_priority_quota_manifest,
     resource_quota_manifest,
     team_facts,

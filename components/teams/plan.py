@@ -26,25 +26,9 @@ from components.spec.problems import Problem
 from components.spec.rules import dangling
 from components.spec.site import Site, Team
 from components.spec.wellknown import TEAM_LABEL
+from components.storage.tiers import TeamShare, team_shares
 
 GPU_QUOTA = "gpu-quota"
-NFS_MOUNT_OPTIONS = ["nfsvers=4.1", "hard", "nconnect=8"]
-"""nconnect spreads one client's traffic over several TCP connections (nfs(5)); hard never loses a write."""
-
-
-HOT_CLASS_PREFIX = "nfs-hot-"
-"""A team's hot StorageClass is nfs-hot-<team>; the storage isolation policy keys on the prefix."""
-
-
-@dataclass(frozen=True)
-class TeamShare:
-    team: str
-    server: str
-    share: str
-
-    @property
-    def storage_class(self) -> str:
-        return f"{HOT_CLASS_PREFIX}{self.team}"
 
 
 @dataclass(frozen=True)
@@ -74,16 +58,6 @@ class TeamPlan:
     @property
     def name(self) -> str:
         return self.team.name
-
-
-def team_shares(site: Site) -> list[TeamShare]:
-    """Onboarded teams' shares. Servers are assigned by a team's place in the spec, so onboarding more
-    teams never moves an earlier team to another server."""
-    nfs, onboarded = site.storage.nfs_hot, {t.name for t in site.teams_onboarded()}
-    return [
-        TeamShare(team.name, nfs.servers[index % len(nfs.servers)], f"{nfs.export_root}/{team.name}")
-        for index, team in enumerate(site.teams) if team.name in onboarded
-    ]
 
 
 def team_plans(site: Site) -> list[TeamPlan]:
@@ -136,19 +110,6 @@ def reserved_priority_quota_manifest(plan: TeamPlan) -> dict[str, Any]:
         "spec": {"hard": {"pods": "0"},
                  "scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In",
                                                          "values": plan.reserved_classes}]}},
-    }
-
-
-def nfs_storage_class(share: TeamShare) -> dict[str, Any]:
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": share.storage_class, "labels": {TEAM_LABEL: share.team}},
-        "provisioner": "nfs.csi.k8s.io",
-        "parameters": {"server": share.server, "share": share.share},
-        "mountOptions": NFS_MOUNT_OPTIONS,
-        "reclaimPolicy": "Retain",
-        "volumeBindingMode": "Immediate",
     }
 
 

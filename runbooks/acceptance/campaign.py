@@ -16,7 +16,7 @@ dead-man's switch armed for it on the node, before injecting it: a campaign kill
 next `run` reverts first (`revert_left`), logging that it did, while the switch reverts it at its deadline even if no
 `run` ever comes. While any step runs, a watcher reads Alertmanager: every alert that fires is logged as a failure
 with the SOP it links to, and one with no SOP in docs/sop/ fails the campaign. Failures go to SQLite and to a
-keyed, hash-chained JSONL log (runbooks.rollout.audit). A passed campaign is also recorded in the rollout's audit
+keyed, hash-chained JSONL log (runbooks.stack.audit). A passed campaign is also recorded in the rollout's audit
 log, bound to the deployment it judged: the rollout's gate reads it there (runbooks.rollout.machine).
 """
 
@@ -39,9 +39,8 @@ from runbooks.acceptance.load import JobRecord, RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, RUNNING, AlertSpan, Campaign, CampaignStore, Failure
 from runbooks.acceptance.verdict import Measurements, judge, loaded_s
 from runbooks.exit_codes import ExitCode
-from runbooks.rollout.audit import AuditLog
-from runbooks.rollout.lock import StackLock, StackLockedError
-from runbooks.rollout.machine import ACCEPTANCE_RECORD
+from runbooks.stack.audit import ACCEPTANCE_RECORD, AuditLog
+from runbooks.stack.lock import StackLock, StackLockedError
 
 POLL_S = 0.5
 """s between two looks at Alertmanager, a probe or a deadline: the campaign's resolution."""

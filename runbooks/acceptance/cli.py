@@ -45,10 +45,10 @@ from runbooks.acceptance.targets import KEY_ENV, TargetsError, hot_dir, placed
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.options import ProjectDirOption, StackOption, site_or_exit
-from runbooks.rollout import cli as rollout_cli
-from runbooks.rollout.audit import AuditChainBrokenError, AuditKeyError, AuditLog, audit_key
-from runbooks.rollout.deploy import StackDeployer
-from runbooks.rollout.lock import StackLock
+from runbooks.stack import deploy
+from runbooks.stack.audit import AuditChainBrokenError, AuditKeyError, AuditLog, audit_key
+from runbooks.stack.deploy import StackDeployer
+from runbooks.stack.lock import StackLock
 
 app = typer.Typer(no_args_is_help=True, help="The acceptance campaign: soak, 3x shock and failure drills.")
 TargetsOption = Annotated[Path, typer.Option("--targets", help="Where the drills land and what the loads hit "
@@ -204,7 +204,7 @@ def run(ctx: typer.Context, targets: TargetsOption) -> None:
     runbook = build(site, context, _targets(targets), dict(os.environ))
     try:
         deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack,
-                                      rollout_cli.pulumi_command())
+                                      deploy.pulumi_command())
         deployment = deployer.deployment_digest()
     except FileNotFoundError:
         raise _fail("the Pulumi CLI (`pulumi`) is not on PATH: the campaign is bound to the deployed stack it reads",

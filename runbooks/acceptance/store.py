@@ -42,7 +42,7 @@ RUNNING, PASSED, FAILED = "running", "passed", "failed"
 class Campaign:
     id: str
     deployment: str
-    """The deployed stack the campaign judged (runbooks.rollout.deploy.StackDeployer.deployment_digest)."""
+    """The deployed stack the campaign judged (runbooks.stack.deploy.StackDeployer.deployment_digest)."""
     stage: str
     time_scale: float
     started_at: float

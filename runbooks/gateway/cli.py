@@ -28,8 +28,8 @@ from runbooks.gateway.key_secret import read_key, write_key
 from runbooks.gateway.reach import reachable
 from runbooks.gateway.teams import GatewayAdmin, GatewayError, TeamAccount
 from runbooks.options import ProjectDirOption, StackOption
-from runbooks.rollout.audit import AuditKeyError, AuditLog, audit_key
 from runbooks.rollout.store import StateUnavailableError, private_state_dir
+from runbooks.stack.audit import AuditKeyError, AuditLog, audit_key
 
 MASTER_KEY_ENV = "LITELLM_MASTER_KEY"
 PREVIOUS_KEY_ENV = "PULUMI_COMMAND_STDOUT"

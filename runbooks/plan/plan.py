@@ -1,11 +1,9 @@
-"""The offline plan: validate the site, render the stack under the offline engine, summarize, write.
+"""The offline plan: validate the site, render the stack under the offline engine, judge it, summarize it.
 
 Every figure in the summary is read from what the program registered (the components' outputs),
 not recomputed from the spec, so the plan shows what the engine and the policy pack will see.
 """
 
-import json
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -13,20 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from components.gpu_operator.dcgm_counters import render_counters_csv
-from components.monitoring.alertmanager import render_alertmanager_config
-from components.monitoring.alerts import render_rule_groups
-from components.monitoring.dashboards import render_dashboards
-from components.slurm.conf import (
-    accounting_script,
-    render_cgroup_conf,
-    render_gres_conf,
-    render_slurm_conf,
-    render_slurmdbd_conf,
-)
-from components.slurm.containers import PYXIS_CONF, containers_step, node_container_files, render_pyxis_conf
 from components.slurm.install import installed_files
 from components.spec.site import Site
 from components.spec.wellknown import (
@@ -40,9 +24,9 @@ from components.spec.wellknown import (
     TEAM_TYPE,
 )
 from components.validate import parse_site
-from runbooks.offline.engine import STACK_TYPE, ResourceGraph, Secret, load_stack_config, run_program
+from runbooks.offline.engine import STACK_TYPE, ResourceGraph, load_stack_config, run_program
 from runbooks.offline.policy_pack import Finding, PolicyResult, check_policies
-from runbooks.plan.out_dir import PlanFolder
+from runbooks.plan.files import is_kubernetes_object, manifest
 
 Progress = Callable[[str], None]
 
@@ -219,59 +203,6 @@ def summarize(result: Plan) -> Summary:
     )
 
 
-def artifacts(site: Site) -> dict[str, str]:
-    """Generated configuration, as its consumer reads it (promtool, amtool, Grafana, ...), by path."""
-    files = {
-        "prometheus/rules.yaml": yaml.safe_dump(render_rule_groups(site), sort_keys=False),
-        "alertmanager/alertmanager.yml": yaml.safe_dump(render_alertmanager_config(site), sort_keys=False),
-        "dcgm-exporter/dcgm-metrics.csv": render_counters_csv(),
-    }
-    for uid, board in render_dashboards(site).items():
-        files[f"grafana/{uid}.json"] = json.dumps(board, indent=2) + "\n"
-    files |= {
-        "slurm/slurm.conf": render_slurm_conf(site),
-        "slurm/gres.conf": render_gres_conf(site),
-        "slurm/cgroup.conf": render_cgroup_conf(),
-        "slurm/slurmdbd.conf": render_slurmdbd_conf(site),
-        "slurm/accounting.sh": accounting_script(site) + "\n",
-    }
-    # Slurm's container path as a node holds it, by its path there (the controller holds plugstack.conf and the
-    # Pyxis line), and the step that installs enroot and Pyxis and then writes that line.
-    node = {path: content for path, (content, _) in node_container_files().items()} | {PYXIS_CONF: render_pyxis_conf()}
-    files |= {f"slurm/node{path}": content for path, content in node.items()}
-    files["slurm/install-containers.sh"] = containers_step(site) + "\n"
-    return files
-
-
-def write_plan(site: Site, graph: ResourceGraph, folder: PlanFolder) -> list[Path]:
-    """One YAML file per Kubernetes object, one JSON file per other resource, and the generated
-    configuration files, into the claimed --out folder."""
-    written = [folder.write(relative, text) for relative, text in artifacts(site).items()]
-    for resource in sorted(graph.resources.values(), key=lambda r: r.urn):
-        if resource.type == STACK_TYPE:
-            continue
-        if _is_kubernetes_object(resource.type):
-            relative = f"kubernetes/{_slug(resource.type.split(':')[-1])}--{_slug(resource.name)}.yaml"
-            body = yaml.safe_dump(_redacted(_manifest(resource.type, resource.inputs)), sort_keys=False)
-        else:
-            relative = f"resources/{_slug(resource.type)}--{_slug(resource.name)}.json"
-            record = {
-                "urn": resource.urn,
-                "type": resource.type,
-                "name": resource.name,
-                "custom": resource.custom,
-                "parent": resource.parent,
-                "dependencies": resource.dependencies,
-                "property_dependencies": resource.property_dependencies,
-                "options": resource.options,
-                "inputs": resource.inputs,
-                "outputs": resource.outputs,
-            }
-            body = json.dumps(_redacted(record), indent=2, sort_keys=True) + "\n"
-        written.append(folder.write(relative, body))
-    return written
-
-
 def _one(graph: ResourceGraph, type_: str) -> str:
     (resource,) = graph.of_type(type_)
     return resource.urn
@@ -280,36 +211,11 @@ def _one(graph: ResourceGraph, type_: str) -> str:
 def kubernetes_objects(graph: ResourceGraph) -> dict[str, dict[str, Any]]:
     """The Kubernetes objects the program registers directly, as manifests by URN (patches of existing objects left
     out)."""
-    return {r.urn: _manifest(r.type, r.inputs) for r in graph.resources.values()
-            if _is_kubernetes_object(r.type) and not r.type.endswith("Patch")}
+    return {r.urn: manifest(r.type, r.inputs) for r in graph.resources.values()
+            if is_kubernetes_object(r.type) and not r.type.endswith("Patch")}
 
 
 def host_installs(graph: ResourceGraph) -> dict[str, tuple[dict[str, str], str]]:
     """Per remote command: the files it installs on its host (path: content) and what it runs then."""
     return {r.name: installed_files(r.inputs["create"]) for r in graph.of_type("command:remote:Command")
             if isinstance(r.inputs.get("create"), str)}
-
-
-def _is_kubernetes_object(type_: str) -> bool:
-    # kubernetes:<group>/<version>:<Kind>; Helm releases and the provider itself are not objects.
-    return type_.startswith("kubernetes:") and not type_.startswith(("kubernetes:helm.sh/", "pulumi:providers:"))
-
-
-def _manifest(type_: str, inputs: dict[str, Any]) -> dict[str, Any]:
-    group_version, kind = type_.split(":")[1:]
-    api_version = group_version.removeprefix("core/")
-    return {"apiVersion": api_version, "kind": kind, **inputs}
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
-
-
-def _redacted(value: Any) -> Any:
-    if isinstance(value, Secret):
-        return "[secret]"
-    if isinstance(value, dict):
-        return {k: _redacted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redacted(v) for v in value]
-    return value

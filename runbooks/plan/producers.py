@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from components.monitoring import health_metrics, lending_metrics
-from components.slurm.conf import EXPORTER_UNIT, LENDING_UNIT
 from components.slurm.health_unit import HEALTH_UNIT
+from components.slurm.scripts import EXPORTER_UNIT, LENDING_UNIT
 from components.supplied import Supplied
 from hosts import checkpoint_mover, slurm_exporter
 

@@ -26,8 +26,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 
 from components.spec.site import Slack
-from runbooks.rollout.audit import AuditLog, AuditRecord, ChainHead
 from runbooks.rollout.store import Click, ClickStatus, Rollout, RolloutState, Store
+from runbooks.stack.audit import AuditLog, AuditRecord, ChainHead
 
 ACTIONS_BLOCK = "rollout-decision"
 APPROVE = "approve"

@@ -26,10 +26,7 @@ from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.options import ProjectDirOption, StackOption, site_or_exit
 from runbooks.rollout.approvals import IdentityError, SlackApprovals, token_owner, web_client
-from runbooks.rollout.audit import AuditChainBrokenError, AuditKeyError, AuditLog, audit_key
-from runbooks.rollout.deploy import StackDeployer
 from runbooks.rollout.gates import PrometheusGates
-from runbooks.rollout.lock import StackLock
 from runbooks.rollout.machine import (
     RolloutHaltedError,
     RolloutRefusedError,
@@ -39,15 +36,14 @@ from runbooks.rollout.machine import (
 )
 from runbooks.rollout.receivers import ClickInbox, HttpReceiver, SocketModeReceiver
 from runbooks.rollout.store import RolloutState, StateCorruptError, StateUnavailableError, Store
+from runbooks.stack import deploy
+from runbooks.stack.audit import AuditChainBrokenError, AuditKeyError, AuditLog, audit_key
+from runbooks.stack.deploy import StackDeployer
+from runbooks.stack.lock import StackLock
 
 T = TypeVar("T")
 
 app = typer.Typer(no_args_is_help=True, help="Staged rollout canary -> half -> full with Slack approvals.")
-
-
-def pulumi_command() -> auto.PulumiCommand | None:
-    """The Pulumi CLI the Automation API drives (None: `pulumi` on PATH)."""
-    return None
 
 
 def now() -> datetime:
@@ -99,7 +95,8 @@ def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, 
         err.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(ExitCode.INVALID) from None
     try:
-        deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack, pulumi_command())
+        deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack,
+                                      deploy.pulumi_command())
     except FileNotFoundError:
         # The Automation API drives the real CLI; without it nothing about the stack can be known.
         err.print("[red]error:[/] the Pulumi CLI (`pulumi`) is not on PATH: `gpuctl rollout` reads and updates the "

@@ -31,22 +31,17 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from components.spec.acceptance import SHOCK_MINUTES, SOAK_H
 from components.spec.site import Site
 from runbooks.rollout.approvals import SlackApprovals
-from runbooks.rollout.audit import AuditChainBrokenError, AuditLog, ChainHead, ChainReport
-from runbooks.rollout.deploy import STACK_LOCKED, Deployment, StackDeployer, plan_digest
 from runbooks.rollout.gates import GateSnapshot, PrometheusGates, Verdict
-from runbooks.rollout.lock import StackLock, StackLockedError
 from runbooks.rollout.receivers import ClickInbox
 from runbooks.rollout.store import Rollout, RolloutState, Step, Store
+from runbooks.stack.audit import ACCEPTANCE_RECORD, AuditChainBrokenError, AuditLog, ChainHead, ChainReport
+from runbooks.stack.deploy import STACK_LOCKED, Deployment, StackDeployer, plan_digest
+from runbooks.stack.lock import StackLock, StackLockedError
 
 REQUEST_STEPS = ("check_soak", "check_gates", "preview", "post_request")
 APPLY_STEPS = ("check_plan", "check_approvals", "check_gates_before_apply", "deploy", "verify")
 APPLY_GUARDS = APPLY_STEPS[:3]
 """Run again by every `apply` until the deploy has finished: what they found last time proves nothing now."""
-ACCEPTANCE_RECORD = "acceptance.campaign"
-"""What `gpuctl acceptance` appends to this audit log when a campaign passes; its plan_digest is the deployment it
-judged (StackDeployer.deployment_digest), its detail the campaign, its time scale, every criterion of its verdict
-(runbooks.acceptance.verdict: name, phase, passed, measured, objective, source) and what it measured (`measured`:
-soak_s and shock_s under load, drill_hold_s per drill kind)."""
 REQUIRED_CRITERIA = ("soak soak duration", "shock shock duration", "campaign continuity",
                      "soak inference p95 latency", "shock inference p95 latency", "soak inference errors",
                      "shock inference errors", "shock storage p99 latency", "shock lending controller",

@@ -28,8 +28,8 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 
 from hosts.slurm_exporter import BoundedHandler, BoundedHTTPServer
 from runbooks.rollout.approvals import SlackApprovals, click_from_payload
-from runbooks.rollout.audit import AuditLog
 from runbooks.rollout.store import Store
+from runbooks.stack.audit import AuditLog
 
 INTERACTIONS_PATH = "/slack/interactions"
 MAX_TIMESTAMP_SKEW_S = 300

@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from runbooks.rollout.audit import ChainHead
+from runbooks.stack.audit import ChainHead
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rollouts (

@@ -56,8 +56,8 @@ from runbooks.acceptance.load import (
 from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, SlurmNodeProbe, StorageJitterProbe, jobs_on
 from runbooks.acceptance.report import write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
-from runbooks.rollout.audit import AuditLog, audit_key
-from runbooks.rollout.lock import StackLock
+from runbooks.stack.audit import AuditLog, audit_key
+from runbooks.stack.lock import StackLock
 from tests.builders import copy_project, prod_values, with_changes
 from tests.builders import parse as parse_site
 from tests.harness import netns

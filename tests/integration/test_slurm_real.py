@@ -15,7 +15,7 @@ import pytest
 from components.scheduling.preemption import slurm_qos, team_qos
 from components.slurm.conf import partitions
 from components.slurm.install import installed_files
-from components.teams.plan import team_shares
+from components.storage.tiers import team_shares
 from tests.builders import parse, prod_values
 from tests.harness.daemons import wait_for
 from tests.harness.slurm_cluster import CLIENT_TIMEOUT_S, Cluster, plan, slurm_marks

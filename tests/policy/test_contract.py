@@ -21,7 +21,7 @@ from components.scheduling.kueue import GPU_RESOURCE, TEAM_QUEUE
 from components.spec import defaults, wellknown
 from components.spec.catalog import GpuClass
 from components.spec.site import DEFAULT_CLASSES, CoolingType, Feed, Workload
-from components.teams.plan import nfs_storage_class, team_shares
+from components.storage.tiers import nfs_storage_class, team_shares
 from tests.builders import REPO, parse, prod_values, with_changes
 
 # A team's StorageClass as the program renders it (the canary stage onboards the first teams).

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from components.facility.admission import Verdict
-from components.slurm.conf import accounting_script, mover_path
+from components.slurm.conf import accounting_script
 from components.slurm.install import (
     MUNGE_KEY,
     answers,
@@ -26,6 +26,7 @@ from components.slurm.install import (
     start_node_services,
     tier_mounts,
 )
+from components.slurm.scripts import mover_path
 from hosts import SLURM_EXPORTER
 from tests.builders import parse, problems, with_changes
 

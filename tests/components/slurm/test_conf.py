@@ -14,24 +14,26 @@ from typing import Any
 import pytest
 
 from components.slurm.conf import (
-    EXPORTER_UNIT,
-    epilog_path,
-    mover_path,
     real_memory_mib,
     render_accounting_commands,
     render_cgroup_conf,
-    render_epilog,
-    render_exporter_unit,
     render_gres_conf,
-    render_prolog,
     render_slurm_conf,
     render_slurmdbd_conf,
+)
+from components.slurm.scripts import (
+    EXPORTER_UNIT,
+    epilog_path,
+    mover_path,
+    render_epilog,
+    render_exporter_unit,
+    render_prolog,
     render_tier_mounts,
     systemd_path_unit,
 )
 from components.spec.site import Site
 from components.spec.wellknown import HPC_JOB_MAPPING_DIR
-from components.teams.plan import NFS_MOUNT_OPTIONS, team_shares
+from components.storage.tiers import NFS_MOUNT_OPTIONS, team_shares
 from tests.builders import parse, problems, with_changes
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -28,9 +28,9 @@ from runbooks.acceptance.load import JobRecord, RateLoad
 from runbooks.acceptance.store import FAILED, PASSED, CampaignStore
 from runbooks.acceptance.verdict import loaded_s
 from runbooks.flex.metrics import Metrics
-from runbooks.rollout.audit import AuditLog
-from runbooks.rollout.lock import StackLock
-from runbooks.rollout.machine import ACCEPTANCE_RECORD, REQUIRED_CRITERIA
+from runbooks.rollout.machine import REQUIRED_CRITERIA
+from runbooks.stack.audit import ACCEPTANCE_RECORD, AuditLog
+from runbooks.stack.lock import StackLock
 from tests.harness.switches import disarmed
 
 REPO = Path(__file__).resolve().parents[3]

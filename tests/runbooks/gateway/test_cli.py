@@ -17,7 +17,7 @@ from components.inference.values import GATEWAY_PORT, GATEWAY_SERVICE, GATEWAY_U
 from runbooks.cli import app
 from runbooks.exit_codes import ExitCode
 from runbooks.gateway.key_secret import KEY_FIELD
-from runbooks.rollout.audit import AuditLog, audit_key
+from runbooks.stack.audit import AuditLog, audit_key
 from tests.builders import parse, prod_values
 from tests.runbooks.gateway.admin_double import AdminDouble
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from runbooks.cli import app
 from runbooks.offline.engine import run_program
+from runbooks.plan.files import artifacts
 from runbooks.plan.out_dir import OUT_MANIFEST
-from runbooks.plan.plan import artifacts
 from tests.builders import REPO, copy_project, parse, prod_values
 from tests.components.spec.test_sections import FIVE_REPORTED
 

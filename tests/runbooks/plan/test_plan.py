@@ -4,8 +4,8 @@ from pathlib import Path
 
 from components.validate import parse_site
 from runbooks.offline.engine import load_stack_config, run_program
+from runbooks.plan.files import write_plan
 from runbooks.plan.out_dir import PlanFolder
-from runbooks.plan.plan import write_plan
 from tests.builders import REPO
 
 

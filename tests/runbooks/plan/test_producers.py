@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from components.monitoring.lending_metrics import METRICS as LENDING_METRICS
-from components.slurm.conf import LENDING_UNIT, render_lending_unit
 from components.slurm.install import SYSTEMD_UNIT_DIR, controller_files, install_script, installed_files
 from components.slurm.release import release_command
+from components.slurm.scripts import LENDING_UNIT, render_lending_unit
 from hosts import CHECKPOINT_MOVER
 from hosts.checkpoint_mover import METRIC_PREFIX, METRICS
 from runbooks.plan.producers import Deployed, Producer, producers, selects

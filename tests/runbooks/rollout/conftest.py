@@ -17,13 +17,14 @@ from typer.testing import CliRunner
 from components.spec.site import Site
 from runbooks.rollout import cli
 from runbooks.rollout.approvals import SlackApprovals, web_client
-from runbooks.rollout.audit import AuditLog
-from runbooks.rollout.deploy import StackDeployer
 from runbooks.rollout.gates import PrometheusGates
-from runbooks.rollout.lock import StackLock
-from runbooks.rollout.machine import ACCEPTANCE_RECORD, REQUIRED_CRITERIA, Runbook
+from runbooks.rollout.machine import REQUIRED_CRITERIA, Runbook
 from runbooks.rollout.receivers import ClickInbox
 from runbooks.rollout.store import Store
+from runbooks.stack import deploy
+from runbooks.stack.audit import ACCEPTANCE_RECORD, AuditLog
+from runbooks.stack.deploy import StackDeployer
+from runbooks.stack.lock import StackLock
 from tests.builders import REPO, parse, prod_values, with_changes
 from tests.harness.prometheus_world import HEALTHY, UNHEALTHY, PrometheusWorld
 from tests.runbooks.rollout.fake_pulumi import FakePulumiCommand
@@ -246,7 +247,7 @@ def gpuctl(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> Harness:
     stack["config"]["gpu-cluster:rollout"] = {"prometheus_url": harness.site.rollout.prometheus_url,
                                               "gate_window_minutes": GATE_WINDOW_MINUTES}
     stack_file.write_text(yaml.safe_dump(stack))
-    monkeypatch.setattr(cli, "pulumi_command", lambda: harness.pulumi)
+    monkeypatch.setattr(deploy, "pulumi_command", lambda: harness.pulumi)
     monkeypatch.setattr(cli, "now", harness.clock)
     monkeypatch.setenv("SLACK_BOT_TOKEN", BOT_TOKEN)
     monkeypatch.setenv("SLACK_USER_TOKEN", USER_TOKEN)

@@ -5,8 +5,7 @@ criterion of its verdict passed over the full durations (the verdict is read, no
 import pytest
 import yaml
 
-from runbooks.rollout.audit import AuditLog
-from runbooks.rollout.machine import ACCEPTANCE_RECORD
+from runbooks.stack.audit import ACCEPTANCE_RECORD, AuditLog
 from tests.builders import REPO
 from tests.runbooks.rollout.conftest import APPROVERS, Harness, run
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runbooks.rollout import audit
 from runbooks.rollout.cli import app
+from runbooks.stack import audit
 from tests.runbooks.rollout.conftest import APPROVERS, Harness, run
 
 

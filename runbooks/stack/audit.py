@@ -44,6 +44,11 @@ MAX_KEY_FILE_BYTES = 4096
 MIN_KEY_CHARS = 32
 HEAD_PREFIX = "audit chain head:"
 """How a posted head starts: `audit chain head: record <seq> mac <mac>`."""
+ACCEPTANCE_RECORD = "acceptance.campaign"
+"""What `gpuctl acceptance` appends to this audit log when a campaign passes; its plan_digest is the deployment it
+judged (StackDeployer.deployment_digest), its detail the campaign, its time scale, every criterion of its verdict
+(runbooks.acceptance.verdict: name, phase, passed, measured, objective, source) and what it measured (`measured`:
+soak_s and shock_s under load, drill_hold_s per drill kind)."""
 
 
 class AuditKeyError(Exception):

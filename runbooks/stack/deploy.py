@@ -46,6 +46,11 @@ class Deployment:
     """The update's result, version, times and resource changes."""
 
 
+def pulumi_command() -> auto.PulumiCommand | None:
+    """The Pulumi CLI the Automation API drives (None: `pulumi` on PATH)."""
+    return None
+
+
 def plan_digest(plan: bytes) -> str:
     return "sha256:" + hashlib.sha256(plan).hexdigest()
 

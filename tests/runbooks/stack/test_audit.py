@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from runbooks.rollout.audit import (
+from runbooks.rollout.store import Store
+from runbooks.stack.audit import (
     KEY_ENV,
     KEY_FILE_ENV,
     STATE_DIR_KEY,
@@ -19,7 +20,6 @@ from runbooks.rollout.audit import (
     ChainHead,
     audit_key,
 )
-from runbooks.rollout.store import Store
 
 KEY = b"unit-test-audit-key-never-printed-0123456789"
 
