@@ -8,7 +8,7 @@ from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys
 
 from components.cluster import GpuCluster
 from components.facility.component import NodeAdmission
-from components.spec.problems import SiteSpecError
+from components.site.problems import SiteSpecError
 from components.validate import parse_site
 
 # Everything the run registers lives until it ends, so the cyclic collector's passes over it free almost nothing

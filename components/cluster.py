@@ -7,8 +7,8 @@ from components.gpu_operator.component import GpuOperator
 from components.inference.component import InferencePath
 from components.monitoring.component import MonitoringStack
 from components.scheduling.component import Scheduling
+from components.site.wellknown import CLUSTER_TYPE
 from components.slurm.component import Slurm
-from components.spec.wellknown import CLUSTER_TYPE
 from components.storage.component import ColdTier, StorageTiers
 from components.teams.component import Team
 from components.teams.plan import team_plans

@@ -9,7 +9,7 @@ import pulumi_kubernetes as kubernetes
 
 from components.charts import Chart
 from components.mirror.charts import chart_reference, image_values, merged
-from components.spec.mirror import Mirror
+from components.site.mirror import Mirror
 
 
 def release(name: str, chart: Chart, namespace: str, values: dict[str, Any], parent: pulumi.Resource,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from components.inference.values import NAMESPACE as INFERENCE_NAMESPACE
 from components.monitoring.prometheus import NOTIFY_SECRET
-from components.spec.site import Site
-from components.spec.wellknown import MONITORING_NAMESPACE
+from components.site.site import Site
+from components.site.wellknown import MONITORING_NAMESPACE
 
 
 @dataclass(frozen=True)

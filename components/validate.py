@@ -13,12 +13,11 @@ from components.facility.power import RULES as RACK_RULES
 from components.facility.power import on_every_rack
 from components.scheduling.kueue import check_inference_leaves_room
 from components.scheduling.preemption import check_preemption
-from components.slurm.conf import check_flex_qos
-from components.spec.problems import Problem, SiteSpecError
-from components.spec.rules import SPEC_RULES, Rule, rule
-from components.spec.sections import run_rules, validate_sections
-from components.spec.site import Site
-from components.spec.wellknown import (
+from components.site.problems import Problem, SiteSpecError
+from components.site.rules import SPEC_RULES, Rule, rule
+from components.site.sections import run_rules, validate_sections
+from components.site.site import Site
+from components.site.wellknown import (
     CEPH_NAMESPACE,
     DATABASE_OPERATOR_NAMESPACE,
     INFERENCE_NAMESPACE,
@@ -28,6 +27,7 @@ from components.spec.wellknown import (
     PLATFORM_ACCOUNT,
     STORAGE_NAMESPACE,
 )
+from components.slurm.conf import check_flex_qos
 from components.teams.plan import check_team_quotas
 
 KUBERNETES_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -46,7 +46,7 @@ def parse_site(raw: Mapping[str, str], secret_keys: Collection[str]) -> Site:
 
     secret_keys: the keys of raw that the CLI marked secret.
     The same input gives the same Site: `gpuctl plan` parses the stack, then runs the program on the same config,
-    and both share one Site and every fact derived from it (components.spec.derived).
+    and both share one Site and every fact derived from it (components.site.derived).
     """
     return _parse(tuple(sorted(raw.items())), frozenset(secret_keys))
 

@@ -20,7 +20,7 @@ STORAGE_TIERS_TYPE = "gpucluster:storage:Tiers"
 SLURM_TYPE = "gpucluster:slurm:Slurm"
 TEAM_LABEL = "gpucluster.io/team"
 """Marks a team's namespace and its queues."""
-# These names mirror the program's components/spec/wellknown.py (the pack imports nothing from the program);
+# These names mirror the program's components/site/wellknown.py (the pack imports nothing from the program);
 # tests/policy/test_contract.py holds the two to one value.
 
 

@@ -6,8 +6,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from components.spec.problems import SiteSpecError
-from components.spec.site import Site
+from components.site.problems import SiteSpecError
+from components.site.site import Site
 from components.validate import parse_site
 from runbooks.console import err
 from runbooks.exit_codes import ExitCode

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from components.spec.problems import SiteSpecError
-from components.spec.site import DEFAULT_CLASSES, Site
+from components.site.problems import SiteSpecError
+from components.site.site import DEFAULT_CLASSES, Site
 from components.validate import SECRET_KEYS, parse_site
 from runbooks.offline.engine import StackConfig, load_stack_config
 

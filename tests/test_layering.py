@@ -51,7 +51,7 @@ def test_should_keep_every_contract_on_the_tree_as_it_is(tree: Path) -> None:
 
 
 @pytest.mark.parametrize(("module", "wrong_way", "contract"), [
-    pytest.param("components/spec/site.py", "import components.facility.power", "the spec at the bottom",
+    pytest.param("components/site/site.py", "import components.facility.power", "the spec at the bottom",
                  id="should fail when the spec imports a planner"),
     pytest.param("components/scheduling/kueue.py", "import components.teams.plan", "the spec at the bottom",
                  id="should fail when a concern imports one above it"),
@@ -59,7 +59,7 @@ def test_should_keep_every_contract_on_the_tree_as_it_is(tree: Path) -> None:
                  id="should fail when a planner imports pulumi"),
     pytest.param("components/storage/component.py", "import runbooks.console", "host programs import nothing",
                  id="should fail when the program imports a runbook"),
-    pytest.param("hosts/node_check.py", "import components.spec.site", "host programs import nothing",
+    pytest.param("hosts/node_check.py", "import components.site.site", "host programs import nothing",
                  id="should fail when a host program imports the program"),
 ])
 def test_should_fail_a_wrong_way_import(tree: Path, module: str, wrong_way: str, contract: str) -> None:

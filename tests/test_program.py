@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from components.inference.values import ENGINE_KEY_SECRET
-from components.spec.wellknown import (
+from components.site.wellknown import (
     CLUSTER_TYPE,
     COLD_TIER_TYPE,
     FACILITY_TYPE,

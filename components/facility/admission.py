@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.facility.power import NodeLoad
-from components.spec.catalog import GpuClass
-from components.spec.derived import nodes_by_name
-from components.spec.site import GpuModel, Site
-from components.spec.wellknown import (
+from components.site.catalog import GpuClass
+from components.site.derived import nodes_by_name
+from components.site.site import GpuModel, Site
+from components.site.wellknown import (
     CRI_ENDPOINT,
     DCGM_CONTAINER,
     DRIVER_ROOT,

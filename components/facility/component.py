@@ -23,9 +23,9 @@ from components.facility.admission import (
     parse_result,
 )
 from components.facility.power import NodeLoad, RackPlan, plan_racks
-from components.spec.derived import nodes_by_name
-from components.spec.site import Node, Site
-from components.spec.wellknown import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE, REASON_ANNOTATION
+from components.site.derived import nodes_by_name
+from components.site.site import Node, Site
+from components.site.wellknown import FACILITY_TYPE, GPU_NODE_TYPE, RACK_TYPE, REASON_ANNOTATION
 from hosts import NODE_CHECK_ASSET
 
 

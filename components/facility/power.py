@@ -8,12 +8,12 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from components.spec import defaults
-from components.spec.catalog import GpuClass
-from components.spec.derived import once_per_site
-from components.spec.problems import Problem
-from components.spec.rules import Rule, rule
-from components.spec.site import CoolingType, Feed, NodeGroup, Pdu, Rack, Site
+from components.site import defaults
+from components.site.catalog import GpuClass
+from components.site.derived import once_per_site
+from components.site.problems import Problem
+from components.site.rules import Rule, rule
+from components.site.site import CoolingType, Feed, NodeGroup, Pdu, Rack, Site
 
 RACK_READS = ("racks", "node_groups", "gpu_catalog")
 """What a rack's plan is made of: the rack, the nodes in it and their GPUs' draw."""

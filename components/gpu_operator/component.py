@@ -13,8 +13,8 @@ from components.charts import GPU_OPERATOR
 from components.gpu_operator.dcgm_counters import render_counters_csv
 from components.gpu_operator.values import COUNTERS_CONFIGMAP, operator_values
 from components.k8s import release
-from components.spec.site import Site
-from components.spec.wellknown import GPU_OPERATOR_TYPE
+from components.site.site import Site
+from components.site.wellknown import GPU_OPERATOR_TYPE
 
 
 class GpuOperator(pulumi.ComponentResource):

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from components.spec.site import Site
-from components.spec.wellknown import DRIVER_ROOT, POOL_TAINT, TOOLKIT_DIR, UNVALIDATED_TAINT
+from components.site.site import Site
+from components.site.wellknown import DRIVER_ROOT, POOL_TAINT, TOOLKIT_DIR, UNVALIDATED_TAINT
 
 COUNTERS_CONFIGMAP = "dcgm-exporter-counters"
 COUNTERS_PATH = "/etc/dcgm-exporter/dcgm-metrics.csv"

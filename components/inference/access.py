@@ -15,8 +15,8 @@ from typing import Any
 
 from components.inference.values import ENGINE_KEY_SECRET, ENGINE_PORT, ENGINE_RELEASE, GATEWAY_RELEASE, NAMESPACE
 from components.monitoring.prometheus import PROMETHEUS_RELEASE
-from components.spec.inference import ServedModel
-from components.spec.wellknown import MONITORING_NAMESPACE
+from components.site.inference import ServedModel
+from components.site.wellknown import MONITORING_NAMESPACE
 
 ENGINE_KEY_CONTEXT = b"gpu-cluster vLLM engine API key"
 

@@ -33,8 +33,8 @@ from components.inference.values import (
     vllm_values,
 )
 from components.k8s import custom, fields, release
-from components.spec.site import Site
-from components.spec.wellknown import DATABASE_OPERATOR_NAMESPACE, INFERENCE_TYPE, KEDA_NAMESPACE, PLATFORM_ACCOUNT
+from components.site.site import Site
+from components.site.wellknown import DATABASE_OPERATOR_NAMESPACE, INFERENCE_TYPE, KEDA_NAMESPACE, PLATFORM_ACCOUNT
 
 
 def _namespace(name: str, namespace: str, parent: pulumi.Resource) -> kubernetes.core.v1.Namespace:

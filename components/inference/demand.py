@@ -24,7 +24,7 @@ from collections.abc import Collection
 
 from components.inference.values import ENGINE_RELEASE, NAMESPACE, WAITING
 from components.monitoring.report_queries import GPU_RESOURCE
-from components.spec.wellknown import ENGINE_COMPONENT, ENGINE_COMPONENT_LABEL
+from components.site.wellknown import ENGINE_COMPONENT, ENGINE_COMPONENT_LABEL
 
 ENGINE_POD_LABEL = "label_" + ENGINE_COMPONENT_LABEL.replace(".", "_").replace("/", "_")
 """The engines' component label as kube-state-metrics names it on kube_pod_labels (label_<name>, sanitized to
@@ -42,7 +42,7 @@ def engine_pods(models: str) -> str:
 def demand_queries(models: Collection[str] | None = None) -> dict[str, str]:
     """Signals field -> PromQL instant query, over the named models (the lending controller reads those that may add
     replicas on lent nodes: lending_decision.lent_models), or over every model."""
-    # Served names are [-a-z0-9] (components/spec/inference.py ServedName): nothing in them a regex reads.
+    # Served names are [-a-z0-9] (components/site/inference.py ServedName): nothing in them a regex reads.
     names = "|".join(sorted(models)) if models is not None else EVERY_MODEL
     engines = f'{WAITING}{{namespace="{NAMESPACE}", model_name=~"{names}"}}'
     pending = (

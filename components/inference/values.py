@@ -10,9 +10,9 @@ from typing import Any
 
 from components.charts import BUSYBOX_IMAGE
 from components.mirror.images import pulled, pulled_repository
-from components.spec.inference import ExternalApi, Resources, ServedModel
-from components.spec.site import Pool, Site, Workload
-from components.spec.wellknown import (
+from components.site.inference import ExternalApi, Resources, ServedModel
+from components.site.site import Pool, Site, Workload
+from components.site.wellknown import (
     FLEX_LENT_LABEL,
     GPU_MODEL_LABEL,
     INFERENCE_NAMESPACE,

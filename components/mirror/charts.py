@@ -22,7 +22,7 @@ from components.charts import (
     VICTORIA_METRICS_SINGLE,
     Chart,
 )
-from components.spec.mirror import Mirror
+from components.site.mirror import Mirror
 
 
 @dataclass(frozen=True)

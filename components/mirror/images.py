@@ -9,7 +9,7 @@ and a one-part name is under `library/`. A mirror keeps each image under its ful
 import re
 from dataclasses import dataclass
 
-from components.spec.mirror import Mirror
+from components.site.mirror import Mirror
 
 DOCKER_HUB = "docker.io"
 """The registry of a reference that names none (distribution/reference: defaultDomain)."""

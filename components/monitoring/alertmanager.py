@@ -9,7 +9,7 @@ from files under `alerting.secrets_dir`, never written into the config.
 from typing import Any
 
 from components.monitoring.alerts import Severity
-from components.spec.site import Site
+from components.site.site import Site
 
 ONCALL = "oncall"
 INCIDENT = "slack-incident"

@@ -37,10 +37,10 @@ from typing import Any
 
 from components.monitoring import health_metrics
 from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
-from components.spec.derived import once_per_site
-from components.spec.lending import Lending
-from components.spec.site import Pool, Site
-from components.spec.wellknown import FLEX_LENT_LABEL, MONITORING_NAMESPACE
+from components.site.derived import once_per_site
+from components.site.lending import Lending
+from components.site.site import Pool, Site
+from components.site.wellknown import FLEX_LENT_LABEL, MONITORING_NAMESPACE
 
 KSM_FLEX_LENT = "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", FLEX_LENT_LABEL)
 """The flex-lent node label as kube-state-metrics names it on kube_node_labels."""

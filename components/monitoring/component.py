@@ -18,8 +18,8 @@ from components.monitoring.prometheus import (
     dcgm_service_monitor,
     prometheus_values,
 )
-from components.spec.site import Site
-from components.spec.wellknown import MONITORING_TYPE
+from components.site.site import Site
+from components.site.wellknown import MONITORING_TYPE
 
 
 class MonitoringStack(pulumi.ComponentResource):

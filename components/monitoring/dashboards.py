@@ -35,9 +35,9 @@ from grafana_foundation_sdk.models import prometheus as prometheus_models
 
 from components.monitoring import health_metrics
 from components.monitoring.alerts import GPU, GPU_MATCH, KSM_FLEX_LENT, UNATTRIBUTED, Record, llm_cost_rules
-from components.spec.derived import once_per_site
-from components.spec.site import Pool, Site
-from components.spec.wellknown import MONITORING_NAMESPACE
+from components.site.derived import once_per_site
+from components.site.site import Pool, Site
+from components.site.wellknown import MONITORING_NAMESPACE
 
 NAMESPACE = MONITORING_NAMESPACE
 """Namespace of the ConfigMaps: Grafana's own, where the sidecar looks unless `searchNamespace` widens it."""

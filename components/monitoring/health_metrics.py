@@ -7,7 +7,7 @@ node's exporter is alive at all is the FRESHNESS query's business. A GPU without
 (a board with no NVLink) has no NVLink finding.
 """
 
-from components.spec.health import Health
+from components.site.health import Health
 
 NODE_PHASE = "gpucluster_health_node_phase"
 """1 for each node the controller holds, labelled node and phase (suspect, handed)."""

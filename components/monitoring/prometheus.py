@@ -13,9 +13,9 @@ from typing import Any
 
 from components.monitoring.alertmanager import render_alertmanager_config
 from components.monitoring.dashboards import FOLDER_ANNOTATION, SIDECAR_LABEL
-from components.spec import defaults
-from components.spec.site import Site
-from components.spec.wellknown import ENGINE_COMPONENT_LABEL, FLEX_LENT_LABEL, MONITORING_NAMESPACE, TEXTFILE_DIR
+from components.site import defaults
+from components.site.site import Site
+from components.site.wellknown import ENGINE_COMPONENT_LABEL, FLEX_LENT_LABEL, MONITORING_NAMESPACE, TEXTFILE_DIR
 
 NAMESPACE = MONITORING_NAMESPACE
 

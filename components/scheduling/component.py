@@ -21,8 +21,8 @@ from components.scheduling.kueue import (
 )
 from components.scheduling.pools import pools_exclusive_binding, pools_exclusive_policy
 from components.scheduling.preemption import priority_class_manifest, priority_classes
-from components.spec.site import Site
-from components.spec.wellknown import SCHEDULING_TYPE
+from components.site.site import Site
+from components.site.wellknown import SCHEDULING_TYPE
 
 
 class Scheduling(pulumi.ComponentResource):

@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from components.spec.catalog import GpuClass
-from components.spec.health import Health
-from components.spec.maintenance_window import within
-from components.spec.site import Site
+from components.site.catalog import GpuClass
+from components.site.health import Health
+from components.site.maintenance_window import within
+from components.site.site import Site
 
 REASON_PREFIX = "gpuctl health: "
 SUSPECT_REASON = f"{REASON_PREFIX}suspect"

@@ -29,11 +29,11 @@ import yaml
 
 from components.charts import KUEUE
 from components.scheduling.preemption import priority_classes
-from components.spec.catalog import gres_type
-from components.spec.derived import once_per_site
-from components.spec.problems import Problem
-from components.spec.site import KUBERNETES_POOLS, Pool, Site
-from components.spec.wellknown import (
+from components.site.catalog import gres_type
+from components.site.derived import once_per_site
+from components.site.problems import Problem
+from components.site.site import KUBERNETES_POOLS, Pool, Site
+from components.site.wellknown import (
     FLEX_LENT_LABEL,
     GPU_MODEL_LABEL,
     KUEUE_NAMESPACE,

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from components.spec.lending import Lending
-from components.spec.site import Site
+from components.site.lending import Lending
+from components.site.site import Site
 
 
 class Owner(StrEnum):

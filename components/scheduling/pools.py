@@ -15,8 +15,8 @@ the driver and device plugin work (gpu-operator validator, plugin and CUDA workl
 
 from typing import Any
 
-from components.spec.site import Pool, Site
-from components.spec.wellknown import INFERENCE_NAMESPACE, POOL_TAINT
+from components.site.site import Pool, Site
+from components.site.wellknown import INFERENCE_NAMESPACE, POOL_TAINT
 
 POOLS_POLICY = "pools-exclusive"
 GPU_RESOURCE = "nvidia.com/gpu"

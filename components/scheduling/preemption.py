@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from components.spec.problems import Problem
-from components.spec.site import SchedulingClass, Site, Workload
+from components.site.problems import Problem
+from components.site.site import SchedulingClass, Site, Workload
 
 PATH = "scheduling.classes"
 PREEMPT_LOWER = "PreemptLowerPriority"

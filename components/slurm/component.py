@@ -20,6 +20,8 @@ import pulumi_command as command
 
 from components.facility.admission import Verdict
 from components.facility.component import GpuNode
+from components.site.site import Site
+from components.site.wellknown import SLURM_TYPE
 from components.slurm.conf import (
     accounting_script,
     slurm_nodes,
@@ -35,8 +37,6 @@ from components.slurm.install import (
     slurm_facts,
 )
 from components.slurm.release import release, release_command
-from components.spec.site import Site
-from components.spec.wellknown import SLURM_TYPE
 from hosts import CHECKPOINT_MOVER_ASSET
 
 

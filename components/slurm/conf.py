@@ -21,12 +21,12 @@ from components.scheduling.preemption import (
     slurm_qos,
     team_qos,
 )
+from components.site.catalog import gres_type
+from components.site.problems import Problem
+from components.site.site import SLURM_POOLS, Node, NodeGroup, Pool, Site
+from components.site.wellknown import PLATFORM_ACCOUNT
 from components.slurm.containers import PLUGSTACK
 from components.slurm.scripts import epilog_path, prolog_path
-from components.spec.catalog import gres_type
-from components.spec.problems import Problem
-from components.spec.site import SLURM_POOLS, Node, NodeGroup, Pool, Site
-from components.spec.wellknown import PLATFORM_ACCOUNT
 
 PARTITION_ROLE = {Pool.SLURM: "train", Pool.FLEX: "flex"}
 """Partition name suffix per pool: `a800-train`, `a800-flex`."""
@@ -69,7 +69,7 @@ def real_memory_mib(site: Site, group: NodeGroup) -> int:
 
 def hosts_shared(site: Site) -> bool:
     """Several Slurm nodes on one ssh_host: Slurm's multiple-slurmd mode, each `slurmd -N <node>` on its own port
-    (components.spec.rules.check_slurmd_ports) and with its own spool, PID and log file."""
+    (components.site.rules.check_slurmd_ports) and with its own spool, PID and log file."""
     hosts = [n.ssh_host for n in slurm_nodes(site)]
     return len(set(hosts)) < len(hosts)
 

@@ -17,8 +17,8 @@ Where jobs run, also:
 import base64
 import shlex
 
-from components.spec.site import HostArtifact, Site
-from components.spec.wellknown import DRIVER_ROOT, TOOLKIT_CLI
+from components.site.site import HostArtifact, Site
+from components.site.wellknown import DRIVER_ROOT, TOOLKIT_CLI
 
 PLUGSTACK = "/etc/slurm/plugstack.conf"
 PLUGSTACK_DIR = "/etc/slurm/plugstack.conf.d"

@@ -1,7 +1,7 @@
 """The node health controller's systemd unit on the Slurm controller: `gpuctl health control` from the release the
 stack installs for the lending controller (components/slurm/release.py), beside it. Pure: no pulumi."""
 
-from components.spec.site import Site
+from components.site.site import Site
 
 HEALTH_UNIT = "gpucluster-health-controller.service"
 """The node health controller (`gpuctl health control`, runbooks/health/controller.py) on the Slurm controller."""

@@ -9,6 +9,8 @@ from typing import Any
 
 from components.facility.admission import Verdict
 from components.scheduling.preemption import slurm_qos
+from components.site.site import Site
+from components.site.wellknown import COLD_FILESYSTEM
 from components.slurm.conf import (
     ACCOUNTING_DB,
     partitions,
@@ -29,8 +31,6 @@ from components.slurm.scripts import (
     render_prolog,
     render_tier_mounts,
 )
-from components.spec.site import Site
-from components.spec.wellknown import COLD_FILESYSTEM
 from components.storage.tiers import NFS_MOUNT_OPTIONS
 from hosts import SLURM_EXPORTER
 

@@ -17,10 +17,10 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.site.site import Site
 from components.slurm.health_unit import HEALTH_UNIT, render_health_unit
 from components.slurm.install import SYSTEMD_UNIT_DIR, install_script
 from components.slurm.scripts import LENDING_UNIT, render_lending_unit
-from components.spec.site import Site
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 # What `pip install <release>` builds the project from and `gpuctl flex --project-dir <release>` reads the site from.

@@ -7,9 +7,9 @@ slurm.conf points slurmd at the prolog and epilog).
 
 import shlex
 
-from components.spec import defaults
-from components.spec.site import Site
-from components.spec.wellknown import MOVER_LOCK
+from components.site import defaults
+from components.site.site import Site
+from components.site.wellknown import MOVER_LOCK
 from components.storage.tiers import mover_args, mover_stop_after_s
 from hosts.checkpoint_mover import LOCK_HELD_EXIT
 

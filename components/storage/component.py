@@ -15,9 +15,9 @@ from components.charts import (
     ROOK_CEPH_CLUSTER,
 )
 from components.k8s import fields, release
-from components.spec.mirror import Mirror
-from components.spec.site import Site
-from components.spec.wellknown import CEPH_NAMESPACE, COLD_TIER_TYPE, STORAGE_TYPE
+from components.site.mirror import Mirror
+from components.site.site import Site
+from components.site.wellknown import CEPH_NAMESPACE, COLD_TIER_TYPE, STORAGE_TYPE
 from components.storage.tiers import (
     NAMESPACE,
     ceph_cluster_values,

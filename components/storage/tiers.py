@@ -15,9 +15,9 @@ from components.charts import (
     PYTHON_IMAGE,
 )
 from components.mirror.images import pulled
-from components.spec.derived import once_per_site
-from components.spec.site import Site
-from components.spec.wellknown import (
+from components.site.derived import once_per_site
+from components.site.site import Site
+from components.site.wellknown import (
     CEPH_NAMESPACE,
     COLD_CLASS,
     COLD_FILESYSTEM,

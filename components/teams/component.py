@@ -9,7 +9,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.k8s import custom, fields
-from components.spec.wellknown import TEAM_TYPE
+from components.site.wellknown import TEAM_TYPE
 from components.storage.tiers import nfs_storage_class
 from components.teams.plan import (
     TeamPlan,

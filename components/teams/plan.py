@@ -22,10 +22,10 @@ from components.scheduling.kueue import (
     team_gpus,
 )
 from components.scheduling.preemption import priority_classes, team_qos
-from components.spec.problems import Problem
-from components.spec.rules import dangling
-from components.spec.site import Site, Team
-from components.spec.wellknown import TEAM_LABEL
+from components.site.problems import Problem
+from components.site.rules import dangling
+from components.site.site import Site, Team
+from components.site.wellknown import TEAM_LABEL
 from components.storage.tiers import TeamShare, team_shares
 
 GPU_QUOTA = "gpu-quota"

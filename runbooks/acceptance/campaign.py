@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from components.spec.acceptance import Acceptance, Drill, DrillKind, Peak
+from components.site.acceptance import Acceptance, Drill, DrillKind, Peak
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, alert_sop, sop_missing
 from runbooks.acceptance.faults import Fault, FaultError, Switches, run_commands
 from runbooks.acceptance.lending import ControllerSampler

@@ -19,9 +19,9 @@ from rich.markup import escape
 
 from components.monitoring.alerts import lending_stale_s
 from components.scheduling.preemption import team_qos
-from components.spec.acceptance import DrillKind, PeakSource
-from components.spec.site import Site
-from components.spec.wellknown import PLATFORM_ACCOUNT
+from components.site.acceptance import DrillKind, PeakSource
+from components.site.site import Site
+from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import CampaignRefusedError, Load, Probe, Runbook, Target, terminated_as_exit
 from runbooks.acceptance.faults import FaultError, Switches

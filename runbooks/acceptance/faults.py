@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from components.spec.wellknown import HOLD_LABEL
+from components.site.wellknown import HOLD_LABEL
 from hosts import drill_revert
 
 COMMAND_TIMEOUT_S = 30.0

@@ -25,8 +25,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from components.site.site import Pool, Site
 from components.slurm.conf import partitions
-from components.spec.site import Pool, Site
 
 WORKERS = 8
 """Requests one load has in flight at most: past it a tick is skipped and counted, never queued without end."""

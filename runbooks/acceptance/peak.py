@@ -10,7 +10,7 @@ import json
 import urllib.parse
 import urllib.request
 
-from components.spec.acceptance import Peak
+from components.site.acceptance import Peak
 
 TIMEOUT_S = 30.0
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Generic, TypeVar
 
-from components.spec.acceptance import Drill
-from components.spec.site import Site
-from components.spec.types import Spec
+from components.site.acceptance import Drill
+from components.site.site import Site
+from components.site.types import Spec
 from runbooks.acceptance.alerts import sop_missing
 from runbooks.acceptance.campaign import Probe
 from runbooks.acceptance.faults import Fault

@@ -27,8 +27,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
 
-from components.spec.acceptance import Drill, DrillKind
-from components.spec.site import Node, Site
+from components.site.acceptance import Drill, DrillKind
+from components.site.site import Node, Site
 from hosts import drill_node
 from runbooks.acceptance.campaign import Target
 from runbooks.acceptance.faults import (

@@ -32,7 +32,7 @@ from statistics import quantiles
 from typing import Any
 
 from components.scheduling.lending_decision import Reason
-from components.spec.acceptance import Acceptance
+from components.site.acceptance import Acceptance
 from runbooks.acceptance.lending import DECISION_SERIES
 from runbooks.acceptance.load import LOST_STATES, WORKERS, JobRecord
 from runbooks.acceptance.store import FAILED, AlertSpan, Failure, FaultRecord

@@ -33,7 +33,7 @@ from components.scheduling.lending_decision import (
     lent_gpu_models,
     pool_replicas,
 )
-from components.spec.site import Site
+from components.site.site import Site
 from runbooks.flex.lease import Lease, holder_line
 from runbooks.flex.lending import CommandError, Flex, NodeOutcome
 from runbooks.flex.metrics import Metrics

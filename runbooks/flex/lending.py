@@ -42,8 +42,8 @@ from typing import Protocol
 
 from components.scheduling.lending_decision import FlexNode, Job, Owner
 from components.scheduling.preemption import inference_preempts
-from components.spec.site import Pool, Site
-from components.spec.wellknown import FLEX_LENT_LABEL as LENT_LABEL
+from components.site.site import Pool, Site
+from components.site.wellknown import FLEX_LENT_LABEL as LENT_LABEL
 from runbooks.flex import slurm_read
 from runbooks.flex.slurm_read import JOB_LINE_FORMAT, UNREADABLE_STATE, JobRecord, Unreadable
 

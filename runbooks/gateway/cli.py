@@ -21,7 +21,7 @@ import typer
 from rich.markup import escape
 
 from components.inference.values import NAMESPACE, PLATFORM_KEY_SECRET, TEAM_KEY_SECRET
-from components.spec.wellknown import PLATFORM_ACCOUNT
+from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.console import err
 from runbooks.exit_codes import ExitCode
 from runbooks.gateway.key_secret import read_key, write_key

@@ -31,7 +31,7 @@ from components.scheduling.health_decision import (
     decide,
     phase,
 )
-from components.spec.site import Site
+from components.site.site import Site
 from runbooks.flex.lease import Lease, holder_line
 from runbooks.flex.lending import CommandError
 from runbooks.flex.slurm_read import UNREADABLE_STATE

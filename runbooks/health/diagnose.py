@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.scheduling.health_decision import Diagnosis, DiagStatus, diag_level
-from components.spec.derived import nodes_by_name
-from components.spec.site import Site
-from components.spec.wellknown import CRI_ENDPOINT, DCGM_CONTAINER
+from components.site.derived import nodes_by_name
+from components.site.site import Site
+from components.site.wellknown import CRI_ENDPOINT, DCGM_CONTAINER
 from hosts.node_check import DIAG_OUTPUT_MAX, check_diag
 
 SSH_CONNECT_TIMEOUT_S = 10

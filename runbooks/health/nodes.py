@@ -25,9 +25,9 @@ from components.scheduling.health_decision import (
     Phase,
     SlurmView,
 )
+from components.site.site import Site
+from components.site.wellknown import FLEX_LENT_LABEL, HEALTH_ANNOTATION, HOLD_LABEL
 from components.slurm.conf import slurm_nodes
-from components.spec.site import Site
-from components.spec.wellknown import FLEX_LENT_LABEL, HEALTH_ANNOTATION, HOLD_LABEL
 from runbooks.flex import slurm_read
 from runbooks.flex.lending import LIVE, REQUEUE_MARK, Runner
 from runbooks.flex.slurm_read import JOB_LINE_FORMAT, JobRecord

@@ -15,8 +15,8 @@ import urllib.request
 from collections import defaultdict
 
 from components.monitoring.health_metrics import FRESHNESS, GPU_COUNT, finding_queries
-from components.spec.site import Site
-from components.spec.xid import XID_CATALOGUE
+from components.site.site import Site
+from components.site.xid import XID_CATALOGUE
 
 QUERY_TIMEOUT_S = 5.0
 """s one query may take; a slower Prometheus is no data for this decision."""

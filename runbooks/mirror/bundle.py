@@ -15,7 +15,7 @@ from pathlib import Path
 
 from components.charts import sha256_of
 from components.mirror.images import mirrored
-from components.spec.site import Site
+from components.site.site import Site
 from components.storage.tiers import prefetched_dirs
 from runbooks.offline.engine import ResourceGraph
 from runbooks.plan import helm

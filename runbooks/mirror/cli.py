@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from components.spec.problems import SiteSpecError
+from components.site.problems import SiteSpecError
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.mirror.bundle import BundleError, check_bundle, manifest_digest, write_bundle

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from components.spec.wellknown import POOL_TAINT, TEAM_LABEL
+from components.site.wellknown import POOL_TAINT, TEAM_LABEL
 from components.teams.plan import namespace_manifest
 from runbooks.plan.producers import Deployed, pod_templates, selects
 

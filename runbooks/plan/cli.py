@@ -13,8 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from components.mirror.images import parse
-from components.spec.problems import SiteSpecError
-from components.spec.site import Site
+from components.site.problems import SiteSpecError
+from components.site.site import Site
 from components.supplied import operator_supplied
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode

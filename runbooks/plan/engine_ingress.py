@@ -11,7 +11,7 @@ its namespace with the labels of those two (a team picks its pods' labels).
 from collections.abc import Iterator
 from typing import Any
 
-from components.spec.wellknown import TEAM_LABEL
+from components.site.wellknown import TEAM_LABEL
 from runbooks.plan.producers import Deployed, pod_templates, selects
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"

@@ -12,6 +12,7 @@ from components.gpu_operator.dcgm_counters import render_counters_csv
 from components.monitoring.alertmanager import render_alertmanager_config
 from components.monitoring.alerts import render_rule_groups
 from components.monitoring.dashboards import render_dashboards
+from components.site.site import Site
 from components.slurm.conf import (
     accounting_script,
     render_cgroup_conf,
@@ -20,7 +21,6 @@ from components.slurm.conf import (
     render_slurmdbd_conf,
 )
 from components.slurm.containers import PYXIS_CONF, containers_step, node_container_files, render_pyxis_conf
-from components.spec.site import Site
 from runbooks.offline.engine import STACK_TYPE, ResourceGraph, Secret
 from runbooks.plan.out_dir import PlanFolder
 

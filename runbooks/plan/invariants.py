@@ -17,8 +17,8 @@ from components.inference.demand import DEMAND_QUERIES, LATENCY_QUERY
 from components.monitoring.dashboards import VARIABLE, as_sent, panels, targets
 from components.monitoring.gate_queries import gate_queries
 from components.monitoring.report_queries import report_queries
-from components.spec.endpoints import placeholder
-from components.spec.wellknown import POOL_TAINT, UNVALIDATED_TAINT
+from components.site.endpoints import placeholder
+from components.site.wellknown import POOL_TAINT, UNVALIDATED_TAINT
 from runbooks.plan.admission import pools_exclusive
 from runbooks.plan.converge import first_install_converges
 from runbooks.plan.engine_ingress import engines_admit_only_the_gateway

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.slurm.install import installed_files
-from components.spec.site import Site
-from components.spec.wellknown import (
+from components.site.site import Site
+from components.site.wellknown import (
     CLUSTER_TYPE,
     GPU_NODE_TYPE,
     INFERENCE_TYPE,
@@ -23,6 +22,7 @@ from components.spec.wellknown import (
     STORAGE_TYPE,
     TEAM_TYPE,
 )
+from components.slurm.install import installed_files
 from components.validate import parse_site
 from runbooks.offline.engine import STACK_TYPE, ResourceGraph, load_stack_config, run_program
 from runbooks.offline.policy_pack import Finding, PolicyResult, check_policies

@@ -18,8 +18,8 @@ from components.monitoring.report_queries import (
     inference_latency_p95,
     pod_gpu_requests_by_node,
 )
+from components.site.site import Site
 from components.slurm.conf import partitions
-from components.spec.site import Site
 from runbooks.report.accounting import Job, submitted_in
 from runbooks.report.prometheus import Prometheus
 from runbooks.report.window import Window, steps

@@ -25,7 +25,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 
-from components.spec.site import Slack
+from components.site.site import Slack
 from runbooks.rollout.store import Click, ClickStatus, Rollout, RolloutState, Store
 from runbooks.stack.audit import AuditLog, AuditRecord, ChainHead
 

@@ -21,7 +21,7 @@ import typer
 from pulumi import automation as auto
 from rich.markup import escape
 
-from components.spec.site import Site, SlackReceiver
+from components.site.site import Site, SlackReceiver
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.options import ProjectDirOption, StackOption, site_or_exit

@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from components.monitoring.gate_queries import gate_queries
-from components.spec.site import Gates
+from components.site.site import Gates
 
 RULES_FRESH_S = 300.0
 """seconds; alerting rules whose last evaluation is older than this cannot vouch for 'no alert firing'."""

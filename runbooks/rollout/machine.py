@@ -28,8 +28,8 @@ from typing import Any, Protocol
 from pulumi.automation import CommandError
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from components.spec.acceptance import SHOCK_MINUTES, SOAK_H
-from components.spec.site import Site
+from components.site.acceptance import SHOCK_MINUTES, SOAK_H
+from components.site.site import Site
 from runbooks.rollout.approvals import SlackApprovals
 from runbooks.rollout.gates import GateSnapshot, PrometheusGates, Verdict
 from runbooks.rollout.receivers import ClickInbox

@@ -10,8 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from components.spec.lending import Lending
-from components.spec.site import Site
+from components.site.lending import Lending
+from components.site.site import Site
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.options import StackOption, find_project_dir, site_or_exit

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.spec.site import Site
+from components.site.site import Site
 from runbooks.simulate.engine import Outcome, Policy, simulate
 from runbooks.simulate.site_model import SiteModel, StaticSlices, StaticSplit, site_model, static_slices
 from runbooks.simulate.workload import Mapping, Side, Workload, build

@@ -39,14 +39,14 @@ from components.scheduling.lending_decision import (
     decide,
     lendable,
 )
-from components.spec.lending import Lending
-from components.spec.site import Pool
+from components.site.lending import Lending
+from components.site.site import Pool
 from runbooks.simulate.site_model import SiteModel, StaticSlices
 from runbooks.simulate.workload import InferenceDemand, Side, SimJob, Workload
 
 MAX_WAITING = 10_000.0
 """Requests waiting per replica reported for a model with more load than replicas: the spec's bound on the lend
-threshold (components/spec/lending.py), so such a model is always a peak."""
+threshold (components/site/lending.py), so such a model is always a peak."""
 
 
 class Policy(StrEnum):

@@ -8,15 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from components.spec.acceptance import CRITICAL_ALERT_MAX_S
-from components.spec.site import Site
+from components.site.acceptance import CRITICAL_ALERT_MAX_S
+from components.site.site import Site
 from runbooks.simulate.engine import Policy
 from runbooks.simulate.failures import LLAMA3, LONG_JOB_S, FailureModel, Replayed, replay
 from runbooks.simulate.traces import Trace, training_jobs
 
 RESPONSE_MINUTES = CRITICAL_ALERT_MAX_S / 60
 """Default minutes from a page to a human acting: the on-call response the SOPs are written for (a critical page
-acknowledged and mitigated within a quarter hour, components/spec/acceptance.py)."""
+acknowledged and mitigated within a quarter hour, components/site/acceptance.py)."""
 PERSISTENT_SHARE = 0.5
 """Default share of GPU faults a diagnosis fails (the GPU stays broken until repaired). An assumption: the Llama 3
 paper counts interruptions by cause, not which ones a reset cleared; docs/simulate.md shows 0 and 1 too."""

@@ -44,9 +44,9 @@ from components.scheduling.health_decision import (
     decide,
     diag_level,
 )
+from components.site.health import Health
+from components.site.site import Site
 from components.slurm.conf import slurm_nodes
-from components.spec.health import Health
-from components.spec.site import Site
 from runbooks.simulate.engine import Policy
 
 

@@ -11,8 +11,8 @@ from enum import StrEnum
 
 from components.scheduling.kueue import team_flavors
 from components.scheduling.preemption import inference_preempts, priority_classes, slurm_qos
+from components.site.site import Pool, Site, Workload
 from components.slurm.conf import admitted_qos
-from components.spec.site import Pool, Site, Workload
 from components.teams.plan import team_plans
 
 

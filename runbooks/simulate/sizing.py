@@ -8,8 +8,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from components.spec.lending import Lending
-from components.spec.site import Pool
+from components.site.lending import Lending
+from components.site.site import Pool
 from runbooks.simulate.engine import Outcome, Policy, simulate
 from runbooks.simulate.results import figures
 from runbooks.simulate.site_model import SiteModel, StaticSlices

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from components.spec.site import Site
+from components.site.site import Site
 from runbooks.simulate.compare import Comparison, compare
 from runbooks.simulate.site_model import StaticSplit
 from runbooks.simulate.workload import Mapping

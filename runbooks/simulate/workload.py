@@ -11,7 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from components.scheduling.preemption import priority_classes, slurm_qos
-from components.spec.site import Site
+from components.site.site import Site
 from runbooks.simulate.traces import (
     SERVEGEN_SERIES,
     Trace,

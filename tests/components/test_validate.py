@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from components.spec.problems import SiteSpecError
-from components.spec.site import Site
+from components.site.problems import SiteSpecError
+from components.site.site import Site
 from components.validate import SECRET_KEYS, parse_site
 from tests.builders import encode, parse, problems, scheduling_with, with_changes
 

@@ -32,12 +32,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
+from components.site.catalog import gres_type
+from components.site.problems import SiteSpecError
+from components.site.site import Pool, Site, SlurmSettings
+from components.site.wellknown import COLD_FILESYSTEM
 from components.slurm.conf import render_slurm_conf
 from components.slurm.scripts import render_tier_mounts
-from components.spec.catalog import gres_type
-from components.spec.problems import SiteSpecError
-from components.spec.site import Pool, Site, SlurmSettings
-from components.spec.wellknown import COLD_FILESYSTEM
 from components.storage.tiers import NFS_MOUNT_OPTIONS, prefetch_daemonset, prefetched_dirs
 from components.validate import SECRET_KEYS, parse_site
 from tests.builders import encode, parse, prod_values

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from components.monitoring.alerts import Timing, render_rule_groups
-from components.spec.site import Site
+from components.site.site import Site
 from tests.harness.daemons import PROMETHEUS, free_ports, stop_all, wait_for
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager")

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components.spec.site import Pool
-from components.spec.wellknown import PLATFORM_ACCOUNT
+from components.site.site import Pool
+from components.site.wellknown import PLATFORM_ACCOUNT
 from tests.builders import prod_values
 from tests.harness.slurm_cluster import Cluster, bring_up, loopback_cluster
 

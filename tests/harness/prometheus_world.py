@@ -12,7 +12,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from components.monitoring.alerts import Timing, render_rule_groups
-from components.spec.site import Site
+from components.site.site import Site
 from tests.harness.daemons import PrometheusServer
 
 

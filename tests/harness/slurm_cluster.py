@@ -33,11 +33,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from components.site.site import Pool, Site
+from components.site.wellknown import PLATFORM_ACCOUNT
 from components.slurm.conf import slurm_groups, slurm_nodes
 from components.slurm.install import installed_files
 from components.slurm.scripts import epilog_path, mover_path, prolog_path
-from components.spec.site import Pool, Site
-from components.spec.wellknown import PLATFORM_ACCOUNT
 from hosts import CHECKPOINT_MOVER
 from runbooks.cli import app
 from runbooks.flex.lending import flex_nodes

@@ -36,9 +36,9 @@ import pytest
 
 from components.monitoring.alerts import lending_stale_s
 from components.scheduling.preemption import team_qos
-from components.spec.lending import Lending
-from components.spec.site import Site
-from components.spec.wellknown import PLATFORM_ACCOUNT
+from components.site.lending import Lending
+from components.site.site import Site
+from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import Load, Runbook, Target
 from runbooks.acceptance.faults import Fault, Switches, link_down, storage_delay, version_swap

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from components.scheduling.lending_decision import Action, Decision, Reason
-from components.spec.lending import Lending
-from components.spec.site import Site
+from components.site.lending import Lending
+from components.site.site import Site
 from runbooks.flex.controller import AUDIT, Controller, Store
 from runbooks.flex.lending import Flex, run_command
 from runbooks.flex.signals import PrometheusDemand

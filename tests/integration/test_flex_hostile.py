@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from components.spec.wellknown import FLEX_LENT_LABEL as LENT_LABEL
+from components.site.wellknown import FLEX_LENT_LABEL as LENT_LABEL
 from runbooks.cli import app
 from tests.builders import copy_project
 from tests.harness.slurm_cluster import Cluster, slurm_marks

@@ -27,7 +27,7 @@ from components.inference.access import engine_key
 from components.inference.values import gateway_service_monitor
 from components.monitoring.alerts import Record, Timing, render_rule_groups
 from components.monitoring.dashboards import LLM_COST_UID, as_sent, render_dashboards, targets
-from components.spec.site import Gates, Site
+from components.site.site import Gates, Site
 from runbooks.rollout.gates import PrometheusGates, Verdict
 from tests.builders import parse, prod_values
 from tests.harness import netns

@@ -17,9 +17,9 @@ import pytest
 
 from components.monitoring.health_metrics import FRESHNESS
 from components.scheduling.health_decision import HANDED_REASON, SUSPECT_REASON, Action, Decision, Reason
-from components.spec.health import Health
-from components.spec.site import Site
-from components.spec.wellknown import HEALTH_ANNOTATION
+from components.site.health import Health
+from components.site.site import Site
+from components.site.wellknown import HEALTH_ANNOTATION
 from runbooks.flex.lending import run_command
 from runbooks.health.controller import AUDIT, MEMORY, Controller, Store
 from runbooks.health.diagnose import Diagnoser

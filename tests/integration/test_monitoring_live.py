@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from components.monitoring.alertmanager import ONCALL_TOKEN_FILE, SLACK_API_URL_FILE, render_alertmanager_config
 from components.monitoring.alerts import Record, Severity, Timing, render_rule_groups, runbook_url
 from components.monitoring.prometheus import COLD_WRITE_URL, cold_tier_values, prometheus_values
-from components.spec.site import Site
+from components.site.site import Site
 from tests.builders import parse, prod_values, with_changes
 from tests.harness.daemons import free_ports, stop_all, wait_for
 from tests.harness.figures import FIGURES

@@ -18,9 +18,9 @@ from components import charts
 from components.facility.power import RULES as RACK_RULES
 from components.monitoring.dashboards import LLM_COST_UID, SIDECAR_LABEL
 from components.scheduling.kueue import GPU_RESOURCE, TEAM_QUEUE
-from components.spec import defaults, wellknown
-from components.spec.catalog import GpuClass
-from components.spec.site import DEFAULT_CLASSES, CoolingType, Feed, Workload
+from components.site import defaults, wellknown
+from components.site.catalog import GpuClass
+from components.site.site import DEFAULT_CLASSES, CoolingType, Feed, Workload
 from components.storage.tiers import nfs_storage_class, team_shares
 from tests.builders import REPO, parse, prod_values, with_changes
 

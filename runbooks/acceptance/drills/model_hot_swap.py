@@ -12,8 +12,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from components.spec.acceptance import Drill
-from components.spec.types import Name
+from components.site.acceptance import Drill
+from components.site.types import Name
 from runbooks.acceptance.campaign import Probe
 from runbooks.acceptance.faults import Fault, version_swap
 from runbooks.acceptance.probes import HotSwapProbe

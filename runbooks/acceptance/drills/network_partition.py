@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from components.spec.acceptance import Drill
+from components.site.acceptance import Drill
 from runbooks.acceptance.campaign import Probe
 from runbooks.acceptance.faults import Fault, link_down
 from runbooks.acceptance.probes import NodeDaemonProbe

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-from components.spec.acceptance import Drill
-from components.spec.types import AbsolutePath
+from components.site.acceptance import Drill
+from components.site.types import AbsolutePath
 from hosts import drill_node
 from runbooks.acceptance.campaign import Probe
 from runbooks.acceptance.faults import Fault, bmc_power

@@ -5,7 +5,7 @@ speed up after, and every checkpoint must read back with its sha256.
     storage_jitter: {node: gpu-a800-06, interface: ens2f0}
 """
 
-from components.spec.acceptance import Drill
+from components.site.acceptance import Drill
 from runbooks.acceptance.campaign import Probe
 from runbooks.acceptance.faults import Fault, netem_delay, storage_delay
 from runbooks.acceptance.probes import StorageJitterProbe

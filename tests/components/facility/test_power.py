@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from components.facility.power import RULES, feed_capacity_kw, node_draw_kw, pdu_capacity_kw, plan_racks
-from components.spec.site import Feed, Pdu
+from components.site.site import Feed, Pdu
 from tests.builders import parse, with_changes
 
 

@@ -12,7 +12,7 @@ import yaml
 from components.charts import CHARTS, GPU_OPERATOR, KUBE_PROMETHEUS_STACK, KUEUE, Chart
 from components.mirror.charts import CHART_IMAGES, chart_reference, image_values, merged
 from components.mirror.images import mirrored, parse, pulled, source
-from components.spec.mirror import Mirror
+from components.site.mirror import Mirror
 from tests.builders import REPO, problems, with_changes
 from tests.builders import parse as parse_site
 

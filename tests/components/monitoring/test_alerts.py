@@ -24,7 +24,7 @@ from components.monitoring.alerts import (
     runbook_url,
 )
 from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
-from components.spec.site import Site
+from components.site.site import Site
 from tests.builders import REPO, parse, prod_values, with_changes
 
 PROMTOOL = shutil.which("promtool")

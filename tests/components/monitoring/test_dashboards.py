@@ -32,7 +32,7 @@ from components.monitoring.dashboards import (
     targets,
     token_types,
 )
-from components.spec.site import Site
+from components.site.site import Site
 from tests.builders import parse, prod_values
 
 PROMTOOL = shutil.which("promtool")

@@ -26,8 +26,8 @@ from components.scheduling.health_decision import (
     drain_budget,
     phase,
 )
-from components.spec.health import Health
-from components.spec.maintenance_window import within
+from components.site.health import Health
+from components.site.maintenance_window import within
 
 HEALTH = Health(max_drained_pct=25, failures_before_handoff=2)
 """4 nodes: one may be drained."""

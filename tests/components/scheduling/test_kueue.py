@@ -15,7 +15,7 @@ from components.scheduling.kueue import (
     resource_flavor,
     team_gpus,
 )
-from components.spec.site import Site
+from components.site.site import Site
 from components.teams.plan import team_plans
 from tests.builders import parse, with_changes
 

@@ -24,7 +24,7 @@ from components.scheduling.lending_decision import (
     lent_models,
     pool_replicas,
 )
-from components.spec.lending import Lending
+from components.site.lending import Lending
 from tests.builders import parse, problems, prod_values, with_changes
 
 SETTINGS = Lending(lend_waiting_per_replica=10, reclaim_waiting_per_replica=1, peak_s=300, trough_s=1800,

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.scheduling.preemption import check_preemption, priority_class_manifest, priority_classes, slurm_qos
-from components.spec.site import Scheduling, SchedulingClass, Workload
+from components.site.site import Scheduling, SchedulingClass, Workload
 from tests.builders import parse, problems, prod_values, scheduling_with, with_changes
 
 

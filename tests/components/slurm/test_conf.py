@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from components.site.site import Site
+from components.site.wellknown import HPC_JOB_MAPPING_DIR
 from components.slurm.conf import (
     real_memory_mib,
     render_accounting_commands,
@@ -31,8 +33,6 @@ from components.slurm.scripts import (
     render_tier_mounts,
     systemd_path_unit,
 )
-from components.spec.site import Site
-from components.spec.wellknown import HPC_JOB_MAPPING_DIR
 from components.storage.tiers import NFS_MOUNT_OPTIONS, team_shares
 from tests.builders import parse, problems, with_changes
 

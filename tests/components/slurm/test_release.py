@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from components.site.site import Site
 from components.slurm.health_unit import HEALTH_UNIT
 from components.slurm.install import installed_files
 from components.slurm.release import INSTALLED_MARKER, PACKAGES, PROJECT_DIR, release, release_command
 from components.slurm.scripts import LENDING_UNIT
-from components.spec.site import Site
 from runbooks.flex.controller import PAUSED
 from tests.builders import parse, problems, prod_values
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from components.spec.acceptance import Acceptance, DrillKind
+from components.site.acceptance import Acceptance, DrillKind
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, sop_missing
 from runbooks.acceptance.campaign import CampaignRefusedError, Load, Reaction, Runbook, Target, terminated_as_exit
 from runbooks.acceptance.faults import Fault, Switches

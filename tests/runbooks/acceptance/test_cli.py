@@ -8,7 +8,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.spec.acceptance import DrillKind
+from components.site.acceptance import DrillKind
 from runbooks.acceptance.cli import app
 from runbooks.acceptance.targets import placed
 from tests.builders import REPO, copy_project, parse, prod_values

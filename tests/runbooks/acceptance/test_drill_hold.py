@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from components.scheduling.health_decision import Action, Reason
-from components.spec.acceptance import DrillKind
-from components.spec.site import Site
-from components.spec.wellknown import HOLD_LABEL
+from components.site.acceptance import DrillKind
+from components.site.site import Site
+from components.site.wellknown import HOLD_LABEL
 from runbooks.acceptance.faults import Switches, run_commands
 from runbooks.acceptance.targets import placed
 from runbooks.flex.lending import run_command

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from components.scheduling.lending_decision import Owner
-from components.spec.acceptance import Acceptance
+from components.site.acceptance import Acceptance
 from runbooks.acceptance.lending import ControllerSampler, UnreadableError, parse
 from runbooks.acceptance.verdict import Criterion, Measurements, judge
 from runbooks.flex.metrics import Metrics

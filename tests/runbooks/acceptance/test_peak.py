@@ -3,7 +3,7 @@ history, and None when nothing at all was measured."""
 
 import urllib.parse
 
-from components.spec.acceptance import Peak
+from components.site.acceptance import Peak
 from runbooks.acceptance.peak import measured_peak
 from tests.harness.http_double import JsonHandler, Served
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from components.spec.acceptance import DEFAULT_DRILLS, DrillKind
+from components.site.acceptance import DEFAULT_DRILLS, DrillKind
 from runbooks.acceptance.load import Checkpoints, DirectoryTier, RateLoad
 from runbooks.acceptance.registry import RegistryError, Scene, discover, registered, shipped
 from runbooks.acceptance.targets import TargetsError, drill_targets

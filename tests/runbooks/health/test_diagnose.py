@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from components.scheduling.health_decision import Diagnosis, DiagStatus
-from components.spec.derived import nodes_by_name
-from components.spec.site import Site
-from components.spec.wellknown import CRI_ENDPOINT, DCGM_CONTAINER
+from components.site.derived import nodes_by_name
+from components.site.site import Site
+from components.site.wellknown import CRI_ENDPOINT, DCGM_CONTAINER
 from runbooks.health.diagnose import SSH_CONNECT_TIMEOUT_S, Diagnoser, ssh_command
 from tests.builders import parse, prod_values
 from tests.harness.fake_tools import put_on_path

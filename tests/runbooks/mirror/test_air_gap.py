@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from components.charts import CHARTS
 from components.mirror.images import in_mirror
-from components.spec.site import Site
+from components.site.site import Site
 from runbooks.cli import app
 from runbooks.exit_codes import ExitCode
 from runbooks.mirror.bundle import write_bundle

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from components.scheduling.pools import pools_exclusive_binding, pools_exclusive_policy
-from components.spec.wellknown import POOL_TAINT, TEAM_LABEL
+from components.site.wellknown import POOL_TAINT, TEAM_LABEL
 from runbooks.plan.admission import denials, pools_exclusive
 from runbooks.plan.producers import Deployed
 from tests.builders import REPO, parse, prod_values

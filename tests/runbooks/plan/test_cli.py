@@ -15,7 +15,7 @@ from runbooks.offline.engine import run_program
 from runbooks.plan.files import artifacts
 from runbooks.plan.out_dir import OUT_MANIFEST
 from tests.builders import REPO, copy_project, parse, prod_values
-from tests.components.spec.test_sections import FIVE_REPORTED
+from tests.components.site.test_sections import FIVE_REPORTED
 
 GPUCTL = REPO / ".venv" / "bin" / "gpuctl"
 

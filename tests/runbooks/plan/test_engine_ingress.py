@@ -10,7 +10,7 @@ import pytest
 
 from components.inference.access import PROMETHEUS_NAME, engine_network_policy, gateway_pod_labels
 from components.monitoring.prometheus import NAMESPACE as MONITORING
-from components.spec.wellknown import TEAM_LABEL
+from components.site.wellknown import TEAM_LABEL
 from runbooks.plan.engine_ingress import engines_admit_only_the_gateway
 from runbooks.plan.producers import Deployed
 from tests.builders import parse, prod_values

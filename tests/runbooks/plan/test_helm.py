@@ -19,7 +19,7 @@ from components.inference.demand import DEMAND_QUERIES, demand_queries
 from components.inference.values import NAMESPACE, gateway_config
 from components.monitoring.prometheus import COLD_DATASOURCE, metrics_volumes
 from components.scheduling.lending_decision import lent_models
-from components.spec.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
+from components.site.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from components.supplied import operator_supplied
 from runbooks.cli import app
 from runbooks.offline.engine import ResourceGraph, run_program

@@ -11,8 +11,8 @@ import yaml
 
 from components.facility.admission import Verdict, node_labels, node_taints
 from components.facility.power import node_loads
-from components.spec.site import Pool, Site
-from components.spec.wellknown import FLEX_LENT_LABEL
+from components.site.site import Pool, Site
+from components.site.wellknown import FLEX_LENT_LABEL
 from runbooks.offline.engine import run_program
 from runbooks.plan.helm import RELEASE_TYPE, find_helm, template
 from tests.builders import REPO, parse, prod_values

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.spec.site import Site
+from components.site.site import Site
 from runbooks.rollout import cli
 from runbooks.rollout.approvals import SlackApprovals, web_client
 from runbooks.rollout.gates import PrometheusGates

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from components.spec.lending import Lending
-from components.spec.site import Pool, Site
+from components.site.lending import Lending
+from components.site.site import Pool, Site
 from runbooks.simulate import engine
 from runbooks.simulate.compare import at_stage
 from runbooks.simulate.engine import Outcome, Policy, Run, Simulation, simulate

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 import components.scheduling.health_decision as health_decision
-from components.spec.health import Health
-from components.spec.site import Site
+from components.site.health import Health
+from components.site.site import Site
 from runbooks.simulate import failures
 from runbooks.simulate.engine import Policy
 from runbooks.simulate.failures import (

@@ -4,8 +4,8 @@ apart where their lines coincide, and every legend clear of the data."""
 import pytest
 from matplotlib.figure import Figure
 
-from components.spec.lending import Lending
-from components.spec.site import Pool
+from components.site.lending import Lending
+from components.site.site import Pool
 from runbooks.simulate.engine import Policy, simulate
 from runbooks.simulate.plots import figures
 from runbooks.simulate.site_model import SlurmNode, StaticSlices

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from components.spec.site import Site
+from components.site.site import Site
 from runbooks.simulate.compare import at_stage, team_demand
 from runbooks.simulate.site_model import site_model, static_slices
 from runbooks.simulate.traces import Trace, TraceError, servegen_rates, training_jobs

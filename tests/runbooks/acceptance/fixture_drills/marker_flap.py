@@ -7,8 +7,8 @@ marker faults do.
 
 from pathlib import Path
 
-from components.spec.acceptance import Drill
-from components.spec.types import AbsolutePath
+from components.site.acceptance import Drill
+from components.site.types import AbsolutePath
 from runbooks.acceptance.campaign import Probe
 from runbooks.acceptance.faults import Fault
 from runbooks.acceptance.registry import DrillTargets, DrillType, Scene

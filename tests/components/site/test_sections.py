@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from components.spec.sections import validate_sections
-from components.spec.site import Site
+from components.site.sections import validate_sections
+from components.site.site import Site
 from components.validate import RULES
 from tests.builders import parse, problems, with_changes
 

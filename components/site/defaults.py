@@ -6,8 +6,8 @@ can check the figures against their sources without reading the components.
 
 from typing import Final
 
-from components.spec.catalog import GpuClass
-from components.spec.wellknown import COLD_CLASS
+from components.site.catalog import GpuClass
+from components.site.wellknown import COLD_CLASS
 
 KUBERNETES_VERSION: Final = "1.30"
 """Kubernetes minor version the charts are rendered and validated for. Within every pinned chart's `kubeVersion`
@@ -285,7 +285,7 @@ SLURM_PRIORITY_WEIGHT_QOS: Final = 100_000
 SLURM_PRIORITY_WEIGHT_FAIRSHARE: Final = 10_000
 """Multifactor priority weights: QoS orders the queue first, fairshare orders jobs of one QoS."""
 
-# --- lending the flex pool (components/spec/lending.py) --------------------------------------
+# --- lending the flex pool (components/site/lending.py) --------------------------------------
 LEND_WAITING_PER_REPLICA: Final = 10.0
 """Requests waiting per serving vLLM replica at which inference is short of GPUs: twice the autoscaler's threshold
 (INFERENCE_WAITING_PER_REPLICA), so queues the Kubernetes pool can still absorb by scaling never borrow Slurm's."""
@@ -315,7 +315,7 @@ FLAPPING_MOVES: Final = 4
 and trough cause."""
 FLAPPING_WINDOW_H: Final = 1
 
-# --- the node health controller (components/spec/health.py) -----------------------------------
+# --- the node health controller (components/site/health.py) -----------------------------------
 HEALTH_DRAIN_XIDS: Final = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
 """XIDs that put a node under suspicion: those the Xid catalogue (docs.nvidia.com/deploy/xid-errors) resolves with a
 GPU reset, a node reboot or a hardware check, not by restarting the application (13, 31, 43, 45 are the job's)."""

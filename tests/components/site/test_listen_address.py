@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
-from components.spec.health import Health
-from components.spec.lending import Lending
-from components.spec.site import SlurmSettings
+from components.site.health import Health
+from components.site.lending import Lending
+from components.site.site import SlurmSettings
 from tests.builders import parse, problems, prod_values, with_changes
 
 LISTENERS = ("lending__metrics_address", "slurm__exporter_address", "slack__receiver_address")

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Concatenate, ParamSpec, TypeVar
 
-from components.spec.site import Node, Site
+from components.site.site import Node, Site
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from components.spec.types import Spec
+from components.site.types import Spec
 
 # `oci://host[:port]/path`, as `helm push` and `helm install` name a registry (Helm docs, "Use OCI-based registries").
 _OCI = r"oci://[A-Za-z0-9.-]+(:\d{1,5})?(/[a-z0-9._-]+)+"

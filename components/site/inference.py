@@ -3,7 +3,7 @@ call, and the gateway that meters both (`gpu-cluster:inference` in the stack fil
 
 Every LLM request of a team goes through the one gateway (LiteLLM), which attributes it to the team by its key; the
 cost rules price the gateway's token counters with the table `Inference.prices` derives here. Rules that span this
-section and the rest of the site (teams, GPU models, pool capacity) are in components.spec.rules.
+section and the rest of the site (teams, GPU models, pool capacity) are in components.site.rules.
 """
 
 from dataclasses import dataclass
@@ -11,8 +11,8 @@ from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
-from components.spec import defaults
-from components.spec.types import Float, Int, LabelValue, ModelPath, Name, Spec
+from components.site import defaults
+from components.site.types import Float, Int, LabelValue, ModelPath, Name, Spec
 
 # Multiplies token rates in the cost recording rules; the dearest API output token costs well under $1000 per million.
 UsdPerMtok = Annotated[Float, Field(ge=0, le=1000)]
@@ -62,7 +62,7 @@ class ServedModel(Spec):
     replicas: Replicas = Replicas()
     """Bounds of the autoscaler on the kubernetes pool."""
     # Added to replicas.max in the autoscaler's bound; checked against the flex nodes the controller may lend
-    # (components.spec.rules.check_lent_replicas).
+    # (components.site.rules.check_lent_replicas).
     lent_replicas: Annotated[Int, Field(ge=0, le=256)] = 0
     """replicas the autoscaler may add past replicas.max for flex nodes lent to Kubernetes. Model servers run only on
     the kubernetes pool and on lent flex nodes of gpu_model (components/inference/values.py), so with the pool full
@@ -156,7 +156,7 @@ class Inference(Spec):
     def prices(self) -> list["Price"]:
         """The gateway's price table: external APIs at their providers' prices, self-hosted models at the GPU-hour
         cost of a replica spread over what it serves in that hour (each token type priced as if the replica served
-        only it). Models without a gpu_hour_usd entry are left out (components.spec.rules reports them)."""
+        only it). Models without a gpu_hour_usd entry are left out (components.site.rules reports them)."""
         prices = [Price(a.name, a.prompt_usd_per_mtok, a.completion_usd_per_mtok, a.source) for a in self.external]
         for m in self.models:
             if m.gpu_model not in self.gpu_hour_usd:

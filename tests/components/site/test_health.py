@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from components.spec.xid import XID_CATALOGUE
+from components.site.xid import XID_CATALOGUE
 from tests.builders import parse, problems, with_changes
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.spec.maintenance_window import DAYS, parse_window, within
+from components.site.maintenance_window import DAYS, parse_window, within
 
 MONDAY = datetime(2026, 11, 30, tzinfo=UTC).timestamp()
 """Monday 30 November 2026, 00:00 UTC."""

@@ -11,7 +11,7 @@ class Problem:
     """The rule and the numbers that break it."""
     rule: str = "schema"
     """Name of the rule, so components can report a verdict per rule (`rack-load-within-power`, ...): a cross-field
-    rule's id, stamped by components.spec.rules.Rule.judge; a type error's is the default."""
+    rule's id, stamped by components.site.rules.Rule.judge; a type error's is the default."""
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"

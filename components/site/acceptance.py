@@ -12,8 +12,8 @@ from typing import Annotated, Final, Self
 
 from pydantic import Field, model_validator
 
-from components.spec.defaults import GATE_MAX_INFERENCE_ERROR_PCT
-from components.spec.types import Float, Int, Spec
+from components.site.defaults import GATE_MAX_INFERENCE_ERROR_PCT
+from components.site.types import Float, Int, Spec
 
 SOAK_H: Final = 168
 """h of continuous load: the mission's "168 hours continuous load (7 days simulated production)"."""
@@ -134,7 +134,7 @@ class Acceptance(Spec):
     """Where the peak comes from."""
     peak_window_days: Annotated[Int, Field(gt=0, le=90)] = PEAK_WINDOW_DAYS
     """days of history the peak is measured over: within monitoring.hot_retention_days when the peak comes from
-    Prometheus (rule peak-window-within-hot-retention, components.spec.rules)."""
+    Prometheus (rule peak-window-within-hot-retention, components.site.rules)."""
     peak: Peak = Peak()
     """The declared peak."""
     max_inference_rps: Annotated[Float, Field(gt=0, le=100_000)] = 500.0

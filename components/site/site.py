@@ -3,7 +3,7 @@
 Pure data (pydantic v2, frozen, unknown keys rejected). Field names are the keys of the stack file
 (`Pulumi.<stack>.yaml`, namespace `gpu-cluster:`), so an error path such as
 `racks[2].cooling.capacity_kw` points straight at the line to fix. Defaults live in
-`components.spec.defaults`; rules that span fields live in `components.spec.rules` (the spec alone)
+`components.site.defaults`; rules that span fields live in `components.site.rules` (the spec alone)
 and `components.validate` (with the planners).
 """
 
@@ -12,15 +12,15 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from components.spec import defaults
-from components.spec.acceptance import Acceptance
-from components.spec.catalog import GPU_CATALOG, GpuClass
-from components.spec.endpoints import REAL_HOST, SiteUrl
-from components.spec.health import Health, known_xids
-from components.spec.inference import Inference
-from components.spec.lending import Lending
-from components.spec.mirror import Mirror
-from components.spec.types import (
+from components.site import defaults
+from components.site.acceptance import Acceptance
+from components.site.catalog import GPU_CATALOG, GpuClass
+from components.site.endpoints import REAL_HOST, SiteUrl
+from components.site.health import Health, known_xids
+from components.site.inference import Inference
+from components.site.lending import Lending
+from components.site.mirror import Mirror
+from components.site.types import (
     AbsolutePath,
     Float,
     Hostname,
@@ -32,7 +32,7 @@ from components.spec.types import (
     Percent,
     Spec,
 )
-from components.spec.wellknown import HPC_JOB_MAPPING_DIR, PROMETHEUS_URL
+from components.site.wellknown import HPC_JOB_MAPPING_DIR, PROMETHEUS_URL
 
 # Written as a Kubernetes quantity with :g (`<n>Ti`), which turns to `1e+06` from a million and `1e-05` under 1e-4,
 # neither a quantity; 100 PiB is past any site.
@@ -152,7 +152,7 @@ class NodeGroup(Spec):
     """A key of gpu_catalog."""
     gpus_per_node: Annotated[Int, Field(gt=0, le=16)]
     platform_w: Annotated[Float, Field(gt=0, le=10_000)] | None = None
-    """W a node draws apart from its GPUs; default by GPU class (components.spec.defaults.PLATFORM_W)."""
+    """W a node draws apart from its GPUs; default by GPU class (components.site.defaults.PLATFORM_W)."""
     psu_efficiency: Annotated[Float, Field(gt=0, le=1)] = defaults.PSU_EFFICIENCY
     """Fraction of wall power the node's PSUs deliver as DC."""
     # Slurm's CPUs= (at most 65533, slurm.conf(5)) and the Kueue flavor's cpu quota.
@@ -334,7 +334,7 @@ class Stage(Spec):
 
 DEFAULT_STAGES = (
     # The first stage onboards no team: it deploys the platform the acceptance campaign runs on
-    # (components.spec.rules.check_first_stage_empty).
+    # (components.site.rules.check_first_stage_empty).
     Stage(name="platform", min_soak_days=defaults.PLATFORM_SOAK_DAYS),
     Stage(name="canary", min_soak_days=defaults.CANARY_SOAK_DAYS, max_teams=defaults.CANARY_MAX_TEAMS),
     Stage(name="half", min_soak_days=defaults.HALF_SOAK_DAYS, max_teams=defaults.HALF_MAX_TEAMS),
@@ -351,7 +351,7 @@ class Team(Spec):
     """Where the team's tuning alerts go."""
     gpu_quota: dict[str, GpuCount] = {}
     """Most GPUs per kubernetes-pool Kueue flavor (`<gpu>-kubernetes`, e.g. `a800-kubernetes`, `rtx4090-kubernetes`)
-    the team's jobs may hold; a flavor left out gets components.spec.defaults.TEAM_GPU_QUOTA."""
+    the team's jobs may hold; a flavor left out gets components.site.defaults.TEAM_GPU_QUOTA."""
     gpu_guaranteed: dict[str, GpuCount] = {}
     """GPUs per kubernetes-pool flavor set aside for the team (its queue's nominal quota, taken out of the pool's):
     part of gpu_quota, not on top of it. The team reclaims them from other teams' borrowed jobs of lower priority,
@@ -434,7 +434,7 @@ class NodeCheck(Spec):
 
 class Alerting(Spec):
     # No defaults for the endpoints: every site has its own, and a placeholder host (example.internal, .test, ...)
-    # is refused, since an alert sent there reaches nobody (components/spec/endpoints.py).
+    # is refused, since an alert sent there reaches nobody (components/site/endpoints.py).
     runbook_base_url: Annotated[str, Field(pattern=r"^https?://\S+[^/]$"), REAL_HOST]
     """Where docs/sop/ is browsable; every alert links `<base>/<alert-kebab>.md`."""
     platform_channel: Annotated[str, Field(pattern=r"^#[a-z0-9][-_a-z0-9]*$")] = "#gpu-platform"
@@ -458,7 +458,7 @@ class Alerting(Spec):
         48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
     """XIDs that mean the GPU, its memory, NVLink or GSP failed (NVIDIA XID catalog,
     docs.nvidia.com/deploy/xid-errors); any other XID is the application's (13, 31, 43, 45, ...). Each must be in
-    components.spec.xid.XID_CATALOGUE."""
+    components.site.xid.XID_CATALOGUE."""
 
     _known_xids = field_validator("xid_hardware")(known_xids)
 

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from components.spec.endpoints import placeholder
+from components.site.endpoints import placeholder
 from runbooks.cli import app
 from tests.builders import copy_project, parse, problems, prod_values, with_changes
 

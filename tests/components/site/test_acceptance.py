@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from components.spec.acceptance import DrillKind
+from components.site.acceptance import DrillKind
 from tests.builders import parse, problems, prod_values, with_changes
 
 

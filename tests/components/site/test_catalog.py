@@ -2,7 +2,7 @@
 
 import pytest
 
-from components.spec.catalog import gres_type
+from components.site.catalog import gres_type
 
 
 @pytest.mark.parametrize(

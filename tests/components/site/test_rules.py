@@ -5,9 +5,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from components.spec.problems import Problem
-from components.spec.rules import rule
-from components.spec.site import Site
+from components.site.problems import Problem
+from components.site.rules import rule
+from components.site.site import Site
 from components.validate import RULES
 from tests.builders import REPO, parse
 

@@ -11,18 +11,18 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator
 
-from components.spec import defaults
-from components.spec.maintenance_window import parse_window
-from components.spec.types import AbsolutePath, Float, Int, ListenAddress, Percent, Spec
-from components.spec.wellknown import PROMETHEUS_URL
-from components.spec.xid import XID_CATALOGUE, unknown_xids
+from components.site import defaults
+from components.site.maintenance_window import parse_window
+from components.site.types import AbsolutePath, Float, Int, ListenAddress, Percent, Spec
+from components.site.wellknown import PROMETHEUS_URL
+from components.site.xid import XID_CATALOGUE, unknown_xids
 
 # Seconds compared with time.time() differences and written as Prometheus ranges `[<s>s]`: a day at most.
 Seconds = Annotated[Int, Field(gt=0, le=86_400)]
 
 
 def maintenance_window(text: str) -> str:
-    """A pydantic validator: the text is a window components.spec.maintenance_window reads, or the error says why."""
+    """A pydantic validator: the text is a window components.site.maintenance_window reads, or the error says why."""
     parse_window(text)
     return text
 
@@ -32,7 +32,7 @@ def known_xids(xids: tuple[int, ...]) -> tuple[int, ...]:
     unknown = unknown_xids(xids)
     if unknown:
         raise ValueError(f"XID {', '.join(map(str, unknown))} is not in NVIDIA's Xid catalogue as this project "
-                         f"knows it (components/spec/xid.py: {', '.join(map(str, sorted(XID_CATALOGUE)))})")
+                         f"knows it (components/site/xid.py: {', '.join(map(str, sorted(XID_CATALOGUE)))})")
     return xids
 
 
@@ -40,7 +40,7 @@ class Health(Spec):
     drain_xids: Annotated[tuple[Annotated[Int, Field(gt=0, le=999)], ...], Field(min_length=1)] = (
         defaults.HEALTH_DRAIN_XIDS)
     """XIDs (DCGM_FI_DEV_XID_ERRORS, the last one a GPU logged) that make its node suspect when logged within
-    window_s; each must be in components.spec.xid.XID_CATALOGUE (NVIDIA's Xid catalogue,
+    window_s; each must be in components.site.xid.XID_CATALOGUE (NVIDIA's Xid catalogue,
     docs.nvidia.com/deploy/xid-errors). Default: the catalogue's XIDs whose resolution is a GPU reset, a reboot or a
     hardware check."""
     ecc_dbe_max: Annotated[Int, Field(ge=0, le=1_000_000)] = defaults.HEALTH_ECC_DBE_MAX
@@ -68,7 +68,7 @@ class Health(Spec):
     diag_windows: Annotated[tuple[Annotated[str, Field(max_length=100), AfterValidator(maintenance_window)], ...],
                             Field(max_length=50)] = ()
     """When a diagnosis may start: maintenance windows `DAYS HH:MM-HH:MM` in UTC (`Sat,Sun 00:00-24:00`,
-    `Mon-Fri 22:00-06:00`; components/spec/maintenance_window.py). Empty (the default): whenever the node is idle in
+    `Mon-Fri 22:00-06:00`; components/site/maintenance_window.py). Empty (the default): whenever the node is idle in
     both schedulers. A drained node waits for the next window (holding its share of the drain budget); a diagnosis
     started in a window runs to its end, however late."""
     max_drained_pct: Annotated[Float, Field(ge=0, le=100)] = defaults.HEALTH_MAX_DRAINED_PCT

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from components.spec import defaults
-from components.spec.acceptance import DrillKind, PeakSource
-from components.spec.problems import Problem
-from components.spec.site import Pool, Site
-from components.spec.wellknown import PLATFORM_ACCOUNT
+from components.site import defaults
+from components.site.acceptance import DrillKind, PeakSource
+from components.site.problems import Problem
+from components.site.site import Pool, Site
+from components.site.wellknown import PLATFORM_ACCOUNT
 
 Check = Callable[[Site], list[Problem]]
 Subject = TypeVar("Subject")
@@ -26,7 +26,7 @@ class Rule(Generic[Subject]):
     check: Callable[[Subject], list[Problem]]
     reads: frozenset[str]
     """Top-level keys of the spec the check reads: when one of them failed to parse, the check is skipped, so a type
-    error in one section leaves every rule over the other sections running (components.spec.sections)."""
+    error in one section leaves every rule over the other sections running (components.site.sections)."""
 
     def judge(self, subject: Subject) -> list[Problem]:
         return [replace(p, rule=self.id) for p in self.check(subject)]

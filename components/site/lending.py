@@ -4,16 +4,16 @@ controller.py acts; docs/scheduling.md, "The lending controller").
 
 Demand is read from vLLM's `vllm:num_requests_waiting` per serving replica, from model servers pending and, with an
 objective set, from the p95 time to first token; the thresholds, durations and steps here turn it into moves. Rules
-across sections (the floor against the flex pool's size) are in components.spec.rules.
+across sections (the floor against the flex pool's size) are in components.site.rules.
 """
 
 from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
-from components.spec import defaults
-from components.spec.types import AbsolutePath, Float, Int, ListenAddress, Spec
-from components.spec.wellknown import PROMETHEUS_URL
+from components.site import defaults
+from components.site.types import AbsolutePath, Float, Int, ListenAddress, Spec
+from components.site.wellknown import PROMETHEUS_URL
 
 # Compared with vLLM's queue gauge summed over replicas; ten thousand waiting per replica is past any engine.
 WaitingPerReplica = Annotated[Float, Field(ge=0, le=10_000)]
@@ -25,7 +25,7 @@ class Lending(Spec):
     lend_waiting_per_replica: Annotated[WaitingPerReplica, Field(gt=0)] = defaults.LEND_WAITING_PER_REPLICA
     """Requests waiting per serving replica (`vllm:num_requests_waiting`) at or over which inference is at a peak;
     a model server pending (a GPU pod of the inference path) is a peak too. Above every served model's
-    waiting_per_replica, where its autoscaler adds a replica (rule lend-above-autoscaler, components.spec.rules)."""
+    waiting_per_replica, where its autoscaler adds a replica (rule lend-above-autoscaler, components.site.rules)."""
     reclaim_waiting_per_replica: WaitingPerReplica = defaults.RECLAIM_WAITING_PER_REPLICA
     """Requests waiting per replica at or under which (with no model server pending) inference is in a trough."""
     # Compared with a p95 of vLLM's time-to-first-token histogram in seconds; ten minutes is past any objective.
@@ -43,7 +43,7 @@ class Lending(Spec):
     # Slices decide()'s node list; a thousand flex nodes is past any site.
     max_step_nodes: Annotated[Int, Field(ge=1, le=1000)] = defaults.LEND_MAX_STEP_NODES
     """Flex nodes one decision lends or reclaims, at most."""
-    # Compared with the flex pool's node count (components.spec.rules.check_training_floor).
+    # Compared with the flex pool's node count (components.site.rules.check_training_floor).
     training_floor_nodes: Annotated[Int, Field(ge=0, le=1000)] = defaults.TRAINING_FLOOR_NODES
     """Flex nodes Slurm always keeps: the controller never lends the pool below it."""
     interval_s: Seconds = defaults.LENDING_INTERVAL_S

@@ -2,7 +2,7 @@
 
 `validate_sections` checks every section of the stack file on its own (`racks`, `monitoring`, `slack`, ...). When
 all pass, the site is built by `Site` itself; when some fail, the rest still make a partial site on which every
-cross-field rule that reads no failed section runs (components.spec.rules.Rule.reads). A file with two type
+cross-field rule that reads no failed section runs (components.site.rules.Rule.reads). A file with two type
 errors and three broken rules reports five problems in one run, not two now and three on the next.
 """
 
@@ -14,9 +14,9 @@ from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from components.spec.problems import Problem
-from components.spec.rules import Rule
-from components.spec.site import Site
+from components.site.problems import Problem
+from components.site.rules import Rule
+from components.site.site import Site
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def run_rules(rules: Iterable[Rule[Site]], sections: Sections) -> list[Problem]:
 @functools.cache
 def _adapter(name: str) -> TypeAdapter[Any]:
     """The section's type with its constraints and validators, as Site declares it. Site itself has no validators
-    (tests/components/spec/test_sections.py holds it to that): a rule across sections is a Rule."""
+    (tests/components/site/test_sections.py holds it to that): a rule across sections is a Rule."""
     field = Site.model_fields[name]
     return TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)
 
