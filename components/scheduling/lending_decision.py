@@ -6,16 +6,21 @@ of them decides anything else. It never moves on missing data, keeps a peak (or 
 its duration, spaces moves by the cooldown, moves at most max_step_nodes at once, keeps training_floor_nodes in
 Slurm, lends only nodes whose GPU a served model may add replicas on (its lent_replicas), the cheapest first (idle,
 then those whose preemptible jobs lose the least work), and never a node running work the preemption table protects
-from inference.
+from inference. A lent node is filled and given back as soon as it is empty (issue 37): `replica_floors` raises the
+autoscaler of each model with lent_replicas to every replica its lent GPUs fit while inference is not in a trough, so
+a node lent for one replica carries all it holds; at a trough the floor drops, the replicas past the pool go, and
+the node is reclaimed once the trough has lasted trough_s, unless the moves of the last flapping_window_h leave no
+room for the reclaim and one more lend below LendingFlapping's flapping_moves (then the node stays lent until they
+do).
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from components.site.lending import Lending
-from components.site.site import Site
+from components.site.site import Pool, Site
 
 
 class Owner(StrEnum):
@@ -77,6 +82,9 @@ class Memory:
     peak_since: float | None = None
     trough_since: float | None = None
     last_move_at: float | None = None
+    moves: tuple[float, ...] = ()
+    """When the lends and reclaims of the last flapping_window_h started (s since the epoch, oldest first): the
+    reclaim's budget under LendingFlapping."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,54 @@ def pool_replicas(site: Site) -> int:
     return sum(m.replicas.max for m in site.inference.models if m.lent_replicas > 0)
 
 
+@dataclass(frozen=True)
+class Borrower:
+    """A served model with lent_replicas, as replica_floors reads it."""
+
+    name: str
+    gpu_model: str
+    gpus_per_replica: int
+    min_replicas: int
+    pool_replicas: int
+    """replicas.max: what the kubernetes pool holds."""
+    lent_replicas: int
+
+
+def borrowers(site: Site) -> list[Borrower]:
+    """lent_models with what their floors need, in the spec's order."""
+    return [Borrower(m.name, m.gpu_model, m.gpus_per_replica, m.replicas.min, m.replicas.max, m.lent_replicas)
+            for m in site.inference.models if m.lent_replicas > 0]
+
+
+def flex_node_gpus(site: Site) -> dict[str, int]:
+    """Flex node -> its GPUs (its node group's gpus_per_node)."""
+    return {n.name: g.gpus_per_node for g in site.node_groups if g.pool == Pool.FLEX for n in g.nodes}
+
+
+def lent_gpus(nodes: Sequence[FlexNode], gpus: Mapping[str, int]) -> dict[str, int]:
+    """GPU model -> GPUs of the nodes lent (Owner.LENT: labelled for inference), `gpus` giving each node's."""
+    lent: dict[str, int] = {}
+    for node in nodes:
+        if node.owner == Owner.LENT:
+            lent[node.gpu_model] = lent.get(node.gpu_model, 0) + gpus[node.name]
+    return lent
+
+
+def replica_floors(models: Sequence[Borrower], lent: Mapping[str, int], trough: bool) -> dict[str, int]:
+    """Model -> the least replicas its autoscaler keeps (KEDA's minReplicaCount). Out of a trough, with nodes of its
+    GPU lent: replicas.max plus every replica the lent GPUs fit, within lent_replicas (models of one GPU take them in
+    the spec's order), so a node lent for the one replica a queue asked carries all it holds and serves the peak at
+    a lower utilization, instead of idling the rest of its GPUs. Otherwise replicas.min: the autoscaler follows the
+    queue alone, and at a trough the replicas past the pool go, which empties the lent nodes for the reclaim."""
+    left = dict(lent)
+    floors = {}
+    for model in models:
+        fit = 0 if trough else min(model.lent_replicas, left.get(model.gpu_model, 0) // model.gpus_per_replica)
+        left[model.gpu_model] = left.get(model.gpu_model, 0) - fit * model.gpus_per_replica
+        floors[model.name] = model.pool_replicas + fit if fit else model.min_replicas
+    return floors
+
+
 class Action(StrEnum):
     LEND = "lend"
     RECLAIM = "reclaim"
@@ -122,6 +178,7 @@ class Reason(StrEnum):
     PEAK_TOO_SHORT = "peak-too-short"
     TROUGH_TOO_SHORT = "trough-too-short"
     COOLDOWN = "cooldown"
+    MOVE_BUDGET = "move-budget"
     NOTHING_LENDABLE = "nothing-lendable"
     NOTHING_LENT = "nothing-lent"
     STEADY = "steady"
@@ -160,14 +217,17 @@ def decide(signals: Signals, state: State, settings: Lending) -> Decision:
     # it asks no more replicas than the pool holds, that is a trough too, or a lend would outlast its peak by days.
     trough = not peak and (per_replica <= settings.reclaim_waiting_per_replica
                            or signals.replicas <= state.pool_replicas)
+    window_s = settings.flapping_window_h * 3600
     memory = replace(memory, peak_since=_since(memory.peak_since, at) if peak else None,
-                     trough_since=_since(memory.trough_since, at) if trough else None)
+                     trough_since=_since(memory.trough_since, at) if trough else None,
+                     moves=tuple(t for t in memory.moves if at - t < window_s))
 
     def hold(reason: Reason, why: str) -> Decision:
         return Decision(Action.HOLD, (), reason, f"{demand}: {why}", memory)
 
     def move(action: Action, nodes: Sequence[FlexNode], reason: Reason, why: str) -> Decision:
-        moved = memory if reason == Reason.FINISH_LEND else replace(memory, last_move_at=at)
+        moved = memory if reason == Reason.FINISH_LEND else replace(memory, last_move_at=at,
+                                                                    moves=(*memory.moves, at))
         return Decision(action, tuple(n.name for n in nodes), reason, f"{demand}: {why}", moved)
 
     lending = [n for n in state.nodes if n.owner == Owner.LENDING]
@@ -201,6 +261,19 @@ def decide(signals: Signals, state: State, settings: Lending) -> Decision:
                                                  "reclaim needs")
         if cooling:
             return hold(Reason.COOLDOWN, _cooldown(memory, at, settings))
+        # The reclaim, and the lend a later peak calls (a cooldown after it at the earliest), must stay under the
+        # alert: past that budget the node stays lent, ready for the next peak, until old moves leave the window.
+        now_most, then_most = settings.flapping_moves - 2, settings.flapping_moves - 3
+        lend_at = at + settings.cooldown_s
+        at_lend = [t for t in memory.moves if lend_at - t < window_s]
+        if len(memory.moves) > now_most or len(at_lend) > max(0, then_most):
+            free_at = max(_expiry(memory.moves, now_most, window_s),
+                          _expiry(at_lend, max(0, then_most), window_s) - settings.cooldown_s)
+            return hold(Reason.MOVE_BUDGET, f"trough for {lasted:.0f} s, but {len(memory.moves)} moves in the last "
+                                            f"{settings.flapping_window_h} h: this reclaim and a lend "
+                                            f"{settings.cooldown_s} s later would reach {len(at_lend) + 2}, "
+                                            f"LendingFlapping fires at {settings.flapping_moves}; reclaim possible "
+                                            f"in {max(0.0, free_at - at):.0f} s")
         return move(Action.RECLAIM, lent, Reason.TROUGH, f"trough for {lasted:.0f} s (reclaim at "
                                                          f"<= {settings.reclaim_waiting_per_replica:g} each)")
     return hold(Reason.STEADY, "between the thresholds")
@@ -222,6 +295,11 @@ def reclaimable(nodes: Sequence[FlexNode], settings: Lending) -> list[FlexNode]:
     lent = [n for n in nodes if n.owner in (Owner.LENDING, Owner.LENT)]
     lent.sort(key=lambda n: (n.owner != Owner.LENDING, n.name))
     return lent[:settings.max_step_nodes]
+
+
+def _expiry(moves: Sequence[float], most: int, window_s: float) -> float:
+    """When at most `most` of `moves` (oldest first) are left within window_s."""
+    return moves[len(moves) - most - 1] + window_s if len(moves) > most else -math.inf
 
 
 def _since(started: float | None, at: float) -> float:

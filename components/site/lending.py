@@ -36,7 +36,9 @@ class Lending(Spec):
     peak_s: Seconds = defaults.LEND_PEAK_S
     """s a peak must last before the controller lends."""
     trough_s: Seconds = defaults.RECLAIM_TROUGH_S
-    """s a trough must last before the controller reclaims."""
+    """s a trough must last before the controller reclaims; the lent models' replica floor drops as the trough starts,
+    so the lent nodes empty first. A reclaim also waits while it and the next lend would reach flapping_moves within
+    flapping_window_h (components/scheduling/lending_decision.py)."""
     # Compared with time.time() differences by decide(); 0 turns the cooldown off.
     cooldown_s: Annotated[Int, Field(ge=0, le=86_400)] = defaults.LEND_COOLDOWN_S
     """s after a move during which no other move starts."""
@@ -53,7 +55,8 @@ class Lending(Spec):
     """s a lend may wait for jobs it may not requeue to leave a node; past it LendNotCompleted fires."""
     # The alert's PromQL threshold; one move is no flapping.
     flapping_moves: Annotated[Int, Field(ge=2, le=1000)] = defaults.FLAPPING_MOVES
-    """Moves within flapping_window_h that raise LendingFlapping."""
+    """Moves within flapping_window_h that raise LendingFlapping; the controller holds a reclaim that, with the next
+    lend, would reach it."""
     # The alert's PromQL range `[<h>h]`: a day at most.
     flapping_window_h: Annotated[Int, Field(ge=1, le=24)] = defaults.FLAPPING_WINDOW_H
     """hours over which LendingFlapping counts moves."""
@@ -76,7 +79,8 @@ class Lending(Spec):
     site's mirror of it where the controller has no internet."""
     kubeconfig: AbsolutePath = "/etc/gpucluster/flex-controller.kubeconfig"
     """kubectl's credentials on the Slurm controller: an identity that may label, cordon, drain and uncordon the flex
-    nodes (the platform team provides it; never in the stack file)."""
+    nodes and patch the inference namespace's ScaledObjects (the lent models' replica floor; the platform team
+    provides it; never in the stack file)."""
     state_dir: AbsolutePath = "/var/lib/gpucluster/flex"
     """Where the controller keeps its lock, its last decision, the pause switch and its audit log."""
 

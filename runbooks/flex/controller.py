@@ -29,9 +29,13 @@ from components.scheduling.lending_decision import (
     Reason,
     Signals,
     State,
+    borrowers,
     decide,
+    flex_node_gpus,
     lent_gpu_models,
+    lent_gpus,
     pool_replicas,
+    replica_floors,
 )
 from components.site.site import Site
 from runbooks.flex.lease import Lease, holder_line
@@ -121,17 +125,24 @@ class Controller:
     memory: Memory = Memory()
     lend_started: dict[str, float] = field(default_factory=dict)
     """node -> when the lend that is moving it was decided (s since the epoch), for the trigger-to-capacity time."""
+    floors: dict[str, int] = field(default_factory=dict)
+    """model -> the replica floor last set on its autoscaler (kept in the last decision's record); with no record,
+    the chart's minReplicaCount, replicas.min."""
 
     def __post_init__(self) -> None:
         self.moves = Lease(self.store.directory / MOVES_LOCK)
         try:
             last = self.store.last() or {}
-            self.memory = Memory(**last.get("memory", {}))
+            memory = last.get("memory", {})
+            self.memory = Memory(**{**memory, "moves": tuple(float(t) for t in memory.get("moves", ()))})
             self.lend_started = {str(node): float(at) for node, at in last.get("lend_started", {}).items()}
+            self.floors = {b.name: b.min_replicas for b in borrowers(self.site)} | {
+                str(model): int(replicas) for model, replicas in last.get("floors", {}).items()}
         except (ValueError, TypeError, AttributeError) as error:
             # Starting with no memory only restarts the hysteresis clocks: the safe side.
             self.say(f"starting afresh: {error}")
             self.memory, self.lend_started = Memory(), {}
+            self.floors = {b.name: b.min_replicas for b in borrowers(self.site)}
 
     def step(self) -> Decision:
         signals = self.demand()
@@ -148,6 +159,7 @@ class Controller:
             try:
                 self._finish_requeues(nodes)
                 outcomes = self._act(decision, signals.at)
+                self._set_floors(nodes, decision)
             finally:
                 self.moves.release()
         # Paused or held, nothing moved: the cooldown runs from the last real move. A dry run keeps the cadence it
@@ -165,7 +177,8 @@ class Controller:
         line = json.dumps(record)
         self.store.audit(line)
         self.say(line)
-        self.store.write_last({**record, "memory": asdict(self.memory), "lend_started": self.lend_started})
+        self.store.write_last({**record, "memory": asdict(self.memory), "lend_started": self.lend_started,
+                               "floors": self.floors})
         self._count(decision, mode, self._pool() if outcomes else nodes, paused is not None)
         return decision
 
@@ -211,6 +224,24 @@ class Controller:
                 if started is not None and decision.action == Action.LEND:
                     self.metrics.observe_lend(time.time() - started)
         return outcomes
+
+    def _set_floors(self, nodes: tuple[FlexNode, ...] | None, decision: Decision) -> None:
+        """Each lent model's replica floor for the nodes lent when the step began (a lend finished now counts at the
+        next step) and the trough the decision saw; only those that changed are set, a failed one again next step."""
+        if nodes is None:
+            return
+        floors = replica_floors(borrowers(self.site), lent_gpus(nodes, flex_node_gpus(self.site)),
+                                decision.memory.trough_since is not None)
+        for model, replicas in floors.items():
+            if self.floors.get(model) == replicas:
+                continue
+            try:
+                self.flex.set_replica_floor(model, replicas)
+            except CommandError as error:
+                self.say(f"replica floor of {model} not set: {error}")
+                self.metrics.errors += 1
+                continue
+            self.floors[model] = replicas
 
     def _count(self, decision: Decision, mode: str, nodes: tuple[FlexNode, ...] | None, paused: bool) -> None:
         with self.metrics.lock:

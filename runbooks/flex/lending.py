@@ -28,18 +28,26 @@ that node's outcome not done, lent or not, so the lend is run again in time.
 Every field read from Slurm is untrusted (any user names jobs, and Slurm prints the bytes as given):
 runbooks/flex/slurm_read.py decodes and checks each, and a job whose fields fail is left alone like protected work.
 
+While nodes are lent, the controller also sets each lent model's replica floor (`set_replica_floor`: KEDA's
+minReplicaCount on the ScaledObject vllm-stack names `<release>-<model>-scaledobject`), so a lent node carries every
+replica it fits (components/scheduling/lending_decision.py, replica_floors); a later `pulumi up` puts the chart's
+value back, and the next step sets it again.
+
 Taking a node back undoes this in the order that never gives one GPU to both schedulers: the label goes, the
 node's pods are evicted (`kubectl drain`, which honours PodDisruptionBudgets), the node is uncordoned, and only
 then does Slurm resume it. Both directions read the live state first, so running them again finishes what a
 timeout or a crash left half done.
 """
 
+import json
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from components.inference.values import ENGINE_RELEASE
+from components.inference.values import NAMESPACE as INFERENCE_NAMESPACE
 from components.scheduling.lending_decision import FlexNode, Job, Owner
 from components.scheduling.preemption import inference_preempts
 from components.site.site import Pool, Site
@@ -400,6 +408,13 @@ class Flex:
             usable = reason in ("", LEND_REASON) and not unhealthy(fields.get("State", ""))
             nodes.append(FlexNode(node, owner, usable, jobs, gpu_model=gpus[node]))
         return tuple(nodes)
+
+    def set_replica_floor(self, model: str, replicas: int) -> None:
+        """The least replicas the model's autoscaler keeps: its ScaledObject's minReplicaCount (the chart's
+        templates/scaledobject-vllm.yaml names it after the release and the model)."""
+        self.kubectl(["kubectl", "patch", "scaledobject", f"{ENGINE_RELEASE}-{model}-scaledobject",
+                      "--namespace", INFERENCE_NAMESPACE, "--type", "merge",
+                      "--patch", json.dumps({"spec": {"minReplicaCount": replicas}})])
 
     def _lent(self) -> set[str]:
         out = self.kubectl(["kubectl", "get", "nodes", "--selector", f"{LENT_LABEL}=true", "--output", "name"])

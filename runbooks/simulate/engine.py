@@ -29,6 +29,7 @@ import simpy
 
 from components.scheduling.lending_decision import (
     Action,
+    Borrower,
     FlexNode,
     Job,
     Memory,
@@ -38,6 +39,7 @@ from components.scheduling.lending_decision import (
     State,
     decide,
     lendable,
+    replica_floors,
 )
 from components.site.lending import Lending
 from components.site.site import Pool
@@ -98,7 +100,11 @@ class Node:
 class Served:
     demand: InferenceDemand
     replicas: int = 0
-    """Replicas the autoscaler asks for now."""
+    """Replicas the autoscaler asks for now: by_load, or floor where that is more."""
+    by_load: int = 0
+    """Replicas the load makes the autoscaler ask for, within its bounds."""
+    floor: int = 0
+    """The autoscaler's floor the lending controller sets (lending_decision.replica_floors)."""
     needed: int = 0
     """Replicas the load needs now, past the autoscaler's bound too: served in full means this many serve."""
     load: float = 0.0
@@ -187,6 +193,9 @@ class Simulation:
         self.borrowers = [s for s in self.served if s.demand.lent_replicas > 0]
         """The models that may add replicas on lent nodes: decide() reads their demand alone, as the live controller
         does (components/inference/demand.py)."""
+        self.floored = [Borrower(d.model, d.gpu_model, d.gpus_per_replica, d.min_replicas, d.max_replicas,
+                                 d.lent_replicas) for d in (s.demand for s in self.borrowers)]
+        """The same, as lending_decision.borrowers reads them from the spec, for the floors the controller sets."""
         self.wanted_gpus = frozenset(s.demand.gpu_model for s in self.borrowers)
         self.pool_replicas = sum(s.demand.max_replicas for s in self.borrowers)
         """As lending_decision.pool_replicas reads the spec."""
@@ -308,8 +317,8 @@ class Simulation:
         for step in range(math.ceil(self.workload.window_s / step_s)):
             self._advance()
             for s in self.served:
-                s.replicas, s.needed = s.demand.asked(step, self.stack), s.demand.needed(step)
-                s.load = s.demand.load[step]
+                s.by_load, s.needed = s.demand.asked(step, self.stack), s.demand.needed(step)
+                s.replicas, s.load = max(s.by_load, s.floor), s.demand.load[step]
             self._serve()
             self._schedule()
             self._record()
@@ -365,6 +374,14 @@ class Simulation:
                 if decision.reason != Reason.FINISH_LEND:
                     self.moves.append(self.env.now)
                 self._move(decision.action, decision.nodes)
+            # The floors the live controller sets on the autoscalers after each decision.
+            floors = replica_floors(self.floored, self.lent, decision.memory.trough_since is not None)
+            refloored = False
+            for s in self.borrowers:
+                floor = floors[s.demand.model]
+                if s.floor != floor:
+                    s.floor, s.replicas, refloored = floor, max(s.by_load, floor), True
+            if decision.action != Action.HOLD or refloored:
                 self._serve()
                 self._schedule()
                 self._record()

@@ -15,10 +15,11 @@ from runbooks.simulate.results import figures
 from runbooks.simulate.site_model import SiteModel, StaticSlices
 from runbooks.simulate.workload import Workload
 
-DELAYS = ((30, 300), (60, 300), (120, 300), (300, 300), (60, 600), (60, 1800), (300, 1800))
-"""(peak_s, trough_s) tried: a lend at the first tick of a peak up to the default 300 s, a reclaim after 300 s (the
-Kubernetes HPA's default scale-down stabilization window, over which the autoscaler keeps the replicas it asked
-for: a shorter trough is not seen by the live controller), 600 s, or the default 1800 s."""
+DELAYS = ((30, 30), (60, 30), (120, 30), (300, 30), (30, 300), (60, 300), (30, 1800), (60, 1800))
+"""(peak_s, trough_s) tried: a lend at the first tick of a peak (interval_s 30) up to the default 300 s; a reclaim at
+the first tick after the lent nodes' replicas go (the floor drops at a trough: lending_decision.replica_floors),
+after 300 s (the Kubernetes HPA's default scale-down stabilization window) or after the default 1800 s. The move
+budget under LendingFlapping holds a reclaim past trough_s where moves came close together."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from components.scheduling.lending_decision import (
     Action,
+    Borrower,
     Decision,
     FlexNode,
     Job,
@@ -23,6 +24,7 @@ from components.scheduling.lending_decision import (
     lent_gpu_models,
     lent_models,
     pool_replicas,
+    replica_floors,
 )
 from components.site.lending import Lending
 from tests.builders import parse, problems, prod_values, with_changes
@@ -72,13 +74,13 @@ def running(name: str, *jobs: tuple[str, bool, float]) -> FlexNode:
 POOL = (idle("flex-1"), idle("flex-2"), idle("flex-3"))
 
 
-def after_peak(nodes: tuple[FlexNode, ...] = POOL, s: Lending = SETTINGS, **memory: float | None) -> Decision:
+def after_peak(nodes: tuple[FlexNode, ...] = POOL, s: Lending = SETTINGS, **memory: Any) -> Decision:
     """The decision once a peak has lasted exactly peak_s."""
     state = flex_pool(nodes, Memory(peak_since=T0, **memory))
     return decide(signals(T0 + s.peak_s, **PEAK), state, s)
 
 
-def after_trough(nodes: tuple[FlexNode, ...], s: Lending = SETTINGS, **memory: float | None) -> Decision:
+def after_trough(nodes: tuple[FlexNode, ...], s: Lending = SETTINGS, **memory: Any) -> Decision:
     state = flex_pool(nodes, Memory(trough_since=T0, **memory))
     return decide(signals(T0 + s.trough_s, **TROUGH), state, s)
 
@@ -114,7 +116,7 @@ def test_should_wait_for_a_peak_to_last_before_lending() -> None:
                              "300 s a lend needs")
     lend = decide(signals(T0 + 300, **PEAK), flex_pool(POOL, almost.memory), SETTINGS)
     assert (lend.action, lend.nodes, lend.reason) == (Action.LEND, ("flex-1",), Reason.PEAK)
-    assert lend.memory == Memory(peak_since=T0, last_move_at=T0 + 300)
+    assert lend.memory == Memory(peak_since=T0, last_move_at=T0 + 300, moves=(T0 + 300,))
 
 
 def test_should_start_the_peak_clock_again_after_a_dip() -> None:
@@ -310,6 +312,73 @@ def test_should_hold_the_floor_and_space_moves_whatever_the_demand(
             owners[name] = Owner.LENT if decision.action == Action.LEND else Owner.SLURM
         assert sum(o == Owner.SLURM for o in owners.values()) >= min(floor, 4)
     assert all(b - a >= lending.cooldown_s for a, b in zip(moves, moves[1:], strict=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([PEAK, TROUGH, STEADY]), min_size=1, max_size=400), st.integers(3, 6),
+       st.sampled_from([0, 60, 600]))
+def test_should_never_reach_the_flapping_alert_with_one_lendable_node_whatever_the_demand(
+        curve: list[dict[str, float | None]], flapping: int, cooldown: int) -> None:
+    """Lend and reclaim after 30 s, every 30 s: only the reclaim's budget keeps the moves of any flapping window under
+    LendingFlapping's threshold."""
+    lending = tuned(peak_s=30, trough_s=30, cooldown_s=cooldown, flapping_moves=flapping, flapping_window_h=1)
+    owners = {"flex-1": Owner.SLURM, "flex-2": Owner.SLURM}
+    memory, moves = Memory(), []
+    for i, demand in enumerate(curve):
+        at = T0 + i * 30
+        nodes = tuple(FlexNode(n, o, gpu_model=GPU) for n, o in owners.items())
+        decision = decide(signals(at, **demand), flex_pool(nodes, memory), lending)
+        memory = decision.memory
+        if decision.action != Action.HOLD:
+            moves.append(at)
+        for name in decision.nodes:
+            owners[name] = Owner.LENT if decision.action == Action.LEND else Owner.SLURM
+    assert all(sum(0 <= at - t < 3600 for t in moves) < flapping for at in moves)
+
+
+def test_should_hold_a_reclaim_that_leaves_no_room_for_the_next_lend_under_the_alert() -> None:
+    """LendingFlapping fires at 4 moves in 1 h: lent, reclaimed and lent again within the hour, the node stays lent
+    until the first two moves have left the window (less the cooldown a later lend waits anyway)."""
+    lending = tuned(trough_s=60, flapping_moves=4, flapping_window_h=1)
+    nodes = (idle("flex-1", Owner.LENT), idle("flex-2"))
+    moves = (T0 - 2400, T0 - 1800, T0 - 900)
+    held = decide(signals(T0 + 60, **TROUGH), flex_pool(nodes, Memory(trough_since=T0, last_move_at=T0 - 900,
+                                                                       moves=moves)), lending)
+    assert (held.action, held.reason) == (Action.HOLD, Reason.MOVE_BUDGET)
+    assert held.detail == ("2 waiting over 4 replicas (0.5 each), 0 inference pods pending: trough for 60 s, but 3 "
+                           "moves in the last 1 h: this reclaim and a lend 600 s later would reach 5, LendingFlapping "
+                           "fires at 4; reclaim possible in 1140 s")
+    # At T0 + 1200 the first move has left the window, and a lend 600 s later finds the second gone too.
+    back = decide(signals(T0 + 1200, **TROUGH), flex_pool(nodes, held.memory), lending)
+    assert (back.action, back.nodes) == (Action.RECLAIM, ("flex-1",))
+    assert back.memory.moves == (T0 - 1800, T0 - 900, T0 + 1200)
+    assert decide(signals(T0 + 1199, **TROUGH), flex_pool(nodes, held.memory), lending).reason == Reason.MOVE_BUDGET
+
+
+def test_should_reclaim_at_once_after_a_lone_lend() -> None:
+    lending = tuned(trough_s=30, flapping_moves=4)
+    nodes = (idle("flex-1", Owner.LENT), idle("flex-2"))
+    memory = Memory(trough_since=T0, last_move_at=T0 - 600, moves=(T0 - 600,))
+    assert decide(signals(T0 + 30, **TROUGH), flex_pool(nodes, memory), lending).action == Action.RECLAIM
+
+
+QWEN = Borrower("qwen", GPU, gpus_per_replica=4, min_replicas=1, pool_replicas=4, lent_replicas=2)
+
+
+@pytest.mark.parametrize(("models", "lent", "trough", "expected"), [
+    pytest.param([QWEN], {GPU: 8}, False, {"qwen": 6}, id="should fill a lent node with the replicas it fits"),
+    pytest.param([QWEN], {GPU: 16}, False, {"qwen": 6}, id="should stop at lent_replicas"),
+    pytest.param([QWEN], {GPU: 8}, True, {"qwen": 1}, id="should lift the floor at a trough"),
+    pytest.param([QWEN], {}, False, {"qwen": 1}, id="should keep replicas.min with nothing lent"),
+    pytest.param([QWEN], {"RTX-4090": 8}, False, {"qwen": 1}, id="should not fill nodes of another GPU"),
+    pytest.param([Borrower("wide", GPU, 3, 1, 2, 4)], {GPU: 8}, False, {"wide": 4},
+                 id="should fit whole replicas only"),
+    pytest.param([QWEN, Borrower("small", GPU, 1, 2, 8, 8)], {GPU: 16}, False, {"qwen": 6, "small": 16},
+                 id="should share lent GPUs in the spec's order"),
+])
+def test_should_set_replica_floors_that_fill_the_lent_gpus(models: list[Borrower], lent: dict[str, int],
+                                                           trough: bool, expected: dict[str, int]) -> None:
+    assert replica_floors(models, lent, trough) == expected
 
 
 def test_should_move_no_more_than_the_hysteresis_allows_on_a_fast_oscillation() -> None:

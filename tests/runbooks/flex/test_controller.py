@@ -39,6 +39,8 @@ class PoolDouble:
     requeue_checks: list[tuple[str, ...]] = field(default_factory=list)
     broken: bool = False
     requeue_broken: bool = False
+    floors: list[tuple[str, int]] = field(default_factory=list)
+    floor_broken: bool = False
 
     def pool(self) -> tuple[FlexNode, ...]:
         if self.broken:
@@ -56,6 +58,11 @@ class PoolDouble:
         if self.requeue_broken:
             raise CommandError("squeue --noheader --nodelist=gpu-a800-09 exited 1: Unable to contact slurm controller")
         return []
+
+    def set_replica_floor(self, model: str, replicas: int) -> None:
+        if self.floor_broken:
+            raise CommandError("kubectl patch scaledobject vllm-qwen2-5-72b-scaledobject exited 1: Unauthorized")
+        self.floors.append((model, replicas))
 
     def reclaim(self, nodes: tuple[str, ...], wait_s: float) -> list[NodeOutcome]:
         self.calls.append(("reclaim", tuple(nodes)))
@@ -106,6 +113,43 @@ def test_should_lend_after_the_peak_and_audit_every_decision_with_its_reason(tmp
     assert 'gpucluster_flex_decisions_total{action="hold",reason="peak-too-short"} 6' in rendered
     assert 'gpucluster_flex_nodes{owner="lent"} 1' in rendered
     assert "gpucluster_flex_lend_seconds_count 1" in rendered
+
+
+def test_should_fill_a_lent_node_with_replicas_and_lift_the_floor_at_a_trough(tmp_path: Path) -> None:
+    # prod's qwen2-5-72b: replicas.max 4, 4 GPUs a replica, lent_replicas 2; a lent flex node has 8 GPUs.
+    pool, curve = PoolDouble(), Curve()
+    c = controller(tmp_path, pool, curve)
+    run_peak(c, curve, 60)
+    assert pool.floors == []  # nothing lent: the chart's replicas.min stands
+    curve.at += 10
+    c.step()  # the lend seen done: the node carries the 2 replicas it fits, not the 1 the queue asked
+    assert pool.floors == [("qwen2-5-72b", 6)]
+    # A restart keeps what it set: a floor left raised is lowered at the trough.
+    c = controller(tmp_path, pool, curve)
+    curve.demand, curve.at = dict(TROUGH), curve.at + 10
+    c.step()  # a trough: the floor goes, so do the replicas past the pool, and the node can be reclaimed empty
+    c.step()
+    assert pool.floors == [("qwen2-5-72b", 6), ("qwen2-5-72b", 1)]
+
+
+def test_should_set_a_floor_it_failed_to_set_at_the_next_step_and_none_while_paused(tmp_path: Path) -> None:
+    pool = PoolDouble(owners={"gpu-a800-09": Owner.LENT, "gpu-a800-10": Owner.SLURM}, floor_broken=True)
+    curve = Curve(demand=dict(PEAK))
+    said: list[str] = []
+    c = Controller(SITE, pool, curve, Store(tmp_path), say=said.append)  # type: ignore[arg-type]
+    c.step()
+    assert said[0] == ("replica floor of qwen2-5-72b not set: kubectl patch scaledobject "
+                       "vllm-qwen2-5-72b-scaledobject exited 1: Unauthorized")
+    assert "gpucluster_flex_errors_total 1" in c.metrics.render()
+    pool.floor_broken = False
+    c.store.pause("alice", "drill in progress")
+    curve.at += 10
+    c.step()
+    assert pool.floors == []
+    c.store.resume()
+    curve.at += 10
+    c.step()
+    assert pool.floors == [("qwen2-5-72b", 6)]
 
 
 def test_should_keep_the_peak_clock_and_cooldown_across_a_restart(tmp_path: Path) -> None:

@@ -68,3 +68,12 @@ def test_should_refuse_a_squeue_that_gives_no_job_records(out: str) -> None:
     with pytest.raises(CommandError, match=r"^squeue --json gave no job list \(.+\): the lend reads the fields of "
                                            r"Slurm 22\.05 \(openapi v0\.0\.38\)$"):
         flex.job_records()
+
+
+def test_should_set_a_replica_floor_on_the_scaledobject_the_chart_names_after_the_model() -> None:
+    kubectl = FakeKubectl()
+    Flex(parse(prod_values()), lambda args, timeout_s=30: "", kubectl, progress=lambda line: None).set_replica_floor(
+        "qwen2-5-72b", 6)
+    # vllm-stack's templates/scaledobject-vllm.yaml: "{{ .Release.Name }}-{{$modelSpec.name}}-scaledobject".
+    assert kubectl.calls == [["kubectl", "patch", "scaledobject", "vllm-qwen2-5-72b-scaledobject", "--namespace",
+                              "inference", "--type", "merge", "--patch", '{"spec": {"minReplicaCount": 6}}']]

@@ -87,21 +87,22 @@ FLEX_SITE = [SlurmNode("s1", Pool.SLURM, "A800", 8), SlurmNode("f1", Pool.FLEX, 
 def test_lending_serves_the_peak_with_the_flex_node_and_gives_it_back() -> None:
     """At 1200 s the model asks 3 replicas and gets 2 (a pod pending); the peak has lasted peak_s at 1260 s, decide()
     lends f1, requeueing its preemptible job (1260 s run, last checkpoint at 1200 s: 60 s x 8 GPUs lost), and the
-    third replica runs there (0.8 busy each: 4 waiting, between the thresholds). The trough starts at 3000 s (0.4 of
-    1 replica: 0.67 waiting) and has lasted trough_s at 3600 s: f1 goes back and the requeued job starts again on
-    it."""
+    controller raises the model's floor to the 2 replicas past the pool f1 fits (replica_floors), so f1 carries two
+    replicas, not the one the queue asked (0.6 busy each: 1.5 waiting, between the thresholds). The trough starts at
+    3000 s (0.4 of 1 replica: 0.67 waiting), the floor drops and f1 empties; it has lasted trough_s at 3600 s: f1 goes
+    back and the requeued job starts again on it."""
     outcome = simulate(small_site(FLEX_SITE, 8), LEND_WORKLOAD, Policy.STACK, LENDING, 600, StaticSlices({}, {}, {}))
     result = figures(outcome)
     assert outcome.covered_s == {"m": 4140, "all": 4140}  # uncovered 1200-1260 s
     assert result.lent_peak_gpus == 8
-    # f1 lent from 1260 s to 3600 s, its third replica on 4 of its 8 GPUs until the load falls at 3000 s.
+    # f1 lent from 1260 s to 3600 s, its two replicas on all 8 of its GPUs until the load falls at 3000 s.
     assert result.lent_gpu_h == pytest.approx(8 * 2340 / HOUR)
-    assert result.lent_serving_pct == pytest.approx(100 * 4 * 1740 / (8 * 2340))
+    assert result.lent_serving_pct == pytest.approx(100 * 8 * 1740 / (8 * 2340))
     assert result.lost_gpu_h == pytest.approx(480 / HOUR)
     requeued = next(r for r in outcome.runs if r.job.id == 1)
     assert requeued.started == 3600 and requeued.lost_gpu_s == 480
     assert outcome.allocated_gpu_s == {"slurm": 8 * 4200,
-                                       "flex": 8 * 1260 + 4 * (3000 - 1260) + 8 * (4200 - 3600),
+                                       "flex": 8 * 1260 + 8 * (3000 - 1260) + 8 * (4200 - 3600),
                                        "kubernetes": 4 * 1200 + 8 * 1800 + 4 * 1200}
     conserved(outcome)
 
