@@ -2,6 +2,7 @@
 stack: the autoscaler's bound reaches past replicas.max, and the model servers' pod spec fits a flex node exactly
 when a lend has put its label there, with the labels and taints the stack gives every node."""
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,14 @@ import yaml
 
 from components.facility.admission import Verdict, node_labels, node_taints
 from components.facility.power import node_loads
+from components.scheduling.lending_decision import borrowers
 from components.site.site import Pool, Site
 from components.site.wellknown import FLEX_LENT_LABEL
+from runbooks.flex.lending import Flex
 from runbooks.offline.engine import run_program
 from runbooks.plan.helm import RELEASE_TYPE, find_helm, template
 from tests.builders import REPO, parse, prod_values
+from tests.harness.kubectl import FakeKubectl
 
 MIRROR = REPO.parent / "shared" / "charts"
 HELM = find_helm()
@@ -102,3 +106,19 @@ def test_should_place_a_peak_replica_on_a_lent_flex_node_of_its_gpu_and_no_unlen
         # Before the lend, the same pod fits no flex node at all.
         assert not {n for n, (labels, taints) in nodes(site, set()).items()
                     if fits(pod, labels, taints) and labels["gpucluster.io/pool"] == Pool.FLEX.value}
+
+
+def test_should_find_the_scaledobject_the_lending_controller_floors_among_those_rendered(
+        engines: list[dict[str, Any]], site: Site) -> None:
+    """The lending controller's replica floor (runbooks/flex/lending.py set_replica_floor) patches minReplicaCount on
+    the ScaledObject it names: each lent model's is one the chart renders, in that namespace, with that field."""
+    kubectl = FakeKubectl()
+    flex = Flex(site, lambda args, timeout_s=30: "", kubectl, progress=lambda line: None)
+    for model in borrowers(site):
+        flex.set_replica_floor(model.name, model.pool_replicas + model.lent_replicas)
+    assert kubectl.calls
+    for call in kubectl.calls:
+        name, namespace = call[3], call[call.index("--namespace") + 1]
+        field = next(iter(json.loads(call[call.index("--patch") + 1])["spec"]))
+        (scaler,) = [o for o in engines if o["kind"] == "ScaledObject" and o["metadata"]["name"] == name]
+        assert scaler["metadata"]["namespace"] == namespace and field in scaler["spec"]
