@@ -19,7 +19,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,37 +151,43 @@ def render_releases(graph: ResourceGraph, mirror: Path | None, kube_version: str
                     source: ChartSource = PINNED_ONLY) -> list[RenderedRelease]:
     """Each registered Helm release rendered as `helm template` renders it, CRDs included.
 
-    The charts render concurrently, each Helm a process of its own, and each output is parsed in a worker process as
-    soon as Helm is done (one after another, the 13 Helm runs of prod took 1.6-2.5 s of wall time here, and parsing
-    their 9 MB took 1.9 s of CPU more). The first release that fails, in the graph's order, is the error."""
+    The charts render concurrently, each Helm a process of its own, as many at once as there are cores; each output
+    goes to a YAML worker process as soon as Helm is done, and its thread takes the next chart without waiting for the
+    parse (one after another, the 13 Helm runs of prod took 1.6-2.5 s of wall time here, and parsing their 9 MB took
+    1.9 s of CPU more). The first release that fails, in the graph's order, is the error."""
     resources = graph.of_type(RELEASE_TYPE)
-    workers = _yaml_workers()
+    workers = yaml_workers()
 
-    def render(resource: Resource, scratch: Path) -> tuple[Path, list[dict[str, Any]]]:
+    def render(resource: Resource, scratch: Path) -> tuple[Path, Future[list[dict[str, Any]]]]:
         archive, printed = template(resource, mirror, kube_version, helm, scratch, source)
-        return archive, workers.submit(parse, printed).result()
+        return archive, workers.submit(parse, printed)
 
     rendered = []
     with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         done = [pool.submit(render, resource, Path(scratch)) for resource in resources]
         for resource, release in zip(resources, done, strict=True):
             try:
-                archive, objects = release.result()
+                archive, parsed = release.result()
             except HelmError:
                 pool.shutdown(cancel_futures=True)
                 raise
             inputs = resource.inputs
             rendered.append(RenderedRelease(inputs.get("name") or resource.name, archive.name.removesuffix(".tgz"),
-                                            inputs["version"], inputs.get("namespace", "default"), objects))
+                                            inputs["version"], inputs.get("namespace", "default"), parsed.result()))
     _place_in_release_namespaces(rendered)
     return rendered
 
 
 @functools.cache
-def _yaml_workers() -> ProcessPoolExecutor:
-    """Processes that parse and write the charts' YAML beside this one, started once per run (0.1 s each): libyaml
-    holds the GIL, so threads of this process would only take turns."""
-    return ProcessPoolExecutor(os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn"))
+def yaml_workers() -> ProcessPoolExecutor:
+    """Processes that parse and write the charts' YAML beside this one, one per core, started once per run (0.1 s of
+    CPU each): libyaml holds the GIL, so threads of this process would only take turns. All start at the first call,
+    not with the first chart's output."""
+    cores = os.cpu_count() or 1
+    workers = ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn"))
+    for _ in range(cores):  # the pool starts a process for each task it cannot hand to an idle one
+        workers.submit(int)
+    return workers
 
 
 def template(release: Resource, mirror: Path | None, kube_version: str, helm: str, scratch: Path,
@@ -362,7 +368,7 @@ def _strict(schema: Any) -> Any:
 def streams(releases: list[RenderedRelease]) -> Iterator[str]:
     """Each release's objects as one YAML stream, as helm/<release>.yaml holds it: the objects as they are now, written
     by the YAML workers while the caller goes on (1.1 s of CPU for prod's 9 MB), read as the iterator is."""
-    return _yaml_workers().map(dump_pickled, [pickle.dumps(r.objects) for r in releases])
+    return yaml_workers().map(dump_pickled, [pickle.dumps(r.objects) for r in releases])
 
 
 def write(releases: list[RenderedRelease], streams: Iterable[str], folder: PlanFolder) -> list[Path]:
