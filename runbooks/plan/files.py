@@ -6,8 +6,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from components.gpu_operator.dcgm_counters import render_counters_csv
 from components.monitoring.alertmanager import render_alertmanager_config
 from components.monitoring.alerts import render_rule_groups
@@ -23,13 +21,15 @@ from components.slurm.conf import (
 from components.slurm.containers import PYXIS_CONF, containers_step, node_container_files, render_pyxis_conf
 from runbooks.offline.engine import STACK_TYPE, ResourceGraph, Secret
 from runbooks.plan.out_dir import PlanFolder
+from runbooks.plan.yaml_stream import dump_all
 
 
 def artifacts(site: Site) -> dict[str, str]:
     """Generated configuration, as its consumer reads it (promtool, amtool, Grafana, ...), by path."""
     files = {
-        "prometheus/rules.yaml": yaml.safe_dump(render_rule_groups(site), sort_keys=False),
-        "alertmanager/alertmanager.yml": yaml.safe_dump(render_alertmanager_config(site), sort_keys=False),
+        # libyaml, with PyYAML's bytes (runbooks/plan/yaml_stream.py): prod's YAML files in 0.05 s of CPU, not 0.12.
+        "prometheus/rules.yaml": dump_all([render_rule_groups(site)]),
+        "alertmanager/alertmanager.yml": dump_all([render_alertmanager_config(site)]),
         "dcgm-exporter/dcgm-metrics.csv": render_counters_csv(),
     }
     for uid, board in render_dashboards(site).items():
@@ -59,7 +59,7 @@ def write_plan(site: Site, graph: ResourceGraph, folder: PlanFolder) -> list[Pat
             continue
         if is_kubernetes_object(resource.type):
             relative = f"kubernetes/{_slug(resource.type.split(':')[-1])}--{_slug(resource.name)}.yaml"
-            body = yaml.safe_dump(_redacted(manifest(resource.type, resource.inputs)), sort_keys=False)
+            body = dump_all([_redacted(manifest(resource.type, resource.inputs))])
         else:
             relative = f"resources/{_slug(resource.type)}--{_slug(resource.name)}.json"
             record = {
