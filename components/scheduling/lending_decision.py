@@ -271,7 +271,8 @@ def decide(signals: Signals, state: State, settings: Lending) -> Decision:
                           _expiry(at_lend, max(0, then_most), window_s) - settings.cooldown_s)
             return hold(Reason.MOVE_BUDGET, f"trough for {lasted:.0f} s, but {len(memory.moves)} moves in the last "
                                             f"{settings.flapping_window_h} h: this reclaim and a lend "
-                                            f"{settings.cooldown_s} s later would reach {len(at_lend) + 2}, "
+                                            f"{settings.cooldown_s} s later would reach "
+                                            f"{max(len(memory.moves) + 1, len(at_lend) + 2)}, "
                                             f"LendingFlapping fires at {settings.flapping_moves}; reclaim possible "
                                             f"in {max(0.0, free_at - at):.0f} s")
         return move(Action.RECLAIM, lent, Reason.TROUGH, f"trough for {lasted:.0f} s (reclaim at "

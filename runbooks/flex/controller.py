@@ -162,10 +162,12 @@ class Controller:
                 self._set_floors(nodes, decision)
             finally:
                 self.moves.release()
-        # Paused or held, nothing moved: the cooldown runs from the last real move. A dry run keeps the cadence it
-        # would have.
+        # Paused or held, nothing moved: the cooldown and the move budget run from the real moves. A dry run keeps the
+        # cadence it would have.
+        moved = decision.action != Action.HOLD and decision.reason != Reason.FINISH_LEND
         self.memory = decision.memory if mode in ("live", "dry-run") else replace(
-            decision.memory, last_move_at=self.memory.last_move_at)
+            decision.memory, last_move_at=self.memory.last_move_at,
+            moves=decision.memory.moves[:-1] if moved else decision.memory.moves)
         record: dict[str, Any] = {
             "at": datetime.fromtimestamp(signals.at, UTC).isoformat(timespec="seconds"), "mode": mode,
             "action": decision.action.value, "nodes": list(decision.nodes), "reason": decision.reason.value,

@@ -171,7 +171,7 @@ def test_should_move_nothing_while_paused_and_move_once_resumed(tmp_path: Path) 
     assert pool.calls == []
     last = json.loads((tmp_path / LAST).read_text())
     assert (last["mode"], last["action"], last["paused"]["by"]) == ("paused", "lend", "alice")
-    assert last["memory"]["last_move_at"] is None
+    assert last["memory"]["last_move_at"] is None and last["memory"]["moves"] == []
     assert "gpucluster_flex_paused 1" in c.metrics.render()
     assert c.store.resume()
     curve.at += 10
