@@ -39,7 +39,7 @@ from components.monitoring import health_metrics
 from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
 from components.site.derived import once_per_site
 from components.site.lending import Lending
-from components.site.site import Pool, Site
+from components.site.site import KUBERNETES_POOLS, SLURM_POOLS, Pool, Site
 from components.site.wellknown import FLEX_LENT_LABEL, MONITORING_NAMESPACE
 
 KSM_FLEX_LENT = "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", FLEX_LENT_LABEL)
@@ -125,7 +125,7 @@ def _team_regex(site: Site) -> str:
     return _alternatives([t.name for t in site.teams])
 
 
-def _nodes(site: Site, pools: set[Pool]) -> list[str]:
+def _nodes(site: Site, pools: tuple[Pool, ...]) -> list[str]:
     return [n.name for g in site.node_groups if g.pool in pools for n in g.nodes]
 
 
@@ -215,7 +215,7 @@ def gpu_alerts(site: Site, timing: Timing) -> list[dict[str, Any]]:
         for g in site.node_groups
     )
     # absent() keeps the Hostname matcher as a label, so a silent node inhibits its own GPU alerts.
-    silent = "\nor ".join(f'absent(DCGM_FI_DEV_GPU_TEMP{{Hostname="{n}"}})' for n in _nodes(site, set(Pool)))
+    silent = "\nor ".join(f'absent(DCGM_FI_DEV_GPU_TEMP{{Hostname="{n}"}})' for n in _nodes(site, tuple(Pool)))
     return [
         _alert(site, "GpuUtilizationLow", _with_team(low_util), Severity.TUNING,
                f"{WHERE} averaged {VALUE} % utilization over {window} "
@@ -245,8 +245,8 @@ def gpu_alerts(site: Site, timing: Timing) -> list[dict[str, Any]]:
 
 
 def pool_alerts(site: Site) -> list[dict[str, Any]]:
-    slurm_nodes = _nodes(site, {Pool.SLURM, Pool.FLEX})
-    kube_nodes = _alternatives(_nodes(site, {Pool.KUBERNETES, Pool.FLEX}))
+    slurm_nodes = _nodes(site, SLURM_POOLS)
+    kube_nodes = _alternatives(_nodes(site, KUBERNETES_POOLS))
     # Hostname, as dcgm-exporter names nodes, so a NotReady node inhibits its GPUs' symptoms.
     not_ready = (
         f'label_replace(kube_node_status_condition{{condition="Ready", status="true", node=~"{kube_nodes}"}},'

@@ -10,7 +10,7 @@ from typing import Generic, TypeVar
 from components.site import defaults
 from components.site.acceptance import DrillKind, PeakSource
 from components.site.problems import Problem
-from components.site.site import Pool, Site
+from components.site.site import KUBERNETES_POOLS, SLURM_POOLS, Pool, Site
 from components.site.wellknown import PLATFORM_ACCOUNT
 
 Check = Callable[[Site], list[Problem]]
@@ -196,7 +196,7 @@ def check_slurmd_ports(site: Site) -> list[Problem]:
     seen: dict[tuple[str, int], str] = {}
     problems = []
     for i, group in enumerate(site.node_groups):
-        if group.pool not in (Pool.SLURM, Pool.FLEX):
+        if group.pool not in SLURM_POOLS:
             continue
         for j, node in enumerate(group.nodes):
             port = node.slurmd_port or site.slurm.slurmd_port
@@ -244,9 +244,9 @@ def check_served_models_fit(site: Site) -> list[Problem]:
     problems = []
     for i, model in enumerate(site.inference.models):
         path = f"inference.models[{i}]"
-        groups = [g for g in site.node_groups if g.gpu_model == model.gpu_model and g.pool != Pool.SLURM]
+        groups = [g for g in site.node_groups if g.gpu_model == model.gpu_model and g.pool in KUBERNETES_POOLS]
         if not groups:
-            known = sorted({g.gpu_model for g in site.node_groups if g.pool != Pool.SLURM})
+            known = sorted({g.gpu_model for g in site.node_groups if g.pool in KUBERNETES_POOLS})
             problems.append(dangling(f"{path}.gpu_model", "GPU model in the kubernetes or flex pool", model.gpu_model,
                                      known))
             continue

@@ -48,6 +48,7 @@ class RackRow:
     gpus: int
     it_load_kw: float
     usable_kw: float
+    heat_load_kw: float
     cooling_type: str
     cooling_capacity_kw: float
     feed_capacity_kw: dict[str, float]
@@ -59,8 +60,7 @@ class RackRow:
 
     @property
     def cooling_headroom_kw(self) -> float:
-        # Heat load equals IT load: every watt drawn leaves the rack as heat.
-        return self.cooling_capacity_kw - self.it_load_kw
+        return self.cooling_capacity_kw - self.heat_load_kw
 
 
 @dataclass
@@ -168,6 +168,7 @@ def summarize(result: Plan) -> Summary:
             gpus=int(out["gpu_count"]),
             it_load_kw=out["it_load_kw"],
             usable_kw=out["usable_kw"],
+            heat_load_kw=out["heat_load_kw"],
             cooling_type=out["cooling_type"],
             cooling_capacity_kw=out["cooling_capacity_kw"],
             feed_capacity_kw=out["feed_capacity_kw"],
