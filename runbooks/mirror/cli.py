@@ -6,12 +6,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from components.site.problems import SiteSpecError
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
+from runbooks.failures import Ending, exit_on_failure
 from runbooks.mirror.bundle import BundleError, check_bundle, manifest_digest, write_bundle
-from runbooks.offline.engine import ProgramError, StackConfigError
-from runbooks.options import StackOption, find_project_dir, print_spec_problems
+from runbooks.options import StackOption, find_project_dir
 from runbooks.plan import helm
 from runbooks.plan import plan as planning
 from runbooks.plan.cli import render_charts
@@ -39,19 +38,9 @@ def bundle(
     """Render the stack (as `gpuctl plan --out` does) and write what the site needs from outside: the chart archives,
     the images it pulls, Slurm's host artifacts, the prefetched models' list, and SHA256SUMS."""
     project = project_dir or find_project_dir(Path.cwd())
-    try:
-        with err.status("rendering the stack") as status:
-            site, graph = planning.run(project, stack, progress=lambda step: status.update(step))
-            charts = render_charts(site, graph, chart_mirror, plain_http)
-    except (OSError, StackConfigError) as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.INVALID) from None
-    except SiteSpecError as error:
-        print_spec_problems(error, stack)
-        raise typer.Exit(ExitCode.INVALID) from None
-    except ProgramError as error:
-        err.print(f"[red]the program failed:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.FAILED) from None
+    with exit_on_failure({OSError: Ending(ExitCode.INVALID)}, stack), err.status("rendering the stack") as status:
+        site, graph = planning.run(project, stack, progress=lambda step: status.update(step))
+        charts = render_charts(site, graph, chart_mirror, plain_http)
     if charts.skipped:
         err.print(f"[red]error:[/] the charts were not rendered: {escape(charts.skipped)}")
         raise typer.Exit(ExitCode.INVALID)
@@ -60,12 +49,9 @@ def bundle(
         raise typer.Exit(ExitCode.FAILED)
     helm_binary = helm.find_helm()
     assert helm_binary is not None  # the charts were rendered with it
-    try:
+    with exit_on_failure({BundleError: Ending(ExitCode.INVALID), helm.HelmError: Ending(ExitCode.INVALID)}):
         written = write_bundle(out_dir, site, graph, charts.images, chart_mirror,
                                helm.ChartSource(site.mirror.charts, plain_http), helm_binary, artifacts)
-    except (BundleError, helm.HelmError) as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.INVALID) from None
     out.print(f"wrote {len(written)} files to {out_dir}: {len(charts.releases)} releases' charts, "
               f"{len(charts.images)} images listed, Slurm's host artifacts, the prefetched models' list")
     out.print(f"manifest sha256 {manifest_digest(out_dir)}: check the bundle with `gpuctl mirror check {out_dir}` "

@@ -13,20 +13,28 @@ from rich.markup import escape
 from rich.table import Table
 
 from components.mirror.images import parse
-from components.site.problems import SiteSpecError
 from components.site.site import Site
 from components.supplied import operator_supplied
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
-from runbooks.offline.engine import ProgramError, ResourceGraph, StackConfigError
+from runbooks.failures import Ending, Endings, exit_on_failure
+from runbooks.offline.engine import ResourceGraph
 from runbooks.offline.policy_pack import PolicyConfigError, PolicyPackError
-from runbooks.options import StackOption, find_project_dir, print_spec_problems
+from runbooks.options import StackOption, find_project_dir
 from runbooks.plan import converge, files, helm, report
 from runbooks.plan import plan as planning
 from runbooks.plan.images import ImageUse, images_pulled
 from runbooks.plan.invariants import Invariant, check_invariants
 from runbooks.plan.out_dir import OutDirError, PlanFolder
 from runbooks.plan.producers import Deployed
+
+READING: Endings = {
+    OSError: Ending(ExitCode.INVALID),
+    json.JSONDecodeError: Ending(ExitCode.INVALID),
+    PolicyConfigError: Ending(ExitCode.INVALID),
+    PolicyPackError: Ending(ExitCode.FAILED),
+}
+"""How `gpuctl plan` ends while it reads the stack, renders and judges it (runbooks/failures.py)."""
 
 
 def plan(
@@ -49,7 +57,7 @@ def plan(
 ) -> None:
     """Render the stack offline (no cluster, no Pulumi CLI), judge it with the policy pack, summarize it."""
     project = project_dir or find_project_dir(Path.cwd())
-    try:
+    with exit_on_failure(READING, stack):
         policy_config = json.loads(policy_pack_config.read_text()) if policy_pack_config else None
         with err.status("planning") as status:
             site, graph = planning.run(project, stack, progress=lambda step: status.update(step))
@@ -57,36 +65,19 @@ def plan(
             rendering = _in_background(render_charts, site, graph, chart_mirror, plain_http) \
                 if out_dir is not None else None
             result = planning.judge(site, graph, project, policy_config, progress=lambda step: status.update(step))
-    except (OSError, json.JSONDecodeError, PolicyConfigError, StackConfigError) as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.INVALID) from None
-    except SiteSpecError as error:
-        print_spec_problems(error, stack)
-        raise typer.Exit(ExitCode.INVALID) from None
-    except ProgramError as error:
-        err.print(f"[red]the program failed:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.FAILED) from None
-    except PolicyPackError as error:
-        err.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
-        raise typer.Exit(ExitCode.FAILED) from None
     summary = planning.summarize(result)
     charts: ChartsOutcome | None = None
     if out_dir is not None:
-        try:
-            with PlanFolder.claim(out_dir) as folder:
-                summary.files = files.write_plan(result.site, result.graph, folder)
-                assert rendering is not None  # started with --out
-                with err.status("rendering the Helm releases"):
-                    charts = rendering.result()
-                if not (charts.skipped or charts.error):
-                    summary.files += helm.write(charts.releases, charts.streams, folder)
-                folder.record(summary.files)
-        except OutDirError as error:
-            err.print(f"[red]error:[/] {escape(str(error))}")
-            raise typer.Exit(ExitCode.INVALID) from None
-        except OSError as error:
-            err.print(f"[red]error:[/] cannot write the plan to {escape(str(out_dir))}: {escape(str(error))}")
-            raise typer.Exit(ExitCode.FAILED) from None
+        writing = {OutDirError: Ending(ExitCode.INVALID),
+                   OSError: Ending(ExitCode.FAILED, what=f"cannot write the plan to {out_dir}")}
+        with exit_on_failure(writing), PlanFolder.claim(out_dir) as folder:
+            summary.files = files.write_plan(result.site, result.graph, folder)
+            assert rendering is not None  # started with --out
+            with err.status("rendering the Helm releases"):
+                charts = rendering.result()
+            if not (charts.skipped or charts.error):
+                summary.files += helm.write(charts.releases, charts.streams, folder)
+            folder.record(summary.files)
     report.print_summary(summary, out_dir)
     out.print(f"policy pack: {len(summary.policies)} policies judged {len(result.graph.resources)} resources "
               f"in {result.policy_seconds:.2f} s")

@@ -50,6 +50,7 @@ def test_should_import_no_other_runbook_for_plan() -> None:
                 "runbooks.plan",
                 "runbooks.offline",
                 "runbooks.options",
+                "runbooks.failures",
                 "runbooks.console",
                 "runbooks.exit_codes",
                 "runbooks.children",
