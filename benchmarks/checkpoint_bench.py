@@ -9,9 +9,12 @@ is not dropped (that needs privileges): both read a hot tree that is warm in the
 and the mover's verifying re-read of cold goes to the disk (it drops cold pages first, by design). Scenario "busy"
 runs a CPU hog (one process spinning) through its cp, sync and mover, as a training job's data loader would on a
 GPU node; "quiet" runs none. Both scenarios of a round run one after the other, so a slow disk slows both alike.
-Each line gives the CPU seconds (user + system) of cp and of the mover beside their wall time: what is not CPU is
-waiting on the disk. The checksums the standard library offers are timed first, quiet and with the hog running, on
-the mover's 8 MiB chunks.
+Each line gives the CPU seconds (user + system) of cp and of the mover beside their wall time, and the disk's own
+counters over the same span (/proc/diskstats of the device under the temp dir: the whole device, so other work's I/O
+counts too): how long it had a request in flight, its reads, writes and cache flushes. A mover whose wall time is
+well over both its CPU and the disk's busy time is bound by neither alone but by the round trips between them (a
+file's flush, then its re-read) and its turn on the cores. The checksums the standard library offers are timed
+first, quiet and with the hog running, on the mover's 8 MiB chunks.
 
 Run from the repo root: `.venv/bin/python benchmarks/checkpoint_bench.py [--scale 0.25] [--rounds 5]`.
 Targets, printed and not asserted (issue 40): in each round the mover (checksums, fsync, the verifying re-read and
@@ -21,6 +24,7 @@ least 0.6 with a core busy.
 
 import argparse
 import hashlib
+import os
 import resource
 import shutil
 import statistics
@@ -73,16 +77,50 @@ def timed(command: list[str]) -> tuple[float, float, subprocess.CompletedProcess
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done
 
 
-def line(label: str, seconds: float, cpu_s: float, files: int, data_bytes: int) -> str:
+def line(label: str, seconds: float, cpu_s: float, files: int, data_bytes: int, disk: str) -> str:
     return (f"{label:<44} {seconds:7.2f} s {files / seconds:8,.0f} files/s {data_bytes / seconds / 1e6:7.1f} MB/s, "
-            f"CPU {cpu_s:5.2f} s")
+            f"CPU {cpu_s:5.2f} s; {disk}")
+
+
+class DiskCounters:
+    """The counters of the block device holding `path`, from /proc/diskstats; read() is empty where there is none
+    (an overlay's anonymous device, a system without /proc)."""
+
+    # Fields after major, minor and name (Documentation/admin-guide/iostats.rst): 1 reads completed, 3 sectors read,
+    # 5 writes completed, 7 sectors written, 10 ms spent doing I/O, 16 flushes completed; sectors are 512 bytes.
+    FIELDS = {"reads": 0, "read_sectors": 2, "writes": 4, "write_sectors": 6, "busy_ms": 9, "flushes": 15}
+
+    def __init__(self, path: Path) -> None:
+        device = os.stat(path).st_dev
+        self.key = (str(os.major(device)), str(os.minor(device)))
+
+    def read(self) -> dict[str, int]:
+        try:
+            with open("/proc/diskstats") as stats:
+                for row in stats:
+                    fields = row.split()
+                    if tuple(fields[:2]) == self.key and len(fields) >= 3 + 16:
+                        return {name: int(fields[3 + index]) for name, index in self.FIELDS.items()}
+        except OSError:
+            pass
+        return {}
+
+    @staticmethod
+    def between(before: dict[str, int], after: dict[str, int]) -> str:
+        if not before or not after:
+            return "disk counters unavailable"
+        delta = {name: after[name] - before[name] for name in before}
+        return (f"disk busy {delta['busy_ms'] / 1000:5.2f} s, {delta['reads']:,} reads "
+                f"{delta['read_sectors'] * 512 / 1e6:,.0f} MB, {delta['writes']:,} writes "
+                f"{delta['write_sectors'] * 512 / 1e6:,.0f} MB, {delta['flushes']:,} flushes")
 
 
 class Hog:
     """A CPU hog for the busy scenario, started and stopped around it; nothing for the quiet one."""
 
     def __init__(self, busy: bool) -> None:
-        self.busy, self.process = busy, None
+        self.busy = busy
+        self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> "Hog":
         if self.busy:
@@ -121,14 +159,19 @@ def paired_run(base: Path, runs: int, busy: bool) -> float | None:
         subprocess.run(["sync"], check=True)
         print(f"{'busy' if busy else 'quiet'}: {files:,} files, {data_bytes / 1e9:.2f} GB in "
               f"{runs * CHECKPOINTS} checkpoints under {root}" + (", a core busy" if busy else ""))
+        disk = DiskCounters(root)
         with Hog(busy):
+            before_cp = disk.read()
             cp_s, cp_cpu, cp = timed(["cp", "-r", str(hot), str(cp_copy)])
+            after_cp = disk.read()
             sync_s, sync_cpu, _ = timed(["sync"])
+            after_sync = disk.read()
             if cp.returncode != 0:
                 print(cp.stderr, file=sys.stderr)
                 return None
             mover_s, mover_cpu, mover = timed(
                 [sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold), "--keep", "0"])
+            after_mover = disk.read()
         summary = [row for row in mover.stderr.splitlines() if "summary:" in row]
         print(summary[-1] if summary else mover.stderr[-2000:])
         moved = sum(1 for _ in cold.rglob("*.safetensors"))
@@ -136,9 +179,11 @@ def paired_run(base: Path, runs: int, busy: bool) -> float | None:
             print(f"mover failed (exit {mover.returncode}, {moved} of {files} shards on cold)", file=sys.stderr)
             return None
 
-        print(line("cp -r", cp_s, cp_cpu, files, data_bytes))
-        print(line("cp -r + sync", cp_s + sync_s, cp_cpu + sync_cpu, files, data_bytes))
-        print(line("mover (copy, sha256, fsync, verify, delete)", mover_s, mover_cpu, files, data_bytes))
+        print(line("cp -r", cp_s, cp_cpu, files, data_bytes, disk.between(before_cp, after_cp)))
+        print(line("cp -r + sync", cp_s + sync_s, cp_cpu + sync_cpu, files, data_bytes,
+                   disk.between(before_cp, after_sync)))
+        print(line("mover (copy, sha256, fsync, verify, delete)", mover_s, mover_cpu, files, data_bytes,
+                   disk.between(after_sync, after_mover)))
         ratio = (cp_s + sync_s) / mover_s
         print(f"mover / (cp -r + sync) throughput: {ratio:.2f}; mover / cp -r alone: {cp_s / mover_s:.2f}\n")
         return ratio
