@@ -101,3 +101,27 @@ def test_should_refuse_a_new_package_the_contracts_do_not_list(tree: Path, packa
 @pytest.mark.parametrize("program", sorted((REPO / "hosts").glob("[!_]*.py")), ids=lambda p: p.name)
 def test_should_keep_host_programs_to_the_standard_library(program: Path) -> None:
     assert imports(program) <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def where_things_go(doc: str) -> list[str]:
+    """What docs/architecture.md's "Where things go" table names that is missing: each path it gives (placeholders
+    like <command> aside) must exist, and a NAME given right after a file must be defined in that file."""
+    table = doc.split("## Where things go", 1)[1].split("\n## ", 1)[0]
+    missing = []
+    for path, name in re.findall(r"`([\w./-]+/[\w.-]*)`(?: `([A-Z_]+)`)?", table):
+        where = REPO / path
+        if not where.exists():
+            missing.append(path)
+        elif name and not re.search(rf"^{name}\b", where.read_text(), re.M):
+            missing.append(f"{path}: {name}")
+    return missing
+
+
+def test_should_find_every_file_and_name_the_where_things_go_table_gives() -> None:
+    assert where_things_go((REPO / "docs" / "architecture.md").read_text()) == []
+
+
+def test_should_report_a_file_or_name_the_table_gives_wrongly() -> None:
+    doc = ("## Where things go\n| a | `components/site/catalog.py` `GPU_CATALOGUE` | `components/nowhere.py` |\n"
+           "## Next\n`components/gone.py`")
+    assert where_things_go(doc) == ["components/site/catalog.py: GPU_CATALOGUE", "components/nowhere.py"]
