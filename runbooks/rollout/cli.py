@@ -11,11 +11,9 @@ SLACK_API_URL overrides the Web API base URL.
 """
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 from pulumi import automation as auto
@@ -24,7 +22,8 @@ from rich.markup import escape
 from components.site.site import Site, SlackReceiver
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
-from runbooks.options import ProjectDirOption, StackOption, site_or_exit
+from runbooks.failures import Ending, Endings, exit_on_failure
+from runbooks.options import ProjectDirOption, StackContext, StackOption
 from runbooks.rollout.approvals import IdentityError, SlackApprovals, token_owner, web_client
 from runbooks.rollout.gates import PrometheusGates
 from runbooks.rollout.machine import (
@@ -41,20 +40,11 @@ from runbooks.stack.audit import AuditChainBrokenError, AuditKeyError, AuditLog,
 from runbooks.stack.deploy import StackDeployer
 from runbooks.stack.lock import StackLock
 
-T = TypeVar("T")
-
 app = typer.Typer(no_args_is_help=True, help="Staged rollout canary -> half -> full with Slack approvals.")
 
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass
-class Context:
-    project_dir: Path
-    stack: str
-    state_dir: Path
 
 
 @app.callback()
@@ -66,34 +56,33 @@ def main(
         help="Rollout state (SQLite), audit log and saved plans; default <project>/.gpuctl/rollout-<stack>.")] = None,
 ) -> None:
     """Staged rollout canary -> half -> full with Slack approvals."""
-    ctx.obj = Context(project_dir, stack, state_dir or project_dir / ".gpuctl" / f"rollout-{stack}")
+    ctx.obj = StackContext(project_dir, stack, {"rollout": state_dir})
 
 
-def _site(context: Context) -> Site:
-    return site_or_exit(context.project_dir, context.stack)
+def _final_state(error: Exception) -> str:
+    assert isinstance(error, RolloutHaltedError)
+    return error.state.value
 
 
-def _store(state_dir: Path) -> Store:
-    try:
-        return Store(state_dir / "rollout.sqlite")
-    except StateUnavailableError as error:
-        err.print(f"[red]error:[/] {escape(str(error))} (--state-dir must be a directory gpuctl can write)")
-        raise typer.Exit(ExitCode.INVALID) from None
-    except StateCorruptError as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.FAILED) from None
+ENDINGS: Endings = {
+    RolloutRefusedError: Ending(ExitCode.INVALID, "refused"),
+    StepHeldError: Ending(ExitCode.HELD, "held", "yellow"),
+    RolloutHaltedError: Ending(ExitCode.ENDED, _final_state),
+    StateUnavailableError: Ending(ExitCode.INVALID, hint="--state-dir must be a directory gpuctl can write"),
+    StateCorruptError: Ending(ExitCode.FAILED),
+    AuditKeyError: Ending(ExitCode.INVALID),
+    AuditChainBrokenError: Ending(ExitCode.FAILED, "audit log tampered"),
+    IdentityError: Ending(ExitCode.INVALID),
+}
+"""How each rollout command ends on the errors it expects (runbooks/failures.py)."""
 
 
 def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, Site]:
-    context: Context = ctx.obj
-    site = _site(context)
-    store = _store(context.state_dir)
+    context: StackContext = ctx.obj
+    site, state_dir = context.site, context.state_dir("rollout")
+    store = Store(state_dir / "rollout.sqlite")
     ctx.call_on_close(store.close)
-    try:
-        audit = AuditLog(context.state_dir / "audit.jsonl", audit_key(context.state_dir), store)
-    except AuditKeyError as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.INVALID) from None
+    audit = AuditLog(state_dir / "audit.jsonl", audit_key(state_dir), store)
     try:
         deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack,
                                       deploy.pulumi_command())
@@ -110,8 +99,8 @@ def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, 
     if token is None and slack_required:
         err.print("[red]error:[/] SLACK_BOT_TOKEN is not set (approvals need Slack; `rollback` does not)")
         raise typer.Exit(ExitCode.INVALID)
-    lock = StackLock(context.state_dir / f"{context.stack}.lock")
-    runbook = Runbook(site, store, audit, deployer, gates, None, context.state_dir / "plans", now, lock, _progress)
+    lock = StackLock(state_dir / f"{context.stack}.lock")
+    runbook = Runbook(site, store, audit, deployer, gates, None, state_dir / "plans", now, lock, _progress)
     if token is not None:
         client = web_client(token, os.environ.get("SLACK_API_URL"))
         runbook.approvals = SlackApprovals(client, site.slack, store, audit, now, runbook.teams_of)
@@ -123,21 +112,8 @@ def _progress(event: StepEvent) -> None:
         err.print(f"[dim]{event.rollout}:[/] {event.step} ...", highlight=False)
 
 
-def _outcome(run: Callable[[], T]) -> T:
-    try:
-        return run()
-    except RolloutRefusedError as error:
-        err.print(f"[red]refused:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.INVALID) from None
-    except StepHeldError as error:
-        err.print(f"[yellow]held:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.HELD) from None
-    except RolloutHaltedError as error:
-        err.print(f"[red]{error.state.value}:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.ENDED) from None
-
-
 @app.command()
+@exit_on_failure(ENDINGS)
 def status(ctx: typer.Context) -> None:
     """Where the rollout stands: deployed stage and soak, the open request, approvals, gates, audit chain."""
     runbook, site = _runbook(ctx, slack_required=False)
@@ -174,11 +150,7 @@ def status(ctx: typer.Context) -> None:
                 f"{s.step} {'done' if s.finished_at else 'started'}" for s in state.steps), highlight=False)
         if rollout.hold:
             out.print(f"  [yellow]held[/]      {escape(rollout.hold)}", highlight=False)
-    try:
-        report = runbook.verify_audit(state.rollout)
-    except AuditChainBrokenError as error:
-        err.print(f"[red]audit log tampered:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.FAILED) from None
+    report = runbook.verify_audit(state.rollout)
     anchors = f"; matches {' and '.join(report.anchors)}" if report.anchors else ""
     out.print(f"audit: {report.records} records, keyed chain intact{anchors}", highlight=False)
     if report.torn_bytes:
@@ -187,6 +159,7 @@ def status(ctx: typer.Context) -> None:
 
 
 @app.command()
+@exit_on_failure(ENDINGS)
 def request(
     ctx: typer.Context,
     stage: Annotated[str, typer.Argument(help="The stage to advance to (the one after the deployed stage).")],
@@ -201,13 +174,9 @@ def request(
         err.print("[red]error:[/] SLACK_USER_TOKEN is not set: `request` runs with your own Slack user token, so "
                   "that Slack, not a flag, says who requests")
         raise typer.Exit(ExitCode.INVALID)
-    try:
-        requester = token_owner(web_client(user_token, os.environ.get("SLACK_API_URL")), site.slack.workspace_id,
-                                "SLACK_USER_TOKEN")
-    except IdentityError as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.INVALID) from None
-    rollout = _outcome(lambda: runbook.request(stage, requester))
+    requester = token_owner(web_client(user_token, os.environ.get("SLACK_API_URL")), site.slack.workspace_id,
+                            "SLACK_USER_TOKEN")
+    rollout = runbook.request(stage, requester)
     out.print(f"{rollout.id}: awaiting approval in {rollout.channel} (plan {rollout.plan_digest})", highlight=False)
 
 
@@ -229,6 +198,7 @@ def _said(value: str) -> str:
 
 
 @app.command()
+@exit_on_failure(ENDINGS)
 def wait(
     ctx: typer.Context,
     timeout_s: Annotated[float, typer.Option("--timeout", help="seconds to wait for the decision.")] = 3600,
@@ -254,13 +224,10 @@ def wait(
             raise typer.Exit(ExitCode.INVALID)
         host, _, port = listen.rpartition(":") if listen else (site.slack.receiver_address, ":",
                                                                  str(site.slack.receiver_port))
-        try:
+        with exit_on_failure({OSError: Ending(ExitCode.FAILED, what=f"cannot listen on {host}:{port}")}):
             receiver = HttpReceiver(secret, inbox, runbook.store, runbook.audit, host.strip("[]"), int(port))
-        except OSError as error:
-            err.print(f"[red]error:[/] cannot listen on {escape(host)}:{port}: {escape(str(error))}")
-            raise typer.Exit(ExitCode.FAILED) from None
         err.print(f"listening on {receiver.url}")
-    rollout = _outcome(lambda: runbook.wait(receiver, timeout_s))
+    rollout = runbook.wait(receiver, timeout_s)
     out.print(f"{rollout.id}: {rollout.state.value}", highlight=False)
     if rollout.state == RolloutState.REJECTED:
         raise typer.Exit(ExitCode.ENDED)
@@ -269,16 +236,18 @@ def wait(
 
 
 @app.command()
+@exit_on_failure(ENDINGS)
 def apply(ctx: typer.Context) -> None:
     """Re-check approvers, plan digest and gates, then `pulumi up` the approved plan with the policy pack."""
     runbook, _ = _runbook(ctx)
-    rollout = _outcome(runbook.apply)
+    rollout = runbook.apply()
     out.print(f"{rollout.id}: {rollout.state.value}; outputs {rollout.outputs}", highlight=False)
     if rollout.state != RolloutState.DONE:
         raise typer.Exit(ExitCode.ENDED)
 
 
 @app.command()
+@exit_on_failure(ENDINGS)
 def rollback(
     ctx: typer.Context,
     to: Annotated[str, typer.Option("--to", help="The earlier stage to go back to.")],
@@ -288,5 +257,5 @@ def rollback(
 ) -> None:
     """Break-glass: deploy an earlier stage now, without Slack; audited."""
     runbook, _ = _runbook(ctx, slack_required=False)
-    rollout = _outcome(lambda: runbook.rollback(to, operator, reason))
+    rollout = runbook.rollback(to, operator, reason)
     out.print(f"{rollout.id}: {rollout.state.value} to {to}; outputs {rollout.outputs}", highlight=False)
