@@ -182,7 +182,7 @@ def render_releases(graph: ResourceGraph, mirror: Path | None, kube_version: str
 def yaml_workers() -> ProcessPoolExecutor:
     """Processes that parse and write the charts' YAML beside this one, one per core, started once per run (0.1 s of
     CPU each): libyaml holds the GIL, so threads of this process would only take turns. All start at the first call,
-    not with the first chart's output."""
+    not with the first chart's output; `gpuctl plan` makes it before its program runs."""
     cores = os.cpu_count() or 1
     workers = ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn"))
     for _ in range(cores):  # the pool starts a process for each task it cannot hand to an idle one
