@@ -8,15 +8,15 @@ reaches the cluster with health.kubeconfig and ssh reaches the nodes with health
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
+from runbooks.failures import Ending, exit_on_failure
 from runbooks.flex.controller import MOVES_LOCK
 from runbooks.flex.lease import Lease, holder_line
 from runbooks.flex.lending import run_command
@@ -26,24 +26,13 @@ from runbooks.health.diagnose import Diagnoser, ssh_command
 from runbooks.health.metrics import Metrics
 from runbooks.health.nodes import Nodes
 from runbooks.health.signals import read_findings
-from runbooks.options import ProjectDirOption, StackOption, site_or_exit
+from runbooks.options import StackContext, stack_options
 
-app = typer.Typer(no_args_is_help=True, help="Drain, diagnose and return GPU nodes on their DCGM signals.")
+app = typer.Typer(no_args_is_help=True, help="Drain, diagnose and return GPU nodes on their DCGM signals.",
+                  callback=stack_options)
 
 StateDir = Annotated[Path | None, typer.Option(help="The controller's state dir (default: the spec's "
                                                     "health.state_dir).")]
-
-
-@dataclass
-class Context:
-    project_dir: Path
-    stack: str
-
-
-@app.callback()
-def main(ctx: typer.Context, stack: StackOption = "prod", project_dir: ProjectDirOption = Path(".")) -> None:
-    """Drain, diagnose and return GPU nodes on their DCGM signals."""
-    ctx.obj = Context(project_dir, stack)
 
 
 @app.command()
@@ -55,8 +44,8 @@ def control(ctx: typer.Context, dry_run: Annotated[bool, typer.Option(help="Deci
             state_dir: StateDir = None) -> None:
     """Watch every GPU node and drain, diagnose, return or hand it to a human, one instance at a time (the stack runs
     it on the Slurm controller: docs/health.md)."""
-    context: Context = ctx.obj
-    site = site_or_exit(context.project_dir, context.stack)
+    context: StackContext = ctx.obj
+    site = context.site
     health = site.health
     store = Store(state_dir or Path(health.state_dir))
     lease, told = Lease(store.directory / LOCK), ""
@@ -81,19 +70,11 @@ def control(ctx: typer.Context, dry_run: Annotated[bool, typer.Option(help="Deci
 @app.command()
 def status(ctx: typer.Context, state_dir: StateDir = None) -> None:
     """What the controller decided last for each node it watches, and why."""
-    context: Context = ctx.obj
-    site = site_or_exit(context.project_dir, context.stack)
-    path = (state_dir or Path(site.health.state_dir)) / AUDIT
-    try:
-        with path.open("rb") as audit:
-            audit.seek(max(0, audit.seek(0, 2) - (1 << 20)))  # the last MiB holds the last step
-            lines = audit.read().decode(errors="replace").splitlines()
-        last = json.loads(lines[-1]) if lines else None
-    except FileNotFoundError:
-        last = None
-    except (OSError, ValueError) as error:
-        err.print(f"[red]error:[/] {escape(str(path))}: {escape(str(error))}")
-        raise typer.Exit(ExitCode.FAILED) from None
+    context: StackContext = ctx.obj
+    path = (state_dir or Path(context.site.health.state_dir)) / AUDIT
+    unreadable = Ending(ExitCode.FAILED, what=str(path))
+    with exit_on_failure({OSError: unreadable, ValueError: unreadable}):
+        last = _last_step(path)
     if not isinstance(last, dict):
         out.print(f"controller: no decision recorded in {path}", highlight=False)
         return
@@ -103,3 +84,14 @@ def status(ctx: typer.Context, state_dir: StateDir = None) -> None:
         if isinstance(node, dict):
             out.print(f"{escape(str(node.get('node')))}: {node.get('action')} ({node.get('reason')}): "
                       f"{escape(str(node.get('detail')))}", highlight=False)
+
+
+def _last_step(path: Path) -> Any:
+    """The audit's last line, parsed; None before the controller's first step."""
+    try:
+        with path.open("rb") as audit:
+            audit.seek(max(0, audit.seek(0, 2) - (1 << 20)))  # the last MiB holds the last step
+            lines = audit.read().decode(errors="replace").splitlines()
+    except FileNotFoundError:
+        return None
+    return json.loads(lines[-1]) if lines else None
