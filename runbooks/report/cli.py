@@ -9,8 +9,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from runbooks.console import err, out
+from runbooks.console import out
 from runbooks.exit_codes import ExitCode
+from runbooks.failures import Ending, Endings, exit_on_failure
 from runbooks.options import ProjectDirOption, StackOption, site_or_exit
 from runbooks.report.accounting import AccountingError, sacct_jobs
 from runbooks.report.measure import measure
@@ -19,8 +20,15 @@ from runbooks.report.render import TEAM_COLUMNS, figure_rows, team_rows, write
 from runbooks.report.window import ReportInputError, check_windows, parse_resolution, parse_window
 
 WINDOW_HELP = "START..END, ISO 8601 times with a UTC offset, e.g. 2026-11-02T00:00Z..2026-11-09T00:00Z."
+ENDINGS: Endings = {
+    ReportInputError: Ending(ExitCode.INVALID),
+    PrometheusError: Ending(ExitCode.FAILED),
+    AccountingError: Ending(ExitCode.FAILED),
+}
+"""How `gpuctl report` ends on the errors it expects (runbooks/failures.py)."""
 
 
+@exit_on_failure(ENDINGS)
 def report(
     window: Annotated[str, typer.Option(help=f"The period to measure: {WINDOW_HELP}")],
     baseline: Annotated[str, typer.Option(help=f"The period to compare with, ending before --window starts: "
@@ -38,26 +46,18 @@ def report(
     team, for a window against a baseline; print the tables, write report.md, report.json and PNG plots to --out."""
     site = site_or_exit(project_dir, stack)
     now = datetime.now(UTC)
-    try:
-        measured = parse_window(window, "--window", now)
-        before = parse_window(baseline, "--baseline", now)
-        step_s = parse_resolution(resolution, "--resolution")
-        check_windows(measured, before, step_s, "--resolution")
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ReportInputError(f"--out: {out_dir} exists and is not a folder")
-    except ReportInputError as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.INVALID) from None
+    measured = parse_window(window, "--window", now)
+    before = parse_window(baseline, "--baseline", now)
+    step_s = parse_resolution(resolution, "--resolution")
+    check_windows(measured, before, step_s, "--resolution")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ReportInputError(f"--out: {out_dir} exists and is not a folder")
 
     prometheus = Prometheus(prometheus_url or site.rollout.prometheus_url)
-    try:
-        prometheus.instant("vector(1)", now)  # answers at all, before minutes of sacct
-        jobs = sacct_jobs(before.start, measured.end)
-        periods = (measure(prometheus, site, jobs, before, step_s, time.time()),
-                   measure(prometheus, site, jobs, measured, step_s, time.time()))
-    except (PrometheusError, AccountingError) as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.FAILED) from None
+    prometheus.instant("vector(1)", now)  # answers at all, before minutes of sacct
+    jobs = sacct_jobs(before.start, measured.end)
+    periods = (measure(prometheus, site, jobs, before, step_s, time.time()),
+               measure(prometheus, site, jobs, measured, step_s, time.time()))
 
     table = Table("figure", "baseline", "window", "change", title=f"Stack {stack}: window {measured} against "
                                                                    f"baseline {before}")
