@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from components.inference.values import NAMESPACE, PLATFORM_KEY_SECRET, TEAM_KEY_SECRET
 from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.console import err
 from runbooks.exit_codes import ExitCode
+from runbooks.failures import Ending, Endings, exit_on_failure
 from runbooks.gateway.key_secret import read_key, write_key
 from runbooks.gateway.reach import reachable
 from runbooks.gateway.teams import GatewayAdmin, GatewayError, TeamAccount
-from runbooks.options import ProjectDirOption, StackOption
+from runbooks.options import ProjectDirOption, StackOption, state_dir
 from runbooks.rollout.store import StateUnavailableError, private_state_dir
 from runbooks.stack.audit import AuditKeyError, AuditLog, audit_key
 
@@ -49,6 +49,11 @@ def _master_key() -> str:
         err.print(f"error: {MASTER_KEY_ENV} is not set (the gateway's master key)")
         raise typer.Exit(ExitCode.INVALID)
     return key
+
+
+def _on_the_gateway(team: str) -> Endings:
+    """A gateway or kubectl that failed ends the command naming the team (runbooks/failures.py)."""
+    return {GatewayError: Ending(ExitCode.FAILED, what=f"team {team}")}
 
 
 def key_secret(team: str) -> tuple[str, str]:
@@ -78,13 +83,9 @@ def ensure_team(
 ) -> None:
     """Create or update the team with its budget and models in place, keep its live key (or make one), print it."""
     master_key = _master_key()
-    try:
-        with reachable(url) as reached:
-            key, new = GatewayAdmin(reached, master_key).ensure(
-                TeamAccount(team, budget_usd, budget_days, tuple(model)), _held(team))
-    except GatewayError as error:
-        err.print(f"error: team {team}: {error}")
-        raise typer.Exit(ExitCode.FAILED) from None
+    with exit_on_failure(_on_the_gateway(team)), reachable(url) as reached:
+        key, new = GatewayAdmin(reached, master_key).ensure(
+            TeamAccount(team, budget_usd, budget_days, tuple(model)), _held(team))
     err.print(f"team {team}: budget {budget_usd:g} USD per {budget_days} d, {len(model)} models; "
               f"{'a new key (none of its keys was live)' if new else 'its key kept'}")
     print(key, end="")
@@ -94,12 +95,8 @@ def ensure_team(
 def remove_team(url: Url, team: TeamName) -> None:
     """Delete the team and its keys (nothing to do when it is not there)."""
     master_key = _master_key()
-    try:
-        with reachable(url) as reached:
-            removed = GatewayAdmin(reached, master_key).remove(team)
-    except GatewayError as error:
-        err.print(f"error: team {team}: {error}")
-        raise typer.Exit(ExitCode.FAILED) from None
+    with exit_on_failure(_on_the_gateway(team)), reachable(url) as reached:
+        removed = GatewayAdmin(reached, master_key).remove(team)
     err.print(f"team {team}: {'removed' if removed else 'was not on the gateway'}")
 
 
@@ -115,29 +112,27 @@ def rotate_key(
 ) -> None:
     """Give the team a new key, write it into the Secret its workloads read, then revoke the old one; audited."""
     master_key = _master_key()
-    state_dir = rollout_state_dir or project_dir / ".gpuctl" / f"rollout-{stack}"
-    try:
-        private_state_dir(state_dir)  # the rollout's own rule: a folder only its owner can put names in
-        audit = AuditLog(state_dir / "audit.jsonl", audit_key(state_dir))
-    except (AuditKeyError, StateUnavailableError, OSError) as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.INVALID) from None
+    audited = rollout_state_dir or state_dir(project_dir, stack, "rollout")
+    unusable = Ending(ExitCode.INVALID)
+    with exit_on_failure({AuditKeyError: unusable, StateUnavailableError: unusable, OSError: unusable}):
+        private_state_dir(audited)  # the rollout's own rule: a folder only its owner can put names in
+        audit = AuditLog(audited / "audit.jsonl", audit_key(audited))
     who, (name, namespace) = getpass.getuser(), key_secret(team)
     where = {"team": team, "secret": f"{namespace}/{name}"}
-    try:
-        with reachable(url) as reached:
-            admin = GatewayAdmin(reached, master_key)
-            key = admin.start_rotation(team)
-            try:
-                write_key(name, namespace, key)
-            except GatewayError:
-                admin.abort_rotation(team)  # the old key stays the team's: nothing half-done
-                raise
-            revoked = admin.finish_rotation(team, key)
-    except GatewayError as error:
-        audit.append(who=who, what="gateway.rotate_key", decision="failed", detail={**where, "error": str(error)})
-        err.print(f"[red]error:[/] team {escape(team)}: {escape(str(error))}")
-        raise typer.Exit(ExitCode.FAILED) from None
+    with exit_on_failure(_on_the_gateway(team)):
+        try:
+            with reachable(url) as reached:
+                admin = GatewayAdmin(reached, master_key)
+                key = admin.start_rotation(team)
+                try:
+                    write_key(name, namespace, key)
+                except GatewayError:
+                    admin.abort_rotation(team)  # the old key stays the team's: nothing half-done
+                    raise
+                revoked = admin.finish_rotation(team, key)
+        except GatewayError as error:
+            audit.append(who=who, what="gateway.rotate_key", decision="failed", detail={**where, "error": str(error)})
+            raise
     # The key's hash prefix, as LiteLLM's hashed_api_key label starts: which key is meant, never the key.
     audit.append(who=who, what="gateway.rotate_key", decision="rotated", detail={
         **where, "revoked_keys": revoked, "key_sha256": hashlib.sha256(key.encode()).hexdigest()[:12]})
