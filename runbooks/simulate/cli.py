@@ -14,6 +14,7 @@ from components.site.lending import Lending
 from components.site.site import Site
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
+from runbooks.failures import Ending, exit_on_failure
 from runbooks.options import StackOption, find_project_dir, site_or_exit
 from runbooks.simulate.compare import Comparison, at_stage, checkpoint_s, compare
 from runbooks.simulate.engine import Policy
@@ -34,7 +35,7 @@ from runbooks.simulate.results import Figures, figures
 from runbooks.simulate.site_model import StaticSplit
 from runbooks.simulate.sizing import FlexNeed, LendingOption, flex_need, lending_options
 from runbooks.simulate.sweep import Spread, sweep
-from runbooks.simulate.traces import Trace, TraceError
+from runbooks.simulate.traces import Trace
 from runbooks.simulate.workload import Mapping
 
 DEFAULTS = Mapping()
@@ -90,7 +91,7 @@ def simulate(
     project = project_dir or find_project_dir(Path.cwd())
     site = site_or_exit(project, stack)
     loads = training_load or [DEFAULTS.training_load]
-    try:
+    with exit_on_failure({ValueError: Ending(ExitCode.INVALID)}):  # a TraceError is one; the options' checks raise it
         mapping = Mapping(trace, days, loads[0], short_job_hours, inference_peak, _pairs(team_map or []), seed)
         failing = failure_model(traces or project / TRACES, trace, failure_rate, persistent_share, response_minutes,
                                 gang_nodes, checkpoint_s(site, checkpoint_minutes)) if replay_failures else None
@@ -108,9 +109,6 @@ def simulate(
         with err.status("simulating static and this stack"):
             comparison = compare(at_stage(site, stage), traces or project / TRACES, mapping, checkpoint_minutes,
                                  static_split)
-    except (TraceError, ValueError) as error:
-        err.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
-        raise typer.Exit(ExitCode.INVALID) from None
     results = {policy: figures(outcome) for policy, outcome in comparison.outcomes.items()}
     out.print(_table(comparison, results, stack, mapping))
     if size_lending:
@@ -122,11 +120,8 @@ def simulate(
         out.print(_sizing_table(needs, options, lending, run_name(comparison, stack, mapping)))
     _replay_failures(failing, at_stage(site, stage), days, seed, trace)
     if out_dir is not None:
-        try:
+        with exit_on_failure({OSError: Ending(ExitCode.FAILED, what=f"cannot write the plots to {out_dir}")}):
             written = write_plots(comparison.outcomes, out_dir, run_name(comparison, stack, mapping))
-        except OSError as error:
-            err.print(f"[red]error:[/] cannot write the plots to {escape(str(out_dir))}: {escape(str(error))}")
-            raise typer.Exit(ExitCode.FAILED) from None
         out.print("plots: " + ", ".join(escape(str(p)) for p in written))
 
 
