@@ -11,7 +11,6 @@ lend and reclaim hold the controller's moves lock while they run and write an au
 
 import getpass
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -21,14 +20,16 @@ from rich.markup import escape
 from components.scheduling.lending_decision import Signals, lent_models
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
+from runbooks.failures import Ending, Endings, exit_on_failure
 from runbooks.flex.controller import LOCK, MOVES_LOCK, Controller, Store
 from runbooks.flex.lease import Lease, holder_line
 from runbooks.flex.lending import CommandError, Flex, FlexError, NodeOutcome, run_command
 from runbooks.flex.metrics import Metrics, serve
 from runbooks.flex.signals import PrometheusDemand
-from runbooks.options import ProjectDirOption, StackOption, site_or_exit
+from runbooks.options import StackContext, stack_options
 
-app = typer.Typer(no_args_is_help=True, help="Lend the flex pool to Kubernetes inference at a peak, and take it back.")
+app = typer.Typer(no_args_is_help=True, help="Lend the flex pool to Kubernetes inference at a peak, and take it back.",
+                  callback=stack_options)
 
 Nodes = Annotated[list[str] | None, typer.Option("--node", help="A flex node; repeat for more (default: all).")]
 WaitMinutes = Annotated[float, typer.Option(min=0, help="How long to wait for jobs or pods to leave a node.")]
@@ -36,37 +37,21 @@ StateDir = Annotated[Path | None, typer.Option(help="The controller's state dir 
                                                     "lending.state_dir).")]
 
 
-@dataclass
-class Context:
-    project_dir: Path
-    stack: str
-
-
-@app.callback()
-def main(
-    ctx: typer.Context,
-    stack: StackOption = "prod",
-    project_dir: ProjectDirOption = Path("."),
-) -> None:
-    """Lend the flex pool to Kubernetes inference at a peak, and take it back."""
-    ctx.obj = Context(project_dir, stack)
+MOVES: Endings = {
+    FlexError: Ending(ExitCode.INVALID, "refused"),
+    CommandError: Ending(ExitCode.FAILED, "failed"),
+}
+"""How a move or a look at the flex nodes ends on the errors it expects (runbooks/failures.py)."""
 
 
 def _flex(ctx: typer.Context) -> Flex:
-    context: Context = ctx.obj
-    site = site_or_exit(context.project_dir, context.stack)
-    return Flex(site, run_command, run_command, lambda line: err.print(escape(line), highlight=False))
+    context: StackContext = ctx.obj
+    return Flex(context.site, run_command, run_command, lambda line: err.print(escape(line), highlight=False))
 
 
 def _report(run: Callable[[], list[NodeOutcome]], require_done: bool = True) -> None:
-    try:
+    with exit_on_failure(MOVES):
         outcomes = run()
-    except FlexError as error:
-        err.print(f"[red]refused:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.INVALID) from None
-    except CommandError as error:
-        err.print(f"[red]failed:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.FAILED) from None
     for outcome in outcomes:
         out.print(f"{outcome.node}: {escape(outcome.detail)}", highlight=False)
     if require_done and not all(o.done for o in outcomes):
@@ -123,11 +108,8 @@ def status(ctx: typer.Context, state_dir: StateDir = None) -> None:
     if paused:
         out.print(f"controller: paused by {escape(str(paused.get('by')))} at {paused.get('at', '?')}: "
                   f"{escape(str(paused.get('reason')))}", highlight=False)
-    try:
+    with exit_on_failure({ValueError: Ending(ExitCode.FAILED)}):
         last = store.last()
-    except ValueError as error:
-        err.print(f"[red]error:[/] {escape(str(error))}")
-        raise typer.Exit(ExitCode.FAILED) from None
     if last is None:
         out.print(f"controller: no decision recorded in {store.directory}", highlight=False)
         return
