@@ -2,19 +2,19 @@
 a core busy.
 
 Per round (--rounds, 5 by default) and scenario, builds 10,000 checkpoint shards of 200 KiB (~2 GB: 50 runs x 10
-checkpoints x 20 shards) under a temp dir, then, in this order and in the same round, times `cp -r` of the tree,
-`sync` (the flush that cp leaves to the kernel but the mover must do before it deletes from hot), and the mover
-moving the whole tree to a cold dir (--keep 0: every checkpoint leaves hot, and is deleted from it). The page cache
-is not dropped (that needs privileges): both read a hot tree that is warm in the cache because it was just written,
-and the mover's verifying re-read of cold goes to the disk (it drops cold pages first, by design). Scenario "busy"
-runs a CPU hog (one process spinning) through its cp, sync and mover, as a training job's data loader would on a
-GPU node; "quiet" runs none. Both scenarios of a round run one after the other, so a slow disk slows both alike.
-Each line gives the CPU seconds (user + system) of cp and of the mover beside their wall time, and the disk's own
-counters over the same span (/proc/diskstats of the device under the temp dir: the whole device, so other work's I/O
-counts too): how long it had a request in flight, its reads, writes and cache flushes. A mover whose wall time is
-well over both its CPU and the disk's busy time is bound by neither alone but by the round trips between them (a
-file's flush, then its re-read) and its turn on the cores. The checksums the standard library offers are timed
-first, quiet and with the hog running, on the mover's 8 MiB chunks.
+checkpoints x 20 shards) under a temp dir, twice, then times in the same round `cp -r` of one tree plus `sync` (the
+flush that cp leaves to the kernel but the mover must do before it deletes from hot), and the mover moving the other
+tree to a cold dir (--keep 0: every checkpoint leaves hot, and is deleted from it); cp goes first in rounds 1, 3, 5,
+the mover in rounds 2 and 4. The page cache is not dropped (that needs privileges): both read a tree that is warm in
+the cache because it was just written, and the mover's verifying re-read of cold goes to the disk (it drops cold
+pages first, by design). Scenario "busy" runs a CPU hog (one process spinning) through its cp, sync and mover, as a
+training job's data loader would on a GPU node; "quiet" runs none. Both scenarios of a round run one after the
+other, so a slow disk slows both alike. Each line gives the CPU seconds (user + system) of cp and of the mover
+beside their wall time, and the disk's own counters over the same span (/proc/diskstats of the device under the temp
+dir: the whole device, so other work's I/O counts too): how long it had a request in flight, its reads, writes and
+cache flushes. A mover whose wall time is well over both its CPU and the disk's busy time is bound by neither alone
+but by the round trips between them (a file's flush, then its re-read) and its turn on the cores. The checksums the
+standard library offers are timed first, quiet and with the hog running, on the mover's 8 MiB chunks.
 
 Run from the repo root: `.venv/bin/python benchmarks/checkpoint_bench.py [--scale 0.25] [--rounds 5]`.
 Targets, printed and not asserted (issue 40): in each round the mover (checksums, fsync, the verifying re-read and
@@ -39,8 +39,9 @@ from hosts.checkpoint_mover import CHUNK_BYTES
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS, CHECKPOINTS, SHARDS, SHARD_BYTES = 50, 10, 20, 200 * 1024
-NEEDED_FREE_FACTOR = 3.2
-"""The tree, its cp copy and the cold copy, plus slack: free space needed as a multiple of the tree."""
+NEEDED_FREE_FACTOR = 4.2
+"""The tree twice (cp's source and the mover's), cp's copy and the cold copy, plus slack: free space needed as a
+multiple of the tree."""
 TARGETS = {"quiet": 0.8, "busy": 0.6}
 """mover / (cp -r + sync) throughput, per scenario (issue 40)."""
 ROUNDS = 5
@@ -149,29 +150,41 @@ def checksum_speeds(busy: bool) -> dict[str, float]:
     return speeds
 
 
-def paired_run(base: Path, runs: int, busy: bool) -> float | None:
-    """One round of one scenario: a fresh tree, `cp -r` of it, `sync`, then the mover, with a core busy or not; the
-    mover's throughput over cp's + sync's."""
+def paired_run(base: Path, runs: int, busy: bool, mover_first: bool) -> float | None:
+    """One round of one scenario: two fresh copies of the tree, `cp -r` of one then `sync`, and the mover moving the
+    other, with a core busy or not; the mover's throughput over cp's + sync's. Which goes first alternates by round:
+    creating files on a disk slows down after deletes (ext4 without a journal steps over each inode freed in the
+    last minutes), so a fixed order would always charge the same one for what the round before deleted."""
     with tempfile.TemporaryDirectory(prefix="checkpoint-bench-", dir=base) as scratch:
         root = Path(scratch)
-        hot, cold, cp_copy = root / "hot", root / "cold", root / "cp-copy"
+        cp_source, hot, cold, cp_copy = root / "cp-source", root / "hot", root / "cold", root / "cp-copy"
+        build_tree(cp_source, runs)
         files, data_bytes = build_tree(hot, runs)
         subprocess.run(["sync"], check=True)
         print(f"{'busy' if busy else 'quiet'}: {files:,} files, {data_bytes / 1e9:.2f} GB in "
-              f"{runs * CHECKPOINTS} checkpoints under {root}" + (", a core busy" if busy else ""))
+              f"{runs * CHECKPOINTS} checkpoints under {root}" + (", a core busy" if busy else "")
+              + (", the mover first" if mover_first else ", cp first"))
         disk = DiskCounters(root)
         with Hog(busy):
+            if mover_first:
+                before_mover = disk.read()
+                mover_s, mover_cpu, mover = timed(
+                    [sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold), "--keep", "0"])
+                after_mover = disk.read()
+                subprocess.run(["sync"], check=True)  # what the mover left dirty is not cp's to flush
             before_cp = disk.read()
-            cp_s, cp_cpu, cp = timed(["cp", "-r", str(hot), str(cp_copy)])
+            cp_s, cp_cpu, cp = timed(["cp", "-r", str(cp_source), str(cp_copy)])
             after_cp = disk.read()
             sync_s, sync_cpu, _ = timed(["sync"])
             after_sync = disk.read()
             if cp.returncode != 0:
                 print(cp.stderr, file=sys.stderr)
                 return None
-            mover_s, mover_cpu, mover = timed(
-                [sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold), "--keep", "0"])
-            after_mover = disk.read()
+            if not mover_first:
+                before_mover = after_sync
+                mover_s, mover_cpu, mover = timed(
+                    [sys.executable, str(CHECKPOINT_MOVER), "--hot", str(hot), "--cold", str(cold), "--keep", "0"])
+                after_mover = disk.read()
         summary = [row for row in mover.stderr.splitlines() if "summary:" in row]
         print(summary[-1] if summary else mover.stderr[-2000:])
         moved = sum(1 for _ in cold.rglob("*.safetensors"))
@@ -183,7 +196,7 @@ def paired_run(base: Path, runs: int, busy: bool) -> float | None:
         print(line("cp -r + sync", cp_s + sync_s, cp_cpu + sync_cpu, files, data_bytes,
                    disk.between(before_cp, after_sync)))
         print(line("mover (copy, sha256, fsync, verify, delete)", mover_s, mover_cpu, files, data_bytes,
-                   disk.between(after_sync, after_mover)))
+                   disk.between(before_mover, after_mover)))
         ratio = (cp_s + sync_s) / mover_s
         print(f"mover / (cp -r + sync) throughput: {ratio:.2f}; mover / cp -r alone: {cp_s / mover_s:.2f}\n")
         return ratio
@@ -207,12 +220,12 @@ def main() -> int:
         speeds = checksum_speeds(busy)
         print(f"checksums over {CHUNK_BYTES >> 20} MiB chunks, {'a core busy' if busy else 'quiet'}: "
               + ", ".join(f"{name} {mb_s:,.0f} MB/s" for name, mb_s in speeds.items()))
-    print("\norder in each round: quiet (cp -r, sync, the mover), then busy (the same with a CPU hog running); the hot "
-          "tree is warm in the page cache for both\n")
+    print("\nin each round: quiet (cp -r + sync and the mover; cp first in rounds 1, 3, 5, the mover in 2 and 4), then "
+          "busy (the same with a CPU hog running); both trees are warm in the page cache\n")
     ratios: dict[str, list[float]] = {"quiet": [], "busy": []}
-    for _ in range(args.rounds):
+    for round_number in range(args.rounds):
         for scenario in ratios:
-            ratio = paired_run(base, runs, busy=scenario == "busy")
+            ratio = paired_run(base, runs, busy=scenario == "busy", mover_first=round_number % 2 == 1)
             if ratio is None:
                 return 1
             ratios[scenario].append(ratio)
