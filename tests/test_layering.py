@@ -51,9 +51,9 @@ def test_should_keep_every_contract_on_the_tree_as_it_is(tree: Path) -> None:
 
 
 @pytest.mark.parametrize(("module", "wrong_way", "contract"), [
-    pytest.param("components/site/site.py", "import components.facility.power", "the spec at the bottom",
+    pytest.param("components/site/site.py", "import components.facility.power", "the site model at the bottom",
                  id="should fail when the spec imports a planner"),
-    pytest.param("components/scheduling/kueue.py", "import components.teams.plan", "the spec at the bottom",
+    pytest.param("components/scheduling/kueue.py", "import components.teams.plan", "the site model at the bottom",
                  id="should fail when a concern imports one above it"),
     pytest.param("components/monitoring/alerts.py", "import pulumi", "planners stay pure",
                  id="should fail when a planner imports pulumi"),
@@ -76,7 +76,7 @@ def test_should_fail_a_wrong_way_import(tree: Path, module: str, wrong_way: str,
 
 
 @pytest.mark.parametrize(("package", "upward", "contract"), [
-    pytest.param("components", "import components.cluster", "the spec at the bottom",
+    pytest.param("components", "import components.cluster", "the site model at the bottom",
                  id="should refuse a new package of the program that imports the cluster"),
     pytest.param("runbooks", "import runbooks.gpuctl", "shared parts at the bottom",
                  id="should refuse a new package of gpuctl that imports its entry"),
