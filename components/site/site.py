@@ -527,7 +527,7 @@ class SlurmSettings(Spec):
     slurm_user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$", max_length=32)] = "slurm"
     """The user slurmctld and slurmdbd run as (slurm.conf(5) SlurmUser), who owns their state, and who logs in to
     MariaDB over its socket (unix_socket authentication: the OS user is the database user; the Debian packages make
-    `slurm`)."""
+    `slurm`, and the deploy makes any other as a system user on the controller and the nodes)."""
     munge_socket: AbsolutePath = "/run/munge/munge.socket.2"
     """The MUNGE daemon's socket on every Slurm host (munged(8) --socket; the munge package's default), named by
     slurm.conf(5) AuthInfo and AccountingStoragePass and slurmdbd.conf(5) AuthInfo."""

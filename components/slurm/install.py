@@ -124,9 +124,10 @@ def node_admission(site: Site, node: str, verdict: Verdict) -> str:
 
 
 def node_command(site: Site, node: str, verdict: Verdict) -> str:
-    """What a node runs once its files are in place: Slurm from the spec's source, the MUNGE key (on stdin), the
-    mover put in place from its copy, enroot and Pyxis from the mirror, its services, then its admission."""
-    return " && ".join([package_step(site, NODE_PACKAGES), MUNGE_KEY_STEP,
+    """What a node runs once its files are in place: Slurm from the spec's source, SlurmUser (slurmd and the clients
+    read it), the MUNGE key (on stdin), the mover put in place from its copy, enroot and Pyxis from the mirror, its
+    services, then its admission."""
+    return " && ".join([package_step(site, NODE_PACKAGES), slurm_user_step(site), MUNGE_KEY_STEP,
                         f'install -D -m 0644 "$HOME/{MOVER_COPY}" {shlex.quote(mover_path(site))}',
                         containers_step(site),
                         start_node_services(site), node_admission(site, node, verdict)])
@@ -223,11 +224,21 @@ def restart_daemons(site: Site) -> str:
 
 
 def controller_command(site: Site) -> str:
-    """What the controller runs once its files are in place: Slurm and MariaDB from the spec's source, the MUNGE key,
-    enroot and Pyxis from the mirror (jobs submitted here take --container-image), the accounting database, then the
-    daemons restarted and asked whether they answer."""
-    return " && ".join([package_step(site, CONTROLLER_PACKAGES), owned_by_slurm(site), MUNGE_KEY_STEP,
-                        containers_step(site), database_step(site), restart_daemons(site)])
+    """What the controller runs once its files are in place: Slurm and MariaDB from the spec's source, SlurmUser and
+    what it must own, the MUNGE key, enroot and Pyxis from the mirror (jobs submitted here take --container-image), the
+    accounting database, then the daemons restarted and asked whether they answer."""
+    return " && ".join([package_step(site, CONTROLLER_PACKAGES), slurm_user_step(site), owned_by_slurm(site),
+                        MUNGE_KEY_STEP, containers_step(site), database_step(site), restart_daemons(site)])
+
+
+def slurm_user_step(site: Site) -> str:
+    """Makes slurm.slurm_user a system user (with its own group, no home, no login shell) unless it exists: Debian's
+    packages make only `slurm`, and every Slurm program that reads slurm.conf stops at a SlurmUser the host does not
+    know ("Invalid user for SlurmUser ..., ignored" then "Unable to process configuration file": read_config.c), so
+    the nodes' slurmd and clients need it as much as the controller's daemons and chowns."""
+    user = site.slurm.slurm_user  # the spec's pattern (a POSIX user name) leaves nothing to quote
+    return (f"{{ id -u {user} >/dev/null 2>&1 "
+            f"|| useradd --system --user-group --no-create-home --shell /usr/sbin/nologin {user}; }}")
 
 
 def owned_by_slurm(site: Site) -> str:

@@ -53,7 +53,7 @@ done
 """
 
 DRIVER = r"""set -u
-root=$1; cases=$2
+root=$1; cases=$2; user=$3
 mount -t tmpfs tmpfs $root
 mkdir $root/upper $root/work $root/merged
 mount -t overlay overlay -o lowerdir=/,upperdir=$root/upper,workdir=$root/work $root/merged
@@ -71,7 +71,8 @@ for case in $(ls $cases | grep -v systemctl | sort); do
     echo $? > $cases/$case/rc
     echo "$start $(date +%s.%N)" > $cases/$case/seconds
 done
-chroot $m sh -c "stat -c '%U %a %s' /etc/munge/munge.key; mariadb -N -e \"SHOW GRANTS FOR 'slurm'@'localhost'\";
+chroot $m sh -c "stat -c '%U %a %s' /etc/munge/munge.key; mariadb -N -e \"SHOW GRANTS FOR '$user'@'localhost'\";
+  getent passwd $user; stat -c 'owner %U:%G' /etc/slurm/slurmdbd.conf; ps -o user= -C slurmctld,slurmdbd;
   timeout 10 scontrol ping; timeout 10 sacctmgr --noheader --parsable2 show cluster format=cluster;
   cat /etc/apt/sources.list.d/gpucluster-slurm.list" > $cases/after 2>&1
 for pid in $(cat $m/run/fake-systemd/*.pid 2>/dev/null); do kill $pid 2>/dev/null; done
@@ -86,8 +87,9 @@ def munge_key(size: int) -> bytes:
 
 
 def test_should_install_slurm_from_the_spec_and_prove_the_daemons_answer(tmp_path: Path) -> None:
-    # The test stack: prod, with enroot and Pyxis from the packages `make artifacts` built (a file:// mirror).
-    test_stack = with_changes(prod_values(), slurm__containers=containers())
+    # The test stack: prod, with enroot and Pyxis from the packages `make artifacts` built (a file:// mirror), and a
+    # SlurmUser Debian's packages do not make (they make `slurm`): the deploy makes it.
+    test_stack = with_changes(prod_values(), slurm__containers=containers(), slurm__slurm_user="gpuslurm")
     site = parse(test_stack)
     too_old = parse(with_changes(test_stack, slurm__package_version="22.05.9-1"))
     short_key = munge_key(16)
@@ -108,7 +110,7 @@ def test_should_install_slurm_from_the_spec_and_prove_the_daemons_answer(tmp_pat
     started = time.monotonic()
     # The driver is PID 1 of its own PID namespace: when it ends, however it ends, the kernel ends every daemon.
     subprocess.run(["unshare", "--mount", "--uts", "--net", "--pid", "--fork", "--", "sh", "-c", DRIVER, "driver",
-                    str(root), str(given)], check=True, timeout=120)
+                    str(root), str(given), site.slurm.slurm_user], check=True, timeout=120)
     out = {name: {part: (given / name / part).read_text() for part in ("rc", "stdout", "stderr", "seconds")}
            for name in cases}
 
@@ -131,7 +133,11 @@ def test_should_install_slurm_from_the_spec_and_prove_the_daemons_answer(tmp_pat
     after = (given / "after").read_text().splitlines()
     assert after[0] == "munge 400 128", after
     assert any("IDENTIFIED VIA unix_socket" in line for line in after), after
-    assert any("GRANT ALL PRIVILEGES ON `slurm_acct_db`.* TO `slurm`@`localhost`" in line for line in after), after
+    assert any("GRANT ALL PRIVILEGES ON `slurm_acct_db`.* TO `gpuslurm`@`localhost`" in line for line in after), after
+    user = next(line.split(":") for line in after if line.startswith("gpuslurm:"))
+    assert int(user[2]) < 1000 and user[6] == "/usr/sbin/nologin", user  # a system user, no login
+    assert "owner gpuslurm:gpuslurm" in after, after
+    assert sorted(line.strip() for line in after if line.strip() == "gpuslurm") == ["gpuslurm", "gpuslurm"], after
     assert any(line.endswith("is UP") for line in after), after
     assert site.site_name in after, after
     assert site.slurm.package_source in after, after

@@ -23,6 +23,7 @@ from components.slurm.install import (
     node_files,
     restart_daemons,
     slurm_facts,
+    slurm_user_step,
     start_node_services,
     tier_mounts,
 )
@@ -203,3 +204,28 @@ def test_should_install_scripts_programs_and_the_database_user_where_the_spec_sa
     assert any("CREATE USER IF NOT EXISTS 'slurmadm'@'localhost' IDENTIFIED VIA unix_socket" in word
                for word in shlex.split(command))
     assert "chown slurmadm:slurmadm /etc/slurm/slurmdbd.conf && install -d -o slurmadm -g slurmadm" in command
+
+
+@pytest.mark.parametrize(("known", "made"), [pytest.param("exit 1", True, id="should make a SlurmUser the host lacks"),
+                                             pytest.param("exit 0", False, id="should leave a SlurmUser that exists")])
+def test_should_make_slurm_user_a_system_user_only_when_missing(tmp_path: Path, prod: dict[str, Any], known: str,
+                                                                made: bool) -> None:
+    site = parse(with_changes(prod, slurm__slurm_user="slurmadm"))
+    fake(tmp_path, "id", f'echo "$@" >> {tmp_path}/id; {known}')
+    fake(tmp_path, "useradd", f'echo "$@" >> {tmp_path}/useradd')
+    result = run(tmp_path, slurm_user_step(site))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "id").read_text() == "-u slurmadm\n"
+    assert (tmp_path / "useradd").exists() is made
+    if made:
+        assert (tmp_path / "useradd").read_text() == \
+            "--system --user-group --no-create-home --shell /usr/sbin/nologin slurmadm\n"
+
+
+def test_should_make_slurm_user_before_anything_reads_or_chowns_to_it(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, slurm__slurm_user="slurmadm"))
+    step = slurm_user_step(site)
+    controller, node = controller_command(site), node_command(site, "gpu-a800-01", Verdict(True, ""))
+    assert controller.index(step) < controller.index("chown slurmadm:slurmadm")
+    # slurmd and the node's sinfo/scontrol read SlurmUser from slurm.conf and stop when the host lacks it.
+    assert node.index(step) < node.index("systemctl restart slurmd") < node.index("sinfo")
