@@ -390,6 +390,9 @@ class Runbook:
         except (OSError, subprocess.SubprocessError) as error:
             states = {}  # every job then has no record: the training criterion fails, naming them
             self._log(campaign, "training.states", "failed", {"error": str(error)[-300:]})
+        # Each requeue sacct accounted, at the end of the run it cut: the report's timeline (training_requeue: job id).
+        self.store.add_samples(campaign.id, "training_requeue", sorted(
+            (at, float(job)) for job, record in states.items() for at, _ in record.requeues))
         criteria = judge(self.spec, Measurements(
             campaign.started_at, ended, steps, samples, self.store.faults(campaign.id),
             self.store.alert_spans(campaign.id), self.store.failures(campaign.id), self.poll_s,

@@ -28,7 +28,7 @@ from runbooks.acceptance.faults import FaultError, Switches
 from runbooks.acceptance.lending import ControllerSampler, http_text
 from runbooks.acceptance.load import (
     Checkpoints,
-    DirectoryTier,
+    NodeTier,
     PrometheusSampler,
     QueueWaitSampler,
     TrainingJob,
@@ -41,7 +41,7 @@ from runbooks.acceptance.peak import measured_peak
 from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, SlurmNodeProbe, StorageJitterProbe, jobs_on
 from runbooks.acceptance.report import criterion_lines, drill_lines, write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
-from runbooks.acceptance.targets import KEY_ENV, TargetsError, hot_dir, placed
+from runbooks.acceptance.targets import KEY_ENV, TargetsError, hot_dir, placed, ssh_to
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.options import ProjectDirOption, StackOption, site_or_exit
@@ -130,7 +130,9 @@ def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[s
         if found is not None:
             peak, source = found, f"prometheus, {spec.peak_window_days} days"
     checkpoints = Checkpoints()
-    tier = DirectoryTier(directory)
+    # Written and read back on the node the storage-jitter drill delays, through its mount of the hot tier: the jitter
+    # is on the measured path (from this host it never was).
+    tier = NodeTier.shell(ssh_to(site, where[DrillKind.STORAGE_JITTER].node or ""), directory)
     checkpoint = max(int(spec.checkpoint_gib * (1 << 30) * spec.time_scale), MIB)
     chunk = min(checkpoint, MAX_CHUNK)
     inference = inference_load(str(loads_at.get("gateway_url")), key, str(loads_at.get("model")), peak.inference_rps,

@@ -2,9 +2,12 @@
 stopped at once by an event: inference through the gateway, checkpoint writes to the hot tier and reads back, and a
 Slurm job mix under the given accounts (the platform's in production) and every training QoS (gang jobs included).
 
-Each records samples the report plots: `<name>_latency_s` per request, `<name>_error` (1 or 0) per request; the
-training load also `training_job`, the id of each job Slurm accepted, whose end and GPU-seconds the verdict asks Slurm
-for.
+Each records samples the report plots: `<name>_latency_s` per request, `<name>_error` (1 or 0) per request,
+`<name>_skipped` per tick it could not issue, and at each run's start `<name>_asked_per_s` (the rate the step asked:
+peak x factor, whatever bounds it) and `<name>_unit_size` (what one request carries: a storage chunk's MiB), so the
+verdict compares what each phase asked with what was offered; the training load also `training_job`, the id of each job
+Slurm accepted, whose end, requeues and GPU-seconds the verdict asks Slurm for, and `training_job_s`, the s each job
+runs.
 """
 
 import hashlib
@@ -29,7 +32,10 @@ from components.site.site import Pool, Site
 from components.slurm.conf import partitions
 
 WORKERS = 8
-"""Requests one load has in flight at most: past it a tick is skipped and counted, never queued without end."""
+"""Requests one load has in flight at most: a tick that finds them all busy (for as long as WORKERS ticks take) is
+skipped and counted, never queued without end."""
+FREE_WORKER_MAX_S = 1.0
+"""s a tick waits at most for a worker to come free before it is skipped."""
 REQUEST_TIMEOUT_S = 30.0
 MIB = 1 << 20
 TRAINING_JOB_NAMES = "acceptance-training"
@@ -48,22 +54,37 @@ class RateLoad:
     samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     timer: Callable[[], float] = time.monotonic
     """The clock a request's latency is read on: monotonic, so a step of the wall clock is no latency."""
+    unit_size: float = 1.0
+    """What one request carries in the load's unit: a storage chunk's MiB; 1 request, 1 job."""
+    limit: int | None = None
+    """Requests issued at most over the load's life (the training load's max_training_jobs): later ticks are skipped."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _count: int = 0
 
     def run(self, factor: float, until: float, stop: threading.Event) -> None:
-        rate = min(self.peak_per_s * factor, self.bound_per_s)
+        asked = self.peak_per_s * factor
+        rate = min(asked, self.bound_per_s)
+        began = time.time()
+        # What the step asked of this load and for how long it ticked: the verdict's offered against measured.
+        self._record(f"{self.name}_asked_per_s", asked, began)
+        self._record(f"{self.name}_unit_size", self.unit_size, began)
         busy = threading.BoundedSemaphore(WORKERS)
         with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=self.name) as pool:
-            next_at = time.time()
+            next_at = began
             while not stop.is_set() and next_at < until:
-                if busy.acquire(blocking=False):
+                # A worker may take the time WORKERS ticks take to come free (a second at most, so a stop is heard):
+                # a generator the host delayed catches up in a burst; requests slower than that cannot keep the rate.
+                if (self.limit is None or self._count < self.limit) and busy.acquire(
+                        timeout=min(WORKERS / rate, FREE_WORKER_MAX_S, max(until - time.time(), 0))):
                     self._count += 1
                     pool.submit(self._one, self._count, busy)
                 else:
                     self._record(f"{self.name}_skipped", 1.0)
                 next_at += 1 / rate
                 stop.wait(max(next_at - time.time(), 0))
+            # The window its ticks covered, each issued or skipped: a backlog the host's scheduling left when the step
+            # stopped the load is no request the system under test refused.
+            self._record(f"{self.name}_ran_s", min(next_at, until, time.time()) - began, began)
 
     def _one(self, number: int, busy: threading.BoundedSemaphore) -> None:
         started, began = time.time(), self.timer()
@@ -128,22 +149,45 @@ class Tier(Protocol):
 
 
 @dataclass(frozen=True)
-class DirectoryTier:
-    """A directory on the hot tier as every node mounts it (<mount_root>/<server>/<team>/...): each checkpoint a file
-    written whole and fsynced, as a training job's dump is, then read back."""
+class NodeTier:
+    """The hot tier as a GPU node reaches it: each checkpoint chunk written and read back by a command run on the node
+    (the chunk on its stdin when written, its bytes on its stdout when read), so the storage load's IO crosses the
+    node's storage link, the one the storage-jitter drill delays. Written from the gpuctl host, the jitter was never on
+    the measured path (issue 36)."""
 
-    directory: Path
+    write: Callable[[str], Sequence[str]]
+    """Checkpoint name -> the command, run on the node, that stores its stdin under that name durably (exit 0)."""
+    read: Callable[[str], Sequence[str]]
+    """Checkpoint name -> the command, run on the node, that prints what is stored under that name."""
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def shell(cls, on_node: Sequence[str], directory: Path) -> "NodeTier":
+        """Through `on_node`, a command prefix that runs one shell command line on the node (`ssh ... user@node --`:
+        ssh(1) hands its words to the remote shell): dd into `directory` as the node mounts the hot tier, fsynced, never
+        through a link planted under the checkpoint's name, and dd out of it."""
+
+        def path(name: str) -> str:
+            return shlex.quote(str(directory / name))
+
+        return cls(lambda name: (*on_node, f"mkdir -p -- {shlex.quote(str(directory))} && dd of={path(name)} bs=1M "
+                                           "iflag=fullblock oflag=nofollow conv=fsync status=none"),
+                   lambda name: (*on_node, f"dd if={path(name)} bs=1M iflag=nofollow status=none"))
 
     def put(self, name: str, data: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(self.directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        self._run(self.write(name), data)
 
     def get(self, name: str) -> bytes:
-        return (self.directory / name).read_bytes()
+        return self._run(self.read(name), b"")
+
+    def _run(self, argv: Sequence[str], data: bytes) -> bytes:
+        done = subprocess.run(list(argv), input=data, env={**os.environ, **self.env}, capture_output=True,
+                              timeout=REQUEST_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            # OSError: the load counts the chunk failed (RateLoad), as a write the hot tier refused.
+            raise OSError(f"`{' '.join(argv)}` exited {done.returncode}: "
+                          f"{done.stderr[-300:].decode(errors='replace')}")
+        return bytes(done.stdout)
 
 
 def storage_load(tier: Tier, chunk_bytes: int, peak_mib_s: float, max_mib_s: float,
@@ -162,7 +206,7 @@ def storage_load(tier: Tier, chunk_bytes: int, peak_mib_s: float, max_mib_s: flo
         return hashlib.sha256(tier.get(name)).hexdigest() == digest, {}
 
     per_s = MIB / chunk_bytes
-    return RateLoad("storage", peak_mib_s * per_s, max_mib_s * per_s, request)
+    return RateLoad("storage", peak_mib_s * per_s, max_mib_s * per_s, request, unit_size=chunk_bytes / MIB)
 
 
 def intact(tier: Tier, checkpoints: Checkpoints) -> tuple[int, list[str]]:
@@ -229,12 +273,10 @@ def training_load(sbatch: Sequence[str], env: Mapping[str, str], accounts: Seque
                   job: TrainingJob, nodes_per_gang: int, peak_per_h: float, bound_jobs: int) -> RateLoad:
     """sbatch submissions of `job` cycling through `accounts` and every training QoS; every third job a gang across
     `nodes_per_gang` nodes. Each may be requeued (--requeue). Bounded in jobs: past bound_jobs submissions the load
-    submits nothing more."""
+    submits nothing more (its ticks counted skipped)."""
     script = job.script()
 
     def request(number: int) -> tuple[bool, dict[str, float]]:
-        if number > bound_jobs:
-            return True, {}
         gang = ["--nodes", str(nodes_per_gang)] if number % 3 == 0 else ["--nodes", "1"]
         account, level = accounts[number % len(accounts)], qos[number % len(qos)]
         # No script file: sbatch(1) reads the script from standard input.
@@ -244,9 +286,10 @@ def training_load(sbatch: Sequence[str], env: Mapping[str, str], accounts: Seque
                               check=False)
         submitted = done.stdout.strip().split(";")[0]  # --parsable: `<id>` or `<id>;<cluster>`
         ok = done.returncode == 0
-        return ok, {"job": float(submitted)} if ok and submitted.isdigit() else {}
+        # job_s: how long each job runs, what its GPUs are asked for (the verdict's GPU-seconds requested).
+        return ok, {"job": float(submitted), "job_s": job.seconds} if ok and submitted.isdigit() else {}
 
-    return RateLoad("training", peak_per_h / 3600, bound_jobs, request)
+    return RateLoad("training", peak_per_h / 3600, math.inf, request, limit=bound_jobs)
 
 
 LOST_STATES = ("BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT")
@@ -256,36 +299,55 @@ lost. PENDING, RUNNING, REQUEUED and COMPLETED are not."""
 
 @dataclass(frozen=True)
 class JobRecord:
-    """One job as Slurm accounted it."""
+    """One job as Slurm accounted it, over every run of it (a requeued job runs again under the same id)."""
 
     state: str
-    """One word: `CANCELLED by 0` reads CANCELLED."""
+    """Its last run's, one word: `CANCELLED by 0` reads CANCELLED."""
     gpu_s: float
-    """GPUs allocated (AllocTRES gres/gpu) x seconds elapsed: 0 for a job that ran without a GPU, whatever it asked."""
+    """GPUs allocated (AllocTRES gres/gpu) x seconds elapsed, summed over its runs: 0 for a job that ran without a GPU,
+    whatever it asked."""
+    requested_gpus: int = 0
+    """GPUs it asked (ReqTRES gres/gpu, every node's together)."""
+    requeues: tuple[tuple[float, str], ...] = ()
+    """Each run that ended in a requeue (preempted, its node failed, requeued by hand): when it ended (time.time()) and
+    the state sacct gave it."""
 
 
 def job_states(sacct: Sequence[str], env: Mapping[str, str]) -> Callable[[Sequence[str]], dict[str, JobRecord]]:
-    """Job id -> its record now, from sacct's allocation records; a job sacct does not know yet is absent."""
+    """Job id -> its record now, from sacct's allocation records of every run (--duplicates: a requeued job's earlier
+    runs are records of their own, in the order they ran); a job sacct does not know yet is absent."""
 
     def states(jobs: Sequence[str]) -> dict[str, JobRecord]:
         if not jobs:
             return {}
-        done = subprocess.run([*sacct, "-X", "-n", "-P", "--format=JobID,State,AllocTRES,ElapsedRaw",
+        done = subprocess.run([*sacct, "-X", "-D", "-n", "-P", "--format=JobID,State,AllocTRES,ElapsedRaw,End,ReqTRES",
                                "-j", ",".join(jobs)], env={**os.environ, **env}, capture_output=True, text=True,
                               timeout=REQUEST_TIMEOUT_S, check=True)
-        found = {}
+        runs: dict[str, list[list[str]]] = {}
         for line in done.stdout.splitlines():
-            job, state, tres, elapsed = (line.split("|") + ["", "", ""])[:4]
-            if job.strip() in jobs and state.split():
-                found[job.strip()] = JobRecord(state.split()[0], allocated_gpus(tres) * float(elapsed or 0))
-        return found
+            fields = (line.split("|") + [""] * 5)[:6]
+            if fields[0].strip() in jobs and fields[1].split():
+                runs.setdefault(fields[0].strip(), []).append(fields)
+        return {job: JobRecord(
+            ran[-1][1].split()[0], sum(allocated_gpus(tres) * float(elapsed or 0) for _, _, tres, elapsed, _, _ in ran),
+            allocated_gpus(ran[-1][5]), tuple((_ended(end), state.split()[0]) for _, state, _, _, end, _ in ran[:-1]))
+            for job, ran in runs.items()}
 
     return states
 
 
+def _ended(end: str) -> float:
+    """sacct's End (`2026-12-03T18:59:01`, the local time of the Slurm controller, as this host reads it) as
+    time.time(); a run that has not ended (`Unknown`) at 0."""
+    try:
+        return datetime.fromisoformat(end).timestamp()
+    except ValueError:
+        return 0.0
+
+
 def allocated_gpus(tres: str) -> int:
-    """The GPUs in sacct's AllocTRES (`cpu=2,gres/gpu:a800=8,gres/gpu=8,node=1`): the untyped gres/gpu count, which
-    slurmdbd records with AccountingStorageTRES=gres/gpu (components/slurm/conf.py); 0 where none was allocated."""
+    """The GPUs in sacct's AllocTRES or ReqTRES (`cpu=2,gres/gpu:a800=8,gres/gpu=8,node=1`): the untyped gres/gpu
+    count, which slurmdbd records with AccountingStorageTRES=gres/gpu (components/slurm/conf.py); 0 where none."""
     counts = {key: value for key, _, value in (item.partition("=") for item in tres.split(","))}
     return int(counts.get("gres/gpu") or 0)
 

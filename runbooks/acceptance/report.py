@@ -1,7 +1,9 @@
 """The campaign's report: every criterion of the verdict with its measured value, objective and source, a line per
 drill, every failure with its SOP, and PNG plots a person reads at a glance (GPU utilization, inference p95 latency
 and error rate, training queue wait, storage latency, the flex nodes the lending controller lent to inference, over
-time, each fault window and the shock shaded and named, each lend and reclaim it started marked on every panel).
+time, each fault window and the shock shaded and named, each lend and reclaim it started and each training job's
+requeue sacct accounted marked on every panel and listed with its step), and a table of what each phase asked of each
+load against what it offered.
 """
 
 import json
@@ -16,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 
 from runbooks.acceptance.campaign import VERDICT_STEP  # noqa: E402
 from runbooks.acceptance.store import Campaign, CampaignStore  # noqa: E402
-from runbooks.acceptance.verdict import Criterion  # noqa: E402
+from runbooks.acceptance.verdict import LOADS, Criterion  # noqa: E402
 
 BUCKET_S = 1.0
 """s per point of a plotted p95 or rate: the scaled campaign's resolution (a real one plots per minute)."""
@@ -37,6 +39,15 @@ def criterion_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
     verdict = store.steps(campaign.id).get(VERDICT_STEP)
     criteria = sorted(verdict[2].get("criteria", []) if verdict else [], key=lambda c: bool(c["passed"]))
     return [Criterion(**c).line() for c in criteria]
+
+
+def load_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
+    """A table row per phase and load: what the phase asked of it against what it offered (the verdict's `<load>
+    load` criteria), so the report shows whether the shock peaked all three loads together."""
+    verdict = store.steps(campaign.id).get(VERDICT_STEP)
+    criteria = [Criterion(**c) for c in (verdict[2].get("criteria", []) if verdict else [])]
+    return [f"| {c.phase} | {c.name.removesuffix(' load')} | {c.measured} | {'PASS' if c.passed else 'FAIL'} |"
+            for c in criteria if c.name.removesuffix(" load") in LOADS]
 
 
 def drill_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
@@ -63,11 +74,20 @@ def drill_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
 def lending_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
     """Each lend and reclaim the lending controller started, with the step it fell in (the shock's timeline)."""
     steps = store.steps(campaign.id)
-    lines = []
-    for move, at, _ in moves(store.samples(campaign.id)):
-        step = next((name for name, (begin, end, _) in steps.items() if end is not None and begin <= at <= end), "")
-        lines.append(f"- {move} at {at - campaign.started_at:.1f} s{f' ({step})' if step else ''}")
-    return lines
+    return [f"- {move} at {at - campaign.started_at:.1f} s{_step(steps, at)}"
+            for move, at, _ in moves(store.samples(campaign.id))]
+
+
+def requeue_lines(store: CampaignStore, campaign: Campaign) -> list[str]:
+    """Each requeue of a training job of the load, as sacct accounted it, with the step it fell in."""
+    steps = store.steps(campaign.id)
+    return [f"- job {int(job)} requeued at {at - campaign.started_at:.1f} s{_step(steps, at)}"
+            for at, job in store.samples(campaign.id).get("training_requeue", [])]
+
+
+def _step(steps: dict[str, tuple[float, float | None, dict[str, Any]]], at: float) -> str:
+    step = next((name for name, (begin, end, _) in steps.items() if end is not None and begin <= at <= end), "")
+    return f" ({step})" if step else ""
 
 
 def _s(value: Any) -> str:
@@ -115,6 +135,7 @@ def plot(store: CampaignStore, campaign: Campaign, path: Path) -> list[str]:
     if shock is not None:
         windows.append(("shock", shock[0] - campaign.started_at, (shock[1] or shock[0]) - campaign.started_at))
     marks = [(move, at - campaign.started_at, color) for move, at, color in moves(samples)]
+    marks += [("requeue", at - campaign.started_at, "tab:brown") for at, _ in samples.get("training_requeue", [])]
     figure, axes = plt.subplots(len(PANELS), 1, figsize=(11, 2.2 * len(PANELS)), sharex=True)
     drawn = []
     for axis, (series, title, how) in zip(axes, PANELS, strict=True):
@@ -134,7 +155,8 @@ def plot(store: CampaignStore, campaign: Campaign, path: Path) -> list[str]:
         axis.set_ylabel(title, fontsize=8)
         axis.grid(alpha=0.3)
     axes[-1].set_xlabel(f"seconds since the campaign started (time scale {campaign.time_scale:g}; "
-                        "red: faults, orange: the shock; dashed: the lending controller's lends and reclaims)")
+                        "red: faults, orange: the shock; dashed: the lending controller's lends and reclaims, "
+                        "training requeues)")
     figure.suptitle(f"{campaign.id}: {(campaign.verdict or campaign.state).upper()}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,8 +173,11 @@ def write_report(store: CampaignStore, campaign: Campaign, directory: Path) -> P
              f"Verdict: **{(campaign.verdict or campaign.state).upper()}** - {campaign.reason or 'not finished'}", "",
              f"Deployment {campaign.deployment}, stage {campaign.stage}, time scale {campaign.time_scale:g}.", "",
              "## Criteria", "", *[f"- {line}" for line in criterion_lines(store, campaign)], "",
+             "## Loads per phase", "", "| phase | load | offered (measured) against asked | |",
+             "| --- | --- | --- | --- |", *load_lines(store, campaign), "",
              "## Drills", "", *[f"- {line}" for line in drill_lines(store, campaign)], "",
              "## Lending controller", "", *(lending_lines(store, campaign) or ["- no lend or reclaim started"]), "",
+             "## Training requeues (sacct)", "", *(requeue_lines(store, campaign) or ["- none"]), "",
              "## Failures logged", "", "| at (s) | source | mode | SOP |", "| --- | --- | --- | --- |",
              *[f"| {f.at - campaign.started_at:.1f} | {f.source} | {f.mode} | "
                f"{('docs/sop/' + f.sop + '.md') if f.sop else '**none**'} |" for f in failures], "",

@@ -109,10 +109,15 @@ class NodeTargets(DrillTargets):
         return name
 
 
+def ssh_to(site: Site, node: str) -> tuple[str, ...]:
+    """The command prefix that runs a command on the spec's node `node` as site.ssh_user, never asking for a
+    password."""
+    return ("ssh", "-o", "BatchMode=yes", f"{site.ssh_user}@{spec_node(site, node).ssh_host}", "--")
+
+
 def over_ssh(fault: Fault, site: Site, node: str, drill: Drill) -> Fault:
     """A fault of a node's own network run there (on_node), its timer reverting it at the drill's scaled deadline."""
-    found = spec_node(site, node)
-    ssh = ("ssh", "-o", "BatchMode=yes", f"{site.ssh_user}@{found.ssh_host}", "--")
+    ssh = ssh_to(site, node)
     unit = f"gpucluster-drill-{fault.drill.replace('_', '-')}"
     return on_node(fault, ssh, site.acceptance.scaled(drill.revert_after_s), unit)
 

@@ -11,12 +11,18 @@ shock_factor x the peak; campaign: both).
 - duration: the monotonic time the steps ran under load (a step a dead run left is run again and counted once),
   against soak_h and shock_minutes, and the wall time the campaign spent without load (resumes) within
   max_interruption_s; all scaled by time_scale, nothing else;
-- storage: the p99 of the storage load's checkpoint chunk (written whole, fsynced, read back on the hot tier) under
-  the shock, outside fault windows, within the time WORKERS writes in flight allow at the phase's rate: slower, the load
-  can no longer deliver the phase's MiB/s (Little's law), whatever the site's disks;
-- training: every sbatch of the load accepted, and no job of it lost (ended without completing or a requeue, as
-  sacct tells at the verdict); a campaign that submitted no job fails; the GPU-seconds Slurm accounted (AllocTRES
-  gres/gpu x elapsed), where every completed job must have run on GPUs: one that got none delivered 0 and fails it;
+- loads (soak, shock): each load (inference, storage, training) put in flight at least DELIVERED_SHARE of what the phase
+  asked of it (its peak x the phase's factor, per s of the phase): a load bounded below the shock's rate, its workers
+  all busy (ticks skipped) or past its job limit did not offer the phase, so the shock did not peak all three together;
+- storage: the p99 of the storage load's checkpoint chunk (written whole, fsynced, read back on the hot tier, from the
+  node the storage-jitter drill delays) under the shock, outside fault windows, within the time WORKERS writes in flight
+  allow at the phase's rate: slower, the load can no longer deliver the phase's MiB/s (Little's law), whatever the
+  site's disks; and none of those chunks failed; its measured value carries the MiB/s written;
+- training: every sbatch of the load accepted, and no job of it lost (its last run ended without completing or a
+  requeue, as sacct tells at the verdict, every run of it read: the requeues are listed); a campaign that submitted no
+  job fails; the GPU-seconds Slurm accounted (AllocTRES gres/gpu x elapsed, over its runs) against those requested
+  (ReqTRES gres/gpu x the s each job runs), where every completed job must have had them: one that got no GPU, or
+  ended short of its time, fails it;
 - lending controller (shock): its /metrics answered at every look of the shock (runbooks.acceptance.lending), its
   last decision never older than LendingControllerDown's threshold, never paused, at least one decision on demand
   data (not no-data), and, where it started a lend during the shock, a node lent to inference by the shock's end:
@@ -37,6 +43,15 @@ from runbooks.acceptance.lending import DECISION_SERIES
 from runbooks.acceptance.load import LOST_STATES, WORKERS, JobRecord
 from runbooks.acceptance.store import FAILED, AlertSpan, Failure, FaultRecord
 
+LOADS = {"inference": ("requests/s", 1.0), "storage": ("MiB/s", 1.0), "training": ("jobs/h", 3600.0)}
+"""Each load the campaign runs (runbooks.acceptance.load), the unit its rate is shown in, and s per that unit's time."""
+DELIVERED_SHARE = 0.9
+"""Share of what a phase asked of a load (its rate x the s it ran) that it must have put in flight: a load that kept
+its rate issues a tick at its start and every 1/rate s after, at least the whole; a skipped tick (every worker busy),
+a bound below the phase's rate or a job limit shows far under."""
+CLOCK_SLACK_S = 2.0
+"""s a completed training job may fall short of the time it runs: its end is read off a 1 s clock (date +%s) and
+sacct's ElapsedRaw counts whole seconds."""
 LOADED_STEPS = ("drill:", "shock", "soak")
 """Steps (prefixes) that run under load: their monotonic run time is the soak's measured duration."""
 CRITICAL = "critical"
@@ -93,6 +108,8 @@ def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
     faults = [(s, e) for _, s, e in windows]
     for phase, intervals in _phases(measured.steps).items():
         criteria += _inference(spec, phase, intervals, measured.samples, faults)
+        if phase != "campaign":
+            criteria += [_delivery(load, phase, intervals, measured.samples) for load in LOADS]
         if phase == "shock":
             # Judged under the shock, where the hot tier takes 3x the peak: the scaled test campaign's soak is all
             # drills, the partition among them cutting the very storage path (a soak with steady time is future work).
@@ -192,24 +209,64 @@ def _health(spec: Acceptance, measured: Measurements, windows: list[tuple[str, f
     return criteria
 
 
+def _seconds(intervals: Intervals) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _unit_size(load: str, samples: dict[str, list[tuple[float, float]]]) -> float:
+    """What one request of the load carries in its unit (a storage chunk's MiB; 1 otherwise), as the load said."""
+    return max((v for _, v in samples.get(f"{load}_unit_size", [])), default=1.0)
+
+
+def _figure(value: float) -> str:
+    """Four significant digits, never in e-notation (216,000 jobs/h, 0.3 requests/s)."""
+    return f"{value:.4g}" if value < 10_000 else f"{value:,.0f}"
+
+
+def _delivery(load: str, phase: str, intervals: Intervals, samples: dict[str, list[tuple[float, float]]]
+              ) -> Criterion:
+    """What the phase asked of the load against what it put in flight: the offered and measured rates of the report."""
+    unit, per = LOADS[load]
+    size = _unit_size(load, samples) * per
+    asked = max((v for at, v in samples.get(f"{load}_asked_per_s", []) if _within(at, intervals)), default=None)
+    seconds = sum(v for at, v in samples.get(f"{load}_ran_s", []) if _within(at, intervals))
+    issued = sum(1 for at, _ in samples.get(f"{load}_latency_s", []) if _within(at, intervals))
+    skipped = sum(1 for at, _ in samples.get(f"{load}_skipped", []) if _within(at, intervals))
+    objective = f">= {DELIVERED_SHARE:.0%} of the rate the phase asked, over the s it ran"
+    source = (f"the {load} load's requests put in flight (by their start), the rate each step asked of it (peak x the "
+              "phase's factor) and the s it ran")
+    if asked is None or seconds <= 0:
+        return Criterion(f"{load} load", phase, False, "never ran (no load)", objective, source)
+    rate = issued / seconds
+    return Criterion(f"{load} load", phase, rate >= DELIVERED_SHARE * asked,
+                     f"{_figure(rate * size)} {unit} offered of {_figure(asked * size)} asked over {seconds:.1f} s "
+                     f"({issued} requests, {skipped} ticks skipped)", objective, source)
+
+
 def _storage(phase: str, factor: float, intervals: Intervals, measured: Measurements,
              faults: Intervals) -> Criterion:
     in_phase = [(at, v) for at, v in measured.samples.get("storage_latency_s", []) if _within(at, intervals)]
     steady = [v for at, v in in_phase if not _within(at, faults)]
     latencies = steady or [v for _, v in in_phase]  # as for inference: the stricter reading, never a pass by default
+    outcomes = [(at, v) for at, v in measured.samples.get("storage_error", []) if _within(at, intervals)]
+    failed = int(sum(v for at, v in outcomes if not (steady and _within(at, faults))))
+    # Over the whole phase: what the hot tier took, fault windows and all.
+    written = (sum(1 for _, v in outcomes if not v) * _unit_size("storage", measured.samples)
+               / max(_seconds(intervals), 1e-9))
     skipped = sum(1 for at, _ in measured.samples.get("storage_skipped", []) if _within(at, intervals))
     source = "the storage load's checkpoint chunks on the hot tier (written whole, fsynced, read back), " + (
         "outside fault windows" if steady else "fault windows included")
     if measured.storage_rate is None or not latencies:
         return Criterion("storage p99 latency", phase, False, "no checkpoint write measured",
-                         "p99 within what the phase's rate allows", source)
+                         "p99 within what the phase's rate allows, none failed", source)
     per_s = min(measured.storage_rate[0] * factor, measured.storage_rate[1])
     allowed = WORKERS / per_s
     p99 = quantiles(latencies, n=100, method="inclusive")[-1] if len(latencies) > 1 else latencies[0]
-    return Criterion("storage p99 latency", phase, p99 <= allowed,
-                     f"{p99:.3f} s over {len(latencies)} chunks ({skipped} ticks skipped with {WORKERS} in flight)",
+    return Criterion("storage p99 latency", phase, p99 <= allowed and not failed,
+                     f"{p99:.3f} s over {len(latencies)} chunks, {failed} failed; {written:.3g} MiB/s written in "
+                     f"the phase ({skipped} ticks skipped with {WORKERS} in flight)",
                      f"p99 <= {allowed:.3f} s ({WORKERS} chunks in flight at {per_s:g}/s: slower, the load cannot "
-                     "deliver the phase's MiB/s)", source)
+                     "deliver the phase's MiB/s), none failed", source)
 
 
 def _increase(points: list[tuple[float, float]]) -> float:
@@ -279,24 +336,44 @@ def _training(measured: Measurements) -> list[Criterion]:
     lost = sorted(j for j in jobs if states.get(j) in LOST_STATES)
     unknown = [j for j in jobs if j not in states]
     completed = [j for j in jobs if states.get(j) == "COMPLETED"]
+    records = measured.training_states
+    requeues = sorted((at, j, state) for j in jobs if j in records for at, state in records[j].requeues)
     # A job sacct has no record of is unaccounted for, as good as lost: a Slurm that cannot be asked proves nothing.
+    # Requeues (a lend's preemption, a drill's node failure) are the expected reaction, listed here and on the report's
+    # timeline; a requeued job still counts lost if its last run ended so.
     ended = Criterion(
         "training jobs lost", "campaign", bool(jobs) and not lost and not unknown,
         (f"{len(lost)} of {len(jobs)} lost ({', '.join(f'{j} {states[j]}' for j in lost[:5])})"
          if lost else f"none of {len(jobs)} lost") + f"; {len(completed)} completed"
-        + (f"; {len(unknown)} with no record in sacct ({', '.join(unknown[:5])})" if unknown else ""),
+        + (f"; {len(unknown)} with no record in sacct ({', '.join(unknown[:5])})" if unknown else "")
+        + f"; {len(requeues)} requeues" + (f" ({', '.join(f'{j} {state}' for _, j, state in requeues[:5])})"
+                                            if requeues else ""),
         "none ended without completing or a requeue, each accounted for",
-        "sacct's allocation records of the load's jobs at the verdict")
-    # What Slurm allocated, not what the job asked: a job run without its GPUs did no training, however long it ran.
-    delivered = sum(measured.training_states[j].gpu_s for j in jobs if j in measured.training_states)
-    starved = [j for j in completed if measured.training_states[j].gpu_s <= 0]
-    gpu_seconds = Criterion(
-        "training GPU-seconds", "campaign", bool(completed) and not starved,
-        f"{delivered:g} GPU-s delivered by {len(jobs)} jobs, {len(completed)} completed"
-        + (f"; {len(starved)} completed with no GPU allocated ({', '.join(starved[:5])})" if starved else ""),
-        "every completed job ran on GPUs (its GPU-s > 0), at least one completed",
-        "sacct's AllocTRES gres/gpu x ElapsedRaw of each job's allocation at the verdict")
-    return [submitted, ended, gpu_seconds]
+        "sacct's allocation records of every run of the load's jobs (--duplicates) at the verdict")
+    return [submitted, ended, _gpu_seconds(measured, jobs, completed)]
+
+
+def _gpu_seconds(measured: Measurements, jobs: Sequence[str], completed: Sequence[str]) -> Criterion:
+    """What Slurm allocated, not what the job asked: a job run without its GPUs did no training, however long it ran,
+    and a completed job must have had its GPUs for the time it runs (one that ended early trained less)."""
+    records = measured.training_states
+    job_s = max((v for _, v in measured.samples.get("training_job_s", [])), default=0.0)
+    delivered = sum(records[j].gpu_s for j in jobs if j in records)
+    requested = sum(records[j].requested_gpus * job_s for j in jobs if j in records)
+    starved = [j for j in completed if records[j].gpu_s <= 0]
+    short = [j for j in completed if j not in starved
+             and records[j].gpu_s < records[j].requested_gpus * max(job_s - CLOCK_SLACK_S, 0)]
+    return Criterion(
+        "training GPU-seconds", "campaign", bool(completed) and not starved and not short,
+        f"{delivered:g} GPU-s delivered of {requested:g} requested by {len(jobs)} jobs, {len(completed)} completed"
+        + (f"; {len(starved)} completed with no GPU allocated ({', '.join(starved[:5])})" if starved else "")
+        + (f"; {len(short)} completed short of their request ("
+           + ", ".join(f"{j} {records[j].gpu_s:g} of {records[j].requested_gpus * job_s:g}" for j in short[:5]) + ")"
+           if short else ""),
+        f"every completed job delivered the GPUs it asked x its {job_s:g} s (less {CLOCK_SLACK_S:g} s its clock and "
+        "sacct's whole seconds round away), at least one completed",
+        "sacct's AllocTRES gres/gpu x ElapsedRaw of each run and ReqTRES gres/gpu, at the verdict; the s each job runs "
+        "from the training load")
 
 
 def _duration(spec: Acceptance, measured: Measurements) -> list[Criterion]:

@@ -7,6 +7,7 @@ Names given to `namespace` resolve inside it to the host side's address: `ip net
 the render gave it, served by a double on the host side."""
 
 import contextlib
+import ctypes
 import fcntl
 import os
 import secrets
@@ -66,6 +67,37 @@ class Namespace:
             timeout=TIMEOUT_S,
             check=True,
         ).stdout
+
+
+CLONE_NEWNET = 0x40000000
+"""setns(2)'s nstype for a network namespace (<sched.h>)."""
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(descriptor: int) -> None:
+    if _libc.setns(descriptor, CLONE_NEWNET) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"setns: {os.strerror(error)}")
+
+
+@contextlib.contextmanager
+def entered(name: str) -> Iterator[None]:
+    """The calling thread inside the namespace `name` (setns(2) on a network namespace moves that thread alone), back
+    in its own after: a socket made meanwhile stays in `name`, so its traffic leaves by the node's link, as a daemon's
+    on the node does, without a process per connection."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(f"/run/netns/{name}", os.O_RDONLY)
+        try:
+            _setns(target)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            _setns(own)
+    finally:
+        os.close(own)
 
 
 ETC_NETNS = Path("/etc/netns")

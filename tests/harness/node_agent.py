@@ -1,7 +1,8 @@
 """A GPU node's daemons as the campaign sees them, one process: a dcgm-exporter's GPU series on /metrics (what
 DcgmExporterDown and GpuMissing read) and the node's storage path, PUT/GET /hot/<name> (a checkpoint written to the
 hot tier, read back as the NVMe cache would). Standard library only: it runs inside a network namespace the test
-made (tests/harness/netns.py), started with `ip netns exec`.
+made (tests/harness/netns.py), started with `ip netns exec`. With no HOSTNAME it serves the storage path alone: the hot
+tier's server side, which a node's checkpoint writes reach over its link.
 
     node_agent.py --listen 10.251.7.2:9400 --directory DIR --gpus 8 --model NAME HOSTNAME...
 """
@@ -34,7 +35,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--model", default="NVIDIA A800-SXM4-80GB")
     parser.add_argument("--pid-file", type=Path, help="where the agent writes its PID (a drill kills it by it)")
-    parser.add_argument("hosts", nargs="+")
+    parser.add_argument("hosts", nargs="*")
     args = parser.parse_args()
     if args.pid_file:
         args.pid_file.write_text(f"{os.getpid()}\n")

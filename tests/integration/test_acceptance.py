@@ -7,7 +7,9 @@ namespace where the served model's Service name reaches its test double (tests/h
 Drills: the partition takes node A's link down inside its namespace (DcgmExporterDown must fire for that node and
 clear); the node failure kills node B's exporter, its slurmd on the loopback Slurm cluster and its jobs as power loss
 does (the same alert, for node B; Slurm must mark it DOWN and requeue its job); storage jitter puts
-a tbf qdisc on node A's link, the storage path the checkpoint writes and reads take (this kernel has no sch_netem);
+a tbf qdisc on node A's link (this kernel has no sch_netem). The storage load writes its checkpoints from node A, as
+production's does from the jitter drill's node: each chunk's connection made inside node A's namespace, over its link,
+to the hot tier's server on the host side, which serves the platform's share the training jobs write their dumps to;
 the hot swap moves the model's service to a new version under the inference load.
 
 The campaign runs first in a child process, killed (SIGKILL) while the partition holds; the node's own dead-man's
@@ -19,18 +21,20 @@ Prometheus from the flex tests' playback held at 0 requests waiting (the model s
 queues nothing), so it decides on data and never sees a peak here; the campaign reads its /metrics.
 """
 
+import http.client
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -41,7 +45,7 @@ from components.site.site import Site
 from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import Load, Runbook, Target
-from runbooks.acceptance.faults import Fault, Switches, link_down, storage_delay, version_swap
+from runbooks.acceptance.faults import Fault, Switches, link_down, run_commands, storage_delay, version_swap
 from runbooks.acceptance.lending import ControllerSampler, UnreadableError, http_text, parse
 from runbooks.acceptance.load import (
     Checkpoints,
@@ -56,6 +60,7 @@ from runbooks.acceptance.load import (
 from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, SlurmNodeProbe, StorageJitterProbe, jobs_on
 from runbooks.acceptance.report import write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
+from runbooks.acceptance.verdict import Criterion, Measurements, judge
 from runbooks.stack.audit import AuditLog, audit_key
 from runbooks.stack.lock import StackLock
 from tests.builders import copy_project, prod_values, with_changes
@@ -82,6 +87,8 @@ AGENT_PORT = 9400
 DELAY_MS = 300
 TRAINING_JOB_S = 8
 """s each training job of the load runs (--requeue, every third a two-node gang)."""
+PINNED = "acceptance-pinned"
+"""The job name of the long job pinned to node B, whose requeue the node failure causes."""
 SLURMD_TIMEOUT_S = 5
 """s the test cluster's slurmctld gives a silent slurmd before the node is DOWN (the prod default 300, about scaled)."""
 ACCEPTANCE: dict[str, Any] = {
@@ -109,22 +116,6 @@ pytestmark = [*slurm_marks(), pytest.mark.skipif(
     reason=f"{netns.missing() or 'needs prometheus, prometheus-alertmanager and the LiteLLM venv (make test)'}")]
 
 
-@dataclass(frozen=True)
-class AgentTier:
-    """The hot tier as node A's storage daemon serves it, over the node's link (the path the drill delays)."""
-
-    url: str
-
-    def put(self, name: str, data: bytes) -> None:
-        request = urllib.request.Request(f"{self.url}/{name}", data=data, method="PUT")
-        with urllib.request.urlopen(request, timeout=30) as response:
-            assert response.status == 201
-
-    def get(self, name: str) -> bytes:
-        with urllib.request.urlopen(f"{self.url}/{name}", timeout=30) as response:
-            return bytes(response.read())
-
-
 @dataclass
 class World:
     """Everything the campaign's targets and loads need, as JSON: the killed child process builds the same."""
@@ -149,17 +140,57 @@ class World:
     slurmd_pid_file_b: str = ""
     """Node B's slurmd there: the node failure kills it with node B's other daemons and its jobs."""
     lending_metrics: str = ""
+    """The running lending controller's /metrics (the lending_controller fixture)."""
     hot_dir: str = ""
     """The platform's share on the hot tier as the test cluster's nodes mount it (<mount_root>/<server>/platform/...):
     where the training jobs write their checkpoints."""
-    """The running lending controller's /metrics (the lending_controller fixture)."""
-
-    def hot_url(self) -> str:
-        return f"http://{self.address_a}:{AGENT_PORT}/hot"
+    hot_tier: str = ""
+    """The hot tier's server on the host side of node A's link, serving hot_dir: where node A's checkpoint writes go."""
 
 
 def acceptance_site() -> Site:
     return parse_site(with_changes(prod_values(), acceptance=ACCEPTANCE, slurm__slurmd_timeout_s=SLURMD_TIMEOUT_S))
+
+
+@dataclass(frozen=True)
+class NodeATier:
+    """The hot tier as node A reaches it: each chunk PUT (and read back) over a connection made inside node A's
+    namespace, so it crosses node A's link, the storage path the jitter drill delays, as production's dd on the node
+    crosses its NFS mount's link (runbooks.acceptance.load.NodeTier). One connection per chunk, made in this process:
+    a process per chunk (curl under nsenter) cost this 2-core machine the shock's p99 (0.895 s over 0.889 s allowed)."""
+
+    namespace: str
+    url: str
+    """The hot tier's server, http://<host side>:<port>/hot."""
+
+    def _exchange(self, method: str, name: str, data: bytes | None) -> bytes:
+        where = urlsplit(self.url)
+        with netns.entered(self.namespace):
+            connection = http.client.HTTPConnection(where.hostname or "", where.port, timeout=30)
+            connection.connect()
+        try:
+            connection.request(method, f"{where.path}/{name}", body=data)
+            answer = connection.getresponse()
+            body = answer.read()
+        finally:
+            connection.close()
+        if answer.status not in (200, 201):
+            raise OSError(f"{method} {self.url}/{name}: HTTP {answer.status}")
+        return body
+
+    def put(self, name: str, data: bytes) -> None:
+        self._exchange("PUT", name, data)
+
+    def get(self, name: str) -> bytes:
+        return self._exchange("GET", name, None)
+
+
+def jitter(world: World) -> Fault:
+    """The storage-jitter drill's fault on node A's link. tbf stands in for netem here (the kernel has no sch_netem):
+    node A sends a chunk at this rate in ~3x the drill's delay."""
+    rate_kbit = int(CHUNK * 8 / (3 * DELAY_MS / 1000) / 1000)
+    return storage_delay("storage_jitter", world.link_a,
+                         ("tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", "5s"), world.ns_a)
 
 
 def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]]:
@@ -167,12 +198,9 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
     spec = site.acceptance
     checkpoints = Checkpoints()
     inference = inference_load(world.gateway, KEY, MODEL, spec.peak.inference_rps, spec.max_inference_rps)
-    tier = AgentTier(world.hot_url())
+    tier = NodeATier(world.ns_a, world.hot_tier)
     storage = storage_load(tier, CHUNK, spec.peak.storage_write_mib_s, spec.max_storage_write_mib_s,
                            checkpoints)
-    # tbf stands in for netem here: a 1 MiB chunk at this rate takes ~3x the drill's delay.
-    rate_kbit = int(CHUNK * 8 / (3 * DELAY_MS / 1000) / 1000)
-    qdisc = ("tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", "5s")
     curl = ("curl", "-fsS", "-X", "PUT", "--data")
     slurm = {"SLURM_CONF": world.slurm_conf}
     targets = {
@@ -189,8 +217,7 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
              ("scontrol", "update", f"nodename={world.node_b}", "state=resume")), slurm),
             SlurmNodeProbe(world.node_b, ("squeue",), ("scontrol",), slurm, lambda: jobs_on(world.node_b, env=slurm)),
             {"Hostname": world.node_b}),
-        "storage_jitter": Target(storage_delay("storage_jitter", world.link_a, qdisc, world.ns_a),
-                                 StorageJitterProbe(storage, DELAY_MS / 1000, tier, checkpoints)),
+        "storage_jitter": Target(jitter(world), StorageJitterProbe(storage, DELAY_MS / 1000, tier, checkpoints)),
         "model_hot_swap": Target(version_swap("model_hot_swap", f"{MODEL} service",
                                               (*curl, world.new_backend, f"{world.service}/_endpoint"),
                                               (*curl, world.old_backend, f"{world.service}/_endpoint")),
@@ -227,9 +254,11 @@ def agent(*hosts: str, listen: str, directory: Path, gpus: int, pid_file: Path |
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster) -> Iterator[World]:
     site = acceptance_site()
     root = tmp_path_factory.mktemp("acceptance")
+    hot = cluster.stack.hot_root / cluster.site.storage.nfs_hot.servers[0] / ACCOUNT / "acceptance"
+    hot.mkdir(parents=True, exist_ok=True)
     groups = [(g, [n.name for n in g.nodes]) for g in site.node_groups]
     node_a, node_b = groups[0][1][0], groups[0][1][1]
     old, new = Backend("v1"), Backend("v2")
@@ -249,6 +278,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                        *agent(node_b, listen=f"{ns_b.node_address}:{AGENT_PORT}", directory=root / "hot-b",
                               gpus=groups[0][0].gpus_per_node, pid_file=pid_file_b)]
             background.append(subprocess.Popen(agent_b, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+            (hot_port,) = free_ports(1)
+            background.append(subprocess.Popen(agent(listen=f"{ns_a.host_address}:{hot_port}", directory=hot, gpus=0),
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
             targets = [f"{ns_a.node_address}:{AGENT_PORT}", f"{ns_b.node_address}:{AGENT_PORT}"]
             for group, names in groups:
                 others = [n for n in names if n not in (node_a, node_b)]
@@ -261,9 +293,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             try:
                 alerting.wait_ready()
                 wait_for("node B's agent", lambda: pid_file_b.exists(), 10)
+                hot_tier = f"http://{ns_a.host_address}:{hot_port}/hot"
+                wait_for("the hot tier's server", lambda: subprocess.run(
+                    ["curl", "-s", "-o", "/dev/null", f"{hot_tier}/none"], timeout=10, check=False).returncode == 0, 10)
                 yield World(node_a, node_b, ns_a.name, ns_b.name, ns_a.node_link, ns_a.node_address,
                             ns_b.node_address, str(pid_file_b), agent_b, gateway.url, service.url, old.url, new.url,
-                            alerting.alertmanager_url, alerting.prometheus_url)
+                            alerting.alertmanager_url, alerting.prometheus_url, hot_dir=str(hot), hot_tier=hot_tier)
             finally:
                 alerting.stop()
         finally:
@@ -292,7 +327,7 @@ def acceptance_slurm(slurm: Cluster, world: World) -> Iterator[Cluster]:
     slurm.reconfigure(acceptance=ACCEPTANCE, slurm__slurmd_timeout_s=SLURMD_TIMEOUT_S)
     try:
         slurm.sbatch("-A", ACCOUNT, "--qos=train_normal", "-w", world.node_b, "-p", "a800-train", "--requeue",
-                     "--wrap", "sleep 600")
+                     f"--job-name={PINNED}", "--wrap", "sleep 600")
         yield slurm
     finally:
         slurm.reconfigure()
@@ -341,10 +376,8 @@ def lending_controller(acceptance_slurm: Cluster, tmp_path: Path) -> Iterator[st
 def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_fault(
         world: World, acceptance_slurm: Cluster, lending_controller: str, tmp_path: Path) -> None:
     slurm = acceptance_slurm
-    hot = slurm.stack.hot_root / slurm.site.storage.nfs_hot.servers[0] / ACCOUNT / "acceptance"
     world = replace(world, slurm_conf=str(slurm.conf_dir / "slurm.conf"),
-                    slurmd_pid_file_b=str(slurm.slurmd_pid_file(world.node_b)), lending_metrics=lending_controller,
-                    hot_dir=str(hot))
+                    slurmd_pid_file_b=str(slurm.slurmd_pid_file(world.node_b)), lending_metrics=lending_controller)
     state = tmp_path / "state"
     (tmp_path / "world.json").write_text(json.dumps(asdict(world)))
     child = subprocess.Popen([sys.executable, "-c", f"from tests.integration.test_acceptance import main; "
@@ -405,7 +438,8 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
     # The jobs ran on GPUs Slurm allocated through GRES, and wrote their dumps to the platform's hot share.
     gpu = next(c for c in steps["verdict"][2]["criteria"] if c["name"] == "training GPU-seconds")
     assert gpu["passed"], gpu
-    assert hot.is_dir(), "no training job wrote to the platform's hot share"
+    # Node A's checkpoint chunks landed in the share the training jobs wrote their dumps to (each job removes its own).
+    assert list(Path(world.hot_dir).glob("ckpt-*")), "the storage load wrote nowhere the training jobs write"
     fired_alerts = {f.mode for f in failures if f.source == "fired"}
     assert "DcgmExporterDown" in fired_alerts and all(f.sop for f in failures)
     assert drills["drill:model_hot_swap"]["reactions"][0]["ok"]
@@ -413,6 +447,14 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
     node_failure = drills["drill:node_failure"]
     assert [(r["name"], r["ok"]) for r in node_failure["reactions"]] == [
         ("node marked down", True), ("training requeued, none lost", True)], node_failure["reactions"]
+    # The requeue as the verdict reads one, from the real sacct's records of every run (-D): the pinned job's first
+    # run ended when node B lost power, inside that drill.
+    pinned = slurm.run("sacct", "-X", "-n", "-P", "--format=JobID", f"--name={PINNED}", "-S", "now-1hour"
+                       ).stdout.split()[-1]
+    requeued = job_states(("sacct",), {"SLURM_CONF": world.slurm_conf})([pinned])[pinned].requeues
+    failure_window = (node_failure["injected_at"], node_failure["reverted_at"])
+    assert len(requeued) == 1 and failure_window[0] <= requeued[0][0] <= failure_window[1] + 5, (requeued,
+                                                                                               failure_window)
     samples = store.samples(campaign.id)
     submitted = len(samples["training_error"])
     assert submitted and not any(v for _, v in samples["training_error"]), "sbatch refused the job mix"
@@ -443,3 +485,47 @@ def test_should_read_firing_alerts_from_alertmanager(world: World) -> None:
     wait_for("LendingControllerDown to fire", lambda: any(
         a.name == "LendingControllerDown" for a in firing_alerts(world.alertmanager)), 30, interval_s=0.5)
     assert os.path.exists(REPO / "docs" / "sop" / "lending-controller-down.md")
+
+
+SHOCK_S = 4.0
+"""s of storage load at the shock's rate per reading: some 36 chunks at 9/s."""
+
+
+def shock_storage(world: World, jittered: bool) -> tuple[Criterion, Criterion]:
+    """The verdict's storage criteria (p99, and what the load offered) over SHOCK_S of the storage load from node A at
+    the shock's rate, with the storage-jitter drill's fault on node A's link throughout or not; the fault is reverted at
+    the reading's end, before the chunks still in flight drain."""
+    spec = acceptance_site().acceptance
+    load = storage_load(NodeATier(world.ns_a, world.hot_tier), CHUNK, spec.peak.storage_write_mib_s,
+                        spec.max_storage_write_mib_s, Checkpoints())
+    fault = jitter(world)
+    if jittered:
+        run_commands(fault.inject, fault.env)
+    try:
+        began = time.time()
+        writing = threading.Thread(target=load.run, args=(spec.shock_factor, began + SHOCK_S, threading.Event()))
+        writing.start()
+        time.sleep(SHOCK_S)
+        ended = time.time()
+    finally:
+        if jittered:
+            run_commands(fault.undo, fault.env)
+    writing.join(timeout=60)
+    measured = Measurements(began, ended, {"shock": (began, ended, {"ran_s": ended - began})}, load.drain(), [], [],
+                            [], 0.5, (load.peak_per_s, load.bound_per_s), {}, None)
+    criteria = {c.name: c for c in judge(spec, measured) if c.phase == "shock"}
+    return criteria["storage p99 latency"], criteria["storage load"]
+
+
+def test_should_see_the_storage_jitter_in_the_storage_figure(world: World) -> None:
+    """The jitter lies on the path the storage criterion measures: a shock with the drill's fault in place fails it."""
+    clean, clean_load = shock_storage(world, jittered=False)
+    jittered, jittered_load = shock_storage(world, jittered=True)
+    assert "tbf" not in netns_qdisc(world)
+    assert clean.passed and clean_load.passed, (clean, clean_load)
+    assert not jittered.passed and not jittered_load.passed, (jittered, jittered_load)
+    p99 = {name: float(c.measured.split(" s ")[0]) for name, c in (("clean", clean), ("jittered", jittered))}
+    assert p99["jittered"] > 3 * p99["clean"], p99
+    FIGURES.append(f"storage from node A at the shock's rate for {SHOCK_S:g} s: clean p99 {clean.measured}, "
+                   f"{clean_load.measured}; with the jitter drill's qdisc on its link p99 {jittered.measured}, "
+                   f"{jittered_load.measured} (objective {clean.objective})")

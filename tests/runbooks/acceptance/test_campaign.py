@@ -25,8 +25,9 @@ from runbooks.acceptance.campaign import CampaignRefusedError, Load, Reaction, R
 from runbooks.acceptance.faults import Fault, Switches
 from runbooks.acceptance.lending import ControllerSampler, UnreadableError
 from runbooks.acceptance.load import JobRecord, RateLoad
+from runbooks.acceptance.report import write_report
 from runbooks.acceptance.store import FAILED, PASSED, CampaignStore
-from runbooks.acceptance.verdict import loaded_s
+from runbooks.acceptance.verdict import LOADS, loaded_s
 from runbooks.flex.metrics import Metrics
 from runbooks.rollout.machine import REQUIRED_CRITERIA
 from runbooks.stack.audit import ACCEPTANCE_RECORD, AuditLog
@@ -102,19 +103,25 @@ class Gateway:
 
 @dataclass
 class Slurm:
-    """The training path as the load and the verdict see it: sbatch accepts every job (numbered as submitted); sacct
-    says each completed on 8 GPUs for 10 s, except the ones in `ended` (an empty state: sacct has no record of it) and
-    those in `no_gpu`, run without a GPU allocated."""
+    """The training path as the load and the verdict see it: sbatch accepts every job (numbered as submitted), each
+    asking 8 GPUs for the 10 s it runs; sacct says each completed on them, except the ones in `ended` (an empty state:
+    sacct has no record of it), those in `no_gpu`, run without a GPU allocated, those in `short`, which ran 1 s, and
+    those in `requeued`, whose first run ended in that state as soon as it was submitted."""
 
     ended: dict[str, str] = field(default_factory=dict)
     no_gpu: set[str] = field(default_factory=set)
+    short: set[str] = field(default_factory=set)
+    requeued: dict[str, str] = field(default_factory=dict)
+    submitted: dict[str, float] = field(default_factory=dict)
 
     def sbatch(self, number: int) -> tuple[bool, dict[str, float]]:
-        return True, {"job": float(number)}
+        self.submitted[str(number)] = time.time()
+        return True, {"job": float(number), "job_s": 10.0}
 
     def sacct(self, jobs: Sequence[str]) -> dict[str, JobRecord]:
-        return {job: JobRecord(state, 0 if job in self.no_gpu else 8 * 10.0) for job in jobs
-                if (state := self.ended.get(job, "COMPLETED"))}
+        return {job: JobRecord(state, 0 if job in self.no_gpu else 8 * (1.0 if job in self.short else 10.0), 8,
+                               ((self.submitted[job], self.requeued[job]),) if job in self.requeued else ())
+                for job in jobs if (state := self.ended.get(job, "COMPLETED"))}
 
     def load(self) -> RateLoad:
         return RateLoad("training", 20, 1000, self.sbatch)
@@ -334,11 +341,51 @@ def test_should_fail_inference_when_the_load_generator_does_nothing(world: World
     runbook, store = world.runbook(loads=[])
     campaign = runbook.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == [
-        *(f"soak {name}" for name in INFERENCE), *(f"shock {name}" for name in INFERENCE), "shock storage p99 latency",
-        "shock lending controller", *(f"campaign {name}" for name in INFERENCE), "campaign training jobs refused",
-        "campaign training jobs lost", "campaign training GPU-seconds"]
+        *(f"soak {name}" for name in INFERENCE), *(f"soak {load} load" for load in LOADS),
+        *(f"shock {name}" for name in INFERENCE), *(f"shock {load} load" for load in LOADS),
+        "shock storage p99 latency", "shock lending controller", *(f"campaign {name}" for name in INFERENCE),
+        "campaign training jobs refused", "campaign training jobs lost", "campaign training GPU-seconds"]
     assert "no request measured" in (campaign.reason or "") and "no job submitted" in (campaign.reason or "")
+    assert "shock storage load: never ran (no load)" in (campaign.reason or "")
     assert world.rollout_records() == []
+
+
+@pytest.mark.parametrize(("load", "failed", "why"), [
+    # The hot tier's load capped at 30 chunks/s (max_storage_write_mib_s): the shock asks 3 x 20.
+    pytest.param(lambda w: RateLoad("storage", 20, 30, w.hot_tier.request, timer=w.hot_tier.clock),
+                 ["shock storage load"], "of 60 asked", id="should fail the shock when storage is bounded below it"),
+    # max_training_jobs reached on the first job: every later tick is skipped, in the drills and the shock.
+    pytest.param(lambda w: RateLoad("training", 20, 1000, w.slurm.sbatch, limit=1),
+                 ["soak training load", "shock training load"], "ticks skipped)",
+                 id="should fail the phases when training is past its job limit"),
+])
+def test_should_fail_a_phase_whose_load_did_not_offer_what_it_asked(
+        world: World, load: Callable[[World], RateLoad], failed: list[str], why: str) -> None:
+    broken = load(world)
+    others = [world.gateway.load(), world.hot_tier.load("storage"), world.slurm.load()]
+    runbook, store = world.runbook(loads=[*(broken if o.name == broken.name else o for o in others),
+                                          world.lending.sampler()])
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == failed, campaign.reason
+    assert why in (campaign.reason or "") and world.rollout_records() == []
+
+
+def test_should_show_each_loads_offered_against_asked_rate_per_phase(world: World) -> None:
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    criteria = {f"{c['phase']} {c['name']}": c for c in store.steps(campaign.id)["verdict"][2]["criteria"]}
+    assert campaign.verdict == PASSED, campaign.reason
+    # The shock asks shock_factor x the peak of all three at once: 300 requests/s, 60 MiB/s, 216,000 jobs/h.
+    assert [criteria[f"shock {load} load"]["measured"].split(" asked")[0].split(" offered of ")[1] for load in LOADS
+            ] == ["300", "60", "216,000"]
+    assert criteria["shock training load"]["measured"].split(" ")[1] == "jobs/h"
+    assert criteria["soak storage load"]["measured"].split(" asked")[0].endswith(" MiB/s offered of 20")
+    # The report's table: a row per phase and load, the same figures.
+    table = write_report(store, campaign, world.tmp / "report").read_text().split("## Loads per phase\n\n")[1]
+    rows = [row.split(" | ") for row in table.split("\n\n")[0].splitlines()[2:]]
+    assert [(phase, load, verdict) for phase, load, _, verdict in rows] == [
+        (f"| {phase}", load, "PASS |") for phase in ("soak", "shock") for load in LOADS]
+    assert rows[4][2] == criteria["shock storage load"]["measured"]
 
 
 def test_should_fail_storage_when_each_checkpoint_write_takes_longer_than_the_rate_allows(world: World) -> None:
@@ -364,6 +411,29 @@ def test_should_fail_gpu_seconds_when_a_completed_job_had_no_gpu_allocated(world
     campaign = runbook.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["campaign training GPU-seconds"]
     assert "; 1 completed with no GPU allocated (4)" in (campaign.reason or "")
+
+
+def test_should_fail_gpu_seconds_when_a_completed_job_ran_short_of_its_request(world: World) -> None:
+    world.slurm.short = {"2"}  # COMPLETED after 1 s of the 10 s it runs: it trained a tenth of what it asked
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["campaign training GPU-seconds"]
+    assert "; 1 completed short of their request (2 8 of 80)" in (campaign.reason or "")
+    assert "objective every completed job delivered the GPUs it asked x its 10 s" in (campaign.reason or "")
+
+
+def test_should_count_requeues_from_sacct_and_put_them_on_the_timeline(world: World, tmp_path: Path) -> None:
+    world.slurm.requeued = {"1": "PREEMPTED", "3": "NODE_FAIL"}  # each ran again and completed: none lost
+    runbook, store = world.runbook()
+    campaign = runbook.run("sha256:deployed", "canary")
+    assert campaign.verdict == PASSED, campaign.reason
+    lost = next(c for c in store.steps(campaign.id)["verdict"][2]["criteria"] if c["name"] == "training jobs lost")
+    assert lost["measured"].endswith("; 2 requeues (1 PREEMPTED, 3 NODE_FAIL)")
+    timeline = write_report(store, campaign, tmp_path / "report").read_text().split(
+        "## Training requeues (sacct)\n\n")[1].split("\n\n")[0].splitlines()
+    # Job 1 was the first the first drill's load submitted; job 3 followed within the same step.
+    assert [line.split(" requeued at ")[0] for line in timeline] == ["- job 1", "- job 3"]
+    assert timeline[0].endswith(" s (drill:network_partition)")
 
 
 def test_should_fail_the_error_budget_when_every_inference_request_fails(world: World) -> None:

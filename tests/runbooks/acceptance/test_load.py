@@ -1,9 +1,12 @@
 import os
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
-from runbooks.acceptance.load import MIB, TrainingJob, allocated_gpus, job_states
+import pytest
+
+from runbooks.acceptance.load import MIB, NodeTier, TrainingJob, allocated_gpus, job_states
 from tests.builders import parse, prod_values
 
 
@@ -47,9 +50,38 @@ def test_should_count_only_the_gpus_slurm_allocated() -> None:
     assert allocated_gpus("") == 0
 
 
-def test_should_read_gpu_seconds_from_sacct_allocation_records(tmp_path: Path) -> None:
+def test_should_read_gpu_seconds_and_requeues_from_sacct_allocation_records(tmp_path: Path) -> None:
+    # sacct -X -D: job 15's first run was preempted and requeued; its runs' GPU-seconds add up.
     answer = tmp_path / "sacct.out"
-    answer.write_text("12|COMPLETED|cpu=2,gres/gpu=8,node=1|10\n13|CANCELLED by 0|cpu=2,node=1|30\n14|PENDING||0\n")
-    states = job_states(("sh", "-c", 'cat "$0"', str(answer)), {})(["12", "13", "14"])
-    assert {j: (r.state, r.gpu_s) for j, r in states.items()} == {
-        "12": ("COMPLETED", 80.0), "13": ("CANCELLED", 0.0), "14": ("PENDING", 0.0)}
+    answer.write_text("12|COMPLETED|cpu=2,gres/gpu=8,node=1|10|2026-12-03T18:00:10|cpu=2,gres/gpu=8,node=1\n"
+                      "13|CANCELLED by 0|cpu=2,node=1|30|2026-12-03T18:00:30|cpu=2,gres/gpu=8,node=1\n"
+                      "14|PENDING||0|Unknown|gres/gpu=16,node=2\n"
+                      "15|PREEMPTED|gres/gpu=8,node=1|4|2026-12-03T18:00:04|gres/gpu=8,node=1\n"
+                      "15|COMPLETED|gres/gpu=8,node=1|10|2026-12-03T18:02:14|gres/gpu=8,node=1\n")
+    states = job_states(("sh", "-c", 'cat "$0"', str(answer)), {})(["12", "13", "14", "15"])
+    assert {j: (r.state, r.gpu_s, r.requested_gpus, r.requeues) for j, r in states.items()} == {
+        "12": ("COMPLETED", 80.0, 8, ()), "13": ("CANCELLED", 0.0, 8, ()), "14": ("PENDING", 0.0, 16, ()),
+        "15": ("COMPLETED", 112.0, 8, ((datetime.fromisoformat("2026-12-03T18:00:04").timestamp(), "PREEMPTED"),))}
+
+
+def test_should_write_each_chunk_fsynced_on_the_node_and_read_it_back(tmp_path: Path) -> None:
+    # `sh -c` stands for `ssh user@node --`: both hand one command line to the node's shell.
+    hot = tmp_path / "hot share's $(touch pwned)"
+    tier = NodeTier.shell(("sh", "-c"), hot)
+    body = os.urandom(3 * MIB + 5)
+    tier.put("ckpt-000001", body)
+    assert (hot / "ckpt-000001").read_bytes() == body and tier.get("ckpt-000001") == body
+    assert not (Path.cwd() / "pwned").exists()
+
+
+def test_should_refuse_a_chunk_whose_name_is_a_planted_link(tmp_path: Path) -> None:
+    hot, target = tmp_path / "hot", tmp_path / "elsewhere"
+    hot.mkdir()
+    target.write_text("kept")
+    (hot / "ckpt-000001").symlink_to(target)
+    tier = NodeTier.shell(("sh", "-c"), hot)
+    with pytest.raises(OSError, match="exited 1"):
+        tier.put("ckpt-000001", b"x")
+    with pytest.raises(OSError):
+        tier.get("ckpt-000001")
+    assert target.read_text() == "kept"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from components.site.acceptance import DEFAULT_DRILLS, DrillKind
-from runbooks.acceptance.load import Checkpoints, DirectoryTier, RateLoad
+from runbooks.acceptance.load import Checkpoints, NodeTier, RateLoad
 from runbooks.acceptance.registry import RegistryError, Scene, discover, registered, shipped
 from runbooks.acceptance.targets import TargetsError, drill_targets
 from tests.builders import REPO, parse, prod_values
@@ -41,7 +41,7 @@ def scene(tmp_path: Path) -> Scene:
         tmp_path / "switches",
         RateLoad("inference", 1, 1, answered),
         RateLoad("storage", 1, 1, answered),
-        DirectoryTier(tmp_path / "hot"),
+        NodeTier.shell(("sh", "-c"), tmp_path / "hot"),
         Checkpoints(),
     )
 
