@@ -29,7 +29,8 @@ def test_should_write_the_checkpoint_burn_until_its_end_and_exit_0(tmp_path: Pat
     done = run_job(TrainingJob("a800-train", 8, 2, hot, 2 * MIB))
     took = time.monotonic() - started
     assert done.returncode == 0, done.stderr
-    assert 1.5 <= took < 6, took
+    # Its end is read off date +%s: 2 s from a start late in a second is a little over 1 s (measured 1.33 s once).
+    assert 1.0 <= took < 6, took
     assert hot.is_dir() and list(hot.iterdir()) == [], "its checkpoint is removed at exit"
     assert not (Path.cwd() / "pwned").exists()
 
