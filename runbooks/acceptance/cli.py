@@ -9,7 +9,6 @@ root-only file.
 """
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,7 +43,8 @@ from runbooks.acceptance.store import PASSED, CampaignStore
 from runbooks.acceptance.targets import KEY_ENV, TargetsError, hot_dir, placed, ssh_to
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
-from runbooks.options import ProjectDirOption, StackOption, site_or_exit
+from runbooks.failures import Ending, Endings, exit_on_failure
+from runbooks.options import ProjectDirOption, StackContext, StackOption
 from runbooks.stack import deploy
 from runbooks.stack.audit import AuditChainBrokenError, AuditKeyError, AuditLog, audit_key
 from runbooks.stack.deploy import StackDeployer
@@ -57,14 +57,6 @@ MIB = 1 << 20
 MAX_CHUNK = 64 * MIB
 """Bytes per checkpoint write: a dump is written in chunks of at most this (the load's memory bound)."""
 GANG_NODES = 2
-
-
-@dataclass
-class Context:
-    project_dir: Path
-    stack: str
-    state_dir: Path
-    rollout_state_dir: Path
 
 
 @app.callback()
@@ -80,8 +72,17 @@ def main(
              "rollout-<stack>.")] = None,
 ) -> None:
     """The acceptance campaign: soak, 3x shock and failure drills."""
-    ctx.obj = Context(project_dir, stack, state_dir or project_dir / ".gpuctl" / f"acceptance-{stack}",
-                      rollout_state_dir or project_dir / ".gpuctl" / f"rollout-{stack}")
+    ctx.obj = StackContext(project_dir, stack, {"acceptance": state_dir, "rollout": rollout_state_dir})
+
+
+ENDINGS: Endings = {
+    AuditKeyError: Ending(ExitCode.INVALID),
+    TargetsError: Ending(ExitCode.INVALID, what="targets"),
+    CampaignRefusedError: Ending(ExitCode.INVALID),
+    FaultError: Ending(ExitCode.FAILED, hint="run again: the campaign resumes and reverts what is left"),
+    AuditChainBrokenError: Ending(ExitCode.FAILED, what="the failure log is tampered"),
+}
+"""How each acceptance command ends on the errors it expects (runbooks/failures.py)."""
 
 
 def _fail(message: str, code: ExitCode) -> typer.Exit:
@@ -90,43 +91,35 @@ def _fail(message: str, code: ExitCode) -> typer.Exit:
 
 
 def _targets(path: Path) -> dict[str, Any]:
-    try:
+    unreadable = Ending(ExitCode.INVALID, what=f"cannot read the targets file {path}")
+    with exit_on_failure({OSError: unreadable, yaml.YAMLError: unreadable}):
         loaded = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise _fail(f"cannot read the targets file {path}: {error}", ExitCode.INVALID) from None
     if not isinstance(loaded, dict):
         raise _fail(f"{path}: must be a mapping of drill -> target", ExitCode.INVALID)
     return loaded
 
 
-def _logs(context: Context) -> tuple[AuditLog, AuditLog]:
-    try:
-        key = audit_key(context.rollout_state_dir)
-    except AuditKeyError as error:
-        raise _fail(str(error), ExitCode.INVALID) from None
-    return (AuditLog(context.state_dir / "failures.jsonl", key),
-            AuditLog(context.rollout_state_dir / "audit.jsonl", key))
+def _logs(context: StackContext) -> tuple[AuditLog, AuditLog]:
+    key = audit_key(context.state_dir("rollout"))
+    return (AuditLog(context.state_dir("acceptance") / "failures.jsonl", key),
+            AuditLog(context.state_dir("rollout") / "audit.jsonl", key))
 
 
-def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[str, str]) -> Runbook:
+def build(site: Site, context: StackContext, targets: dict[str, Any], environ: dict[str, str]) -> Runbook:
     """The campaign over the targets file's nodes and loads, at the measured (or declared) peak."""
     spec = site.acceptance
-    try:
-        where = placed(site, targets, context.state_dir / "switches")
-        directory = hot_dir(targets)
-    except TargetsError as error:
-        raise _fail(f"targets: {error}", ExitCode.INVALID) from None
+    state_dir = context.state_dir("acceptance")
+    where = placed(site, targets, state_dir / "switches")
+    directory = hot_dir(targets)
     loads_at = targets.get("loads") or {}
     key = environ.get(KEY_ENV)
     if not key:
         raise _fail(f"{KEY_ENV} is not set: the inference load needs a gateway key", ExitCode.INVALID)
     peak, source = spec.peak, "declared"
     if spec.peak_source == PeakSource.PROMETHEUS:
-        try:
+        with exit_on_failure({OSError: Ending(ExitCode.FAILED,
+                                              what=f"cannot measure the peak from {site.rollout.prometheus_url}")}):
             found = measured_peak(site.rollout.prometheus_url, spec.peak_window_days, spec.peak)
-        except OSError as error:
-            raise _fail(f"cannot measure the peak from {site.rollout.prometheus_url}: {error}", ExitCode.FAILED) \
-                from None
         if found is not None:
             peak, source = found, f"prometheus, {spec.peak_window_days} days"
     checkpoints = Checkpoints()
@@ -160,10 +153,10 @@ def build(site: Site, context: Context, targets: dict[str, Any], environ: dict[s
                                            "avg(gpu:dcgm_gpu_util:max)"),
                          QueueWaitSampler(("squeue",), {}), _lending_controller(site)]
     log, rollout_log = _logs(context)
-    return Runbook(spec, CampaignStore(context.state_dir / "acceptance.sqlite"), log, rollout_log,
-                   Switches(context.state_dir / "switches"), context.project_dir / "docs" / "sop",
+    return Runbook(spec, CampaignStore(state_dir / "acceptance.sqlite"), log, rollout_log,
+                   Switches(state_dir / "switches"), context.project_dir / "docs" / "sop",
                    lambda: firing_alerts(spec.alertmanager_url), runbook_targets, loads,
-                   StackLock(context.state_dir / f"{context.stack}.lock", "gpuctl acceptance"),
+                   StackLock(state_dir / f"{context.stack}.lock", "gpuctl acceptance"),
                    job_states(("sacct",), {}), (peak, source))
 
 
@@ -181,15 +174,13 @@ def _delay_ms(site: Site) -> int | None:
 
 
 @app.command()
+@exit_on_failure(ENDINGS)
 def plan(ctx: typer.Context, targets: TargetsOption) -> None:
     """The campaign's steps with their scaled durations, deadlines and SOPs; refuses a drill without its SOP."""
-    context: Context = ctx.obj
-    site = site_or_exit(context.project_dir, context.stack)
+    context: StackContext = ctx.obj
+    site = context.site
     runbook = build(site, context, _targets(targets), {**os.environ, KEY_ENV: os.environ.get(KEY_ENV) or "unused"})
-    try:
-        steps = runbook.plan()
-    except CampaignRefusedError as error:
-        raise _fail(str(error), ExitCode.INVALID) from None
+    steps = runbook.plan()
     peak, source = runbook.peak
     out.print(f"campaign at time scale {site.acceptance.time_scale:g}; peak ({source}): "
               f"{peak.inference_rps:g} requests/s, {peak.training_jobs_per_h:g} jobs/h, "
@@ -199,10 +190,11 @@ def plan(ctx: typer.Context, targets: TargetsOption) -> None:
 
 
 @app.command()
+@exit_on_failure(ENDINGS)
 def run(ctx: typer.Context, targets: TargetsOption) -> None:
     """Run the campaign, or resume it: faults a dead run left are reverted first; a passed one unblocks the rollout."""
-    context: Context = ctx.obj
-    site = site_or_exit(context.project_dir, context.stack)
+    context: StackContext = ctx.obj
+    site = context.site
     runbook = build(site, context, _targets(targets), dict(os.environ))
     try:
         deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack,
@@ -213,14 +205,9 @@ def run(ctx: typer.Context, targets: TargetsOption) -> None:
                     ExitCode.INVALID) from None
     if deployment is None:
         raise _fail("the stack has no successful update: deploy before accepting it", ExitCode.INVALID)
-    try:
-        with terminated_as_exit():
-            campaign = runbook.run(deployment, site.stage)
-    except CampaignRefusedError as error:
-        raise _fail(str(error), ExitCode.INVALID) from None
-    except FaultError as error:
-        raise _fail(f"{error} (run again: the campaign resumes and reverts what is left)", ExitCode.FAILED) from None
-    report = write_report(runbook.store, campaign, context.state_dir / "reports" / campaign.id)
+    with terminated_as_exit():
+        campaign = runbook.run(deployment, site.stage)
+    report = write_report(runbook.store, campaign, context.state_dir("acceptance") / "reports" / campaign.id)
     for line in criterion_lines(runbook.store, campaign):
         out.print(f"  {escape(line)}", highlight=False)
     out.print(f"{campaign.id}: {campaign.verdict}: {escape(campaign.reason or '')}; report {report}", highlight=False)
@@ -228,16 +215,18 @@ def run(ctx: typer.Context, targets: TargetsOption) -> None:
         raise typer.Exit(ExitCode.ENDED)
 
 
-def _store(context: Context) -> CampaignStore:
-    if not (context.state_dir / "acceptance.sqlite").exists():
-        raise _fail(f"no campaign state in {context.state_dir}: run `gpuctl acceptance run` first", ExitCode.INVALID)
-    return CampaignStore(context.state_dir / "acceptance.sqlite")
+def _store(context: StackContext) -> CampaignStore:
+    state_dir = context.state_dir("acceptance")
+    if not (state_dir / "acceptance.sqlite").exists():
+        raise _fail(f"no campaign state in {state_dir}: run `gpuctl acceptance run` first", ExitCode.INVALID)
+    return CampaignStore(state_dir / "acceptance.sqlite")
 
 
 @app.command()
+@exit_on_failure(ENDINGS)
 def status(ctx: typer.Context) -> None:
     """The latest campaign: its steps, the faults still in place, what was logged, and whether its log verifies."""
-    context: Context = ctx.obj
+    context: StackContext = ctx.obj
     store = _store(context)
     campaigns = store.campaigns()
     if not campaigns:
@@ -257,24 +246,23 @@ def status(ctx: typer.Context) -> None:
     out.print(f"  failures logged: {len(failures)}, {sum(f.sop is None for f in failures)} without an SOP",
               highlight=False)
     log, _ = _logs(context)
-    try:
-        out.print(f"  log: {log.verify().records} records, keyed chain intact", highlight=False)
-    except AuditChainBrokenError as error:
-        raise _fail(f"the failure log is tampered: {error}", ExitCode.FAILED) from None
+    out.print(f"  log: {log.verify().records} records, keyed chain intact", highlight=False)
 
 
 @app.command()
+@exit_on_failure(ENDINGS)
 def report(
     ctx: typer.Context,
     campaign_id: Annotated[str | None, typer.Option("--campaign", help="Default: the latest.")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Default: <state-dir>/reports/<campaign>.")] = None,
 ) -> None:
     """Write the campaign's report: a verdict line per drill, every failure with its SOP, and the plots."""
-    context: Context = ctx.obj
+    context: StackContext = ctx.obj
     store = _store(context)
     campaigns = store.campaigns()
     campaign = next((c for c in reversed(campaigns) if campaign_id in (None, c.id)), None)
     if campaign is None:
-        raise _fail(f"no campaign {campaign_id or ''} in {context.state_dir}".replace("  ", " "), ExitCode.INVALID)
-    path = write_report(store, campaign, out_dir or context.state_dir / "reports" / campaign.id)
+        raise _fail(f"no campaign {campaign_id or ''} in {context.state_dir('acceptance')}".replace("  ", " "),
+                    ExitCode.INVALID)
+    path = write_report(store, campaign, out_dir or context.state_dir("acceptance") / "reports" / campaign.id)
     out.print(f"{campaign.id}: {(campaign.verdict or campaign.state)}; report {path}", highlight=False)
