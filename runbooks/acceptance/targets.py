@@ -174,37 +174,44 @@ def placed(site: Site, targets: dict[str, Any], state_dir: Path) -> dict[DrillKi
     return found
 
 
-def drill_targets(site: Site, drills: Sequence[Drill], entries: Mapping[str, Any],
-                  kinds: Mapping[str, DrillType[DrillTargets]], scene: Scene) -> dict[str, Target]:
-    """Each of the spec's `drills` (site.acceptance.drills) placed where its entry in the targets file says, through
-    its drill module in `kinds`: its fault (held against the node health controller when it lands on a node,
-    faults.held), its probe, the labels its alert must carry. TargetsError lists every problem, each naming the key and
-    the rule."""
+def read_targets(site: Site, drills: Sequence[Drill], entries: Mapping[str, Any],
+                 kinds: Mapping[str, DrillType[DrillTargets]]) -> dict[str, DrillTargets]:
+    """The entry of each of the spec's `drills` (site.acceptance.drills) in the targets file, read through its drill
+    module's schema (`kinds`). TargetsError lists every problem, each naming the key and the rule."""
     problems: list[str] = []
-    found: dict[str, Target] = {}
+    found: dict[str, DrillTargets] = {}
     for index, drill in enumerate(drills):
         kind = str(drill.kind)
         drill_type = kinds.get(kind)
+        entry = entries.get(kind)
         if drill_type is None:
             problems.append(f"acceptance.drills[{index}].kind: no drill module named {kind!r} in "
                             f"runbooks/acceptance/drills/ (there are: {', '.join(sorted(kinds))})")
-            continue
-        entry = entries.get(kind)
-        if not isinstance(entry, Mapping):
+        elif not isinstance(entry, Mapping):
             problems.append(f"{kind}: missing (every drill of the spec needs its target)")
-            continue
-        try:
-            targets = drill_type.targets.model_validate(entry, context={"site": site})
-        except ValidationError as error:
-            problems += [f"{kind}.{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
-                         for e in error.errors()]
-            continue
+        else:
+            try:
+                found[kind] = drill_type.targets.model_validate(entry, context={"site": site})
+            except ValidationError as error:
+                problems += [f"{kind}.{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
+                             for e in error.errors()]
+    if problems:
+        raise TargetsError("; ".join(problems))
+    return found
+
+
+def drill_targets(drills: Sequence[Drill], read: Mapping[str, DrillTargets],
+                  kinds: Mapping[str, DrillType[DrillTargets]], scene: Scene) -> dict[str, Target]:
+    """Each of `drills` placed where its entry (`read`: read_targets) says, by its drill module: its fault (held
+    against the node health controller when it lands on a node, faults.held), its probe, the labels its alert must
+    carry."""
+    found: dict[str, Target] = {}
+    for drill in drills:
+        drill_type, targets = kinds[drill.kind], read[drill.kind]
         fault, node = drill_type.fault(targets, drill, scene), drill_type.node(targets)
         if node is not None:
             fault = held(replace(fault, where=node), node)
-        found[kind] = Target(fault, drill_type.probe(targets, drill, scene), {"Hostname": node} if node else {})
-    if problems:
-        raise TargetsError("; ".join(problems))
+        found[drill.kind] = Target(fault, drill_type.probe(targets, drill, scene), {"Hostname": node} if node else {})
     return found
 
 

@@ -11,7 +11,7 @@ import pytest
 from components.site.acceptance import DEFAULT_DRILLS, DrillKind
 from runbooks.acceptance.load import Checkpoints, NodeTier, RateLoad
 from runbooks.acceptance.registry import RegistryError, Scene, discover, registered, shipped
-from runbooks.acceptance.targets import TargetsError, drill_targets
+from runbooks.acceptance.targets import TargetsError, drill_targets, read_targets
 from tests.builders import REPO, parse, prod_values
 from tests.runbooks.acceptance import fixture_drills
 from tests.runbooks.acceptance.fixture_drills import marker_flap
@@ -112,13 +112,14 @@ def test_should_refuse_a_module_that_is_not_one_drill(drill: Any, expected: str)
 
 
 def test_should_place_every_drill_of_the_spec_from_its_targets_entry(tmp_path: Path) -> None:
-    placed = drill_targets(SITE, SITE.acceptance.drills, TARGETS, shipped(SOP_DIR), scene(tmp_path))
+    drills, kinds = SITE.acceptance.drills, shipped(SOP_DIR)
+    placed = drill_targets(drills, read_targets(SITE, drills, TARGETS, kinds), kinds, scene(tmp_path))
     assert sorted(placed) == sorted(DrillKind)
     assert placed["storage_jitter"].alert_labels == {"Hostname": "gpu-a800-06"}
     assert placed["model_hot_swap"].alert_labels == {} and placed["model_hot_swap"].fault.stays
 
 
-def test_should_refuse_malformed_targets_naming_every_key_and_field(tmp_path: Path) -> None:
+def test_should_refuse_malformed_targets_naming_every_key_and_field() -> None:
     broken = {
         **TARGETS,
         "network_partition": {"node": "gpu-a800-06", "interface": "eth0; reboot", "exporter": "gpu-a800-06"},
@@ -127,7 +128,7 @@ def test_should_refuse_malformed_targets_naming_every_key_and_field(tmp_path: Pa
         "model_hot_swap": {**TARGETS["model_hot_swap"], "new_version": 0, "to_old": []},
     }
     with pytest.raises(TargetsError) as refused:
-        drill_targets(SITE, SITE.acceptance.drills, broken, shipped(SOP_DIR), scene(tmp_path))
+        read_targets(SITE, SITE.acceptance.drills, broken, shipped(SOP_DIR))
     # In the spec's order of drills, each entry's problems in its schema's order of fields.
     assert str(refused.value) == "; ".join(
         [
@@ -144,11 +145,11 @@ def test_should_refuse_malformed_targets_naming_every_key_and_field(tmp_path: Pa
     )
 
 
-def test_should_refuse_a_spec_drill_no_module_implements(tmp_path: Path) -> None:
+def test_should_refuse_a_spec_drill_no_module_implements() -> None:
     drills = {name: drill for name, drill in shipped(SOP_DIR).items() if name != "storage_jitter"}
     with pytest.raises(
         TargetsError,
         match=r"acceptance.drills\[2\].kind: no drill module named 'storage_jitter' in "
         r"runbooks/acceptance/drills/ \(there are: model_hot_swap, ",
     ):
-        drill_targets(SITE, SITE.acceptance.drills, TARGETS, drills, scene(tmp_path))
+        read_targets(SITE, SITE.acceptance.drills, TARGETS, drills)
