@@ -39,6 +39,12 @@ def fields(manifest: dict[str, Any]) -> dict[str, Any]:
             if key not in ("apiVersion", "kind")}
 
 
+def rbac(name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """An RBAC manifest (a Role, a ClusterRole or a binding) as its typed resource."""
+    kind: type[pulumi.CustomResource] = getattr(kubernetes.rbac.v1, manifest["kind"])
+    return kind(name, **fields(manifest), opts=opts)
+
+
 def custom(manifest: dict[str, Any]) -> dict[str, Any]:
     """A custom resource's manifest as CustomResource arguments: its apiVersion and kind are its own."""
     return {"api_version": manifest["apiVersion"], "kind": manifest["kind"], **fields(manifest)}

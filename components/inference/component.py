@@ -1,6 +1,7 @@
 """The inference path as one component: KEDA, the gateway's database, the model servers (behind their API key and a
 NetworkPolicy that admits only the gateway and Prometheus), the gateway and its scrape,
-each onboarded team's account on the gateway (created on onboarding, removed on rollback), and the platform's."""
+each onboarded team's account on the gateway (created on onboarding, removed on rollback), and the platform's; the
+lending controller's right to set the lent models' replica floor (components.scheduling.controller_access)."""
 
 import shlex
 from typing import Any
@@ -29,10 +30,13 @@ from components.inference.values import (
     inference_outputs,
     key_secret,
     platform_models,
+    scaled_object,
     team_models,
     vllm_values,
 )
-from components.k8s import custom, fields, release
+from components.k8s import custom, fields, rbac, release
+from components.scheduling.controller_access import replica_floor_access
+from components.scheduling.lending_decision import borrowers
 from components.site.site import Site
 from components.site.wellknown import DATABASE_OPERATOR_NAMESPACE, INFERENCE_TYPE, KEDA_NAMESPACE, PLATFORM_ACCOUNT
 
@@ -58,6 +62,10 @@ class InferencePath(pulumi.ComponentResource):
         secret = kubernetes.core.v1.Secret(
             f"{name}-gateway-master-key", metadata={"name": MASTER_KEY_SECRET, "namespace": NAMESPACE},
             string_data={"master-key": master_key}, opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
+        # The lending controller sets the lent models' replica floor on their autoscalers.
+        for manifest in replica_floor_access(site, [scaled_object(b.name) for b in borrowers(site)]):
+            rbac(f"{name}-{manifest['metadata']['name']}-{manifest['kind'].lower()}", manifest,
+                 pulumi.ResourceOptions(parent=self, depends_on=[ns]))
         # The engines' key and the policies that admit only the gateway exist before any engine serves.
         key = engine_key_secret()
         key["stringData"] = {ENGINE_KEY_ENV: pulumi.Output.secret(master_key).apply(engine_key)}

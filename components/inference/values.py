@@ -88,6 +88,11 @@ def engine_service(model: ServedModel) -> str:
     return f"{ENGINE_RELEASE}-{model.name}-engine-service"
 
 
+def scaled_object(model: str) -> str:
+    """The model's ScaledObject, its autoscaler (vllm-stack's templates/scaledobject-vllm.yaml names it so)."""
+    return f"{ENGINE_RELEASE}-{model}-scaledobject"
+
+
 def engine_url(model: ServedModel) -> str:
     return f"http://{engine_service(model)}.{NAMESPACE}.svc:{ENGINE_SERVICE_PORT}/v1"
 

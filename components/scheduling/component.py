@@ -1,4 +1,5 @@
-"""Scheduling on Kubernetes: the PriorityClasses of the one preemption table, and Kueue with its flavors and queues.
+"""Scheduling on Kubernetes: the PriorityClasses of the one preemption table, Kueue with its flavors and queues, and
+what the lending and health controllers' kubectl may do (components.scheduling.controller_access).
 
 The Slurm side of the same table is rendered by components.slurm.conf; components.scheduling.preemption holds
 both to one order. Kueue objects are created after its chart (which brings the CRDs), flavors before the queues
@@ -9,7 +10,8 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import KUEUE
-from components.k8s import custom, fields, release
+from components.k8s import custom, fields, rbac, release
+from components.scheduling.controller_access import flex_controller_access, health_controller_access
 from components.scheduling.kueue import (
     KUEUE_RELEASE,
     NAMESPACE,
@@ -42,6 +44,11 @@ class Scheduling(pulumi.ComponentResource):
         kubernetes.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-pools-exclusive-binding", **fields(pools_exclusive_binding(site)),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[pools]))
+        # What the lending and health controllers' kubeconfigs may do (the Role for the replica floor comes with the
+        # inference path, which names the ScaledObjects).
+        for manifest in [*flex_controller_access(site), *health_controller_access(site)]:
+            rbac(f"{name}-{manifest['metadata']['name']}-{manifest['kind'].lower()}", manifest,
+                 pulumi.ResourceOptions(parent=self))
         ns = kubernetes.core.v1.Namespace(f"{name}-kueue-namespace", metadata={"name": NAMESPACE},
                                           opts=pulumi.ResourceOptions(parent=self))
         kueue = release(f"{name}-kueue", KUEUE, NAMESPACE, chart_values(site), self, [ns], mirror=site.mirror,

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, Field, field_validator
 
 from components.site import defaults
 from components.site.maintenance_window import parse_window
-from components.site.types import AbsolutePath, Float, Int, ListenAddress, Percent, Spec
+from components.site.types import AbsolutePath, Float, Int, KubernetesUser, ListenAddress, Percent, Spec
 from components.site.wellknown import PROMETHEUS_URL
 from components.site.xid import XID_CATALOGUE, unknown_xids
 
@@ -94,7 +94,12 @@ class Health(Spec):
     """Prometheus the controller reads the DCGM series from, as the Slurm controller reaches it."""
     kubeconfig: AbsolutePath = "/etc/gpucluster/health-controller.kubeconfig"
     """kubectl's credentials on the Slurm controller: an identity that may read nodes and pods and cordon, uncordon
-    and annotate every GPU node (the platform team provides it; never in the stack file)."""
+    and annotate every GPU node (the platform team provides it; never in the stack file). It authenticates as
+    kubernetes_user."""
+    kubernetes_user: KubernetesUser = "gpucluster-health-controller"
+    """The Kubernetes user kubeconfig authenticates as. The stack binds it to what the controller's kubectl calls do,
+    no more (components/scheduling/controller_access.py): list of nodes and of pods, get and patch of the site's GPU
+    nodes (cordon, uncordon, annotate)."""
     ssh_key: AbsolutePath = "/etc/gpucluster/health-controller.ssh-key"
     """Private key (root-only file) the controller logs in to a drained node with as ssh_user to run `dcgmi diag` in
     the GPU Operator's DCGM container (the platform team provides it)."""

@@ -12,7 +12,7 @@ from typing import Annotated, Self
 from pydantic import Field, model_validator
 
 from components.site import defaults
-from components.site.types import AbsolutePath, Float, Int, ListenAddress, Spec
+from components.site.types import AbsolutePath, Float, Int, KubernetesUser, ListenAddress, Spec
 from components.site.wellknown import PROMETHEUS_URL
 
 # Compared with vLLM's queue gauge summed over replicas; ten thousand waiting per replica is past any engine.
@@ -80,7 +80,12 @@ class Lending(Spec):
     kubeconfig: AbsolutePath = "/etc/gpucluster/flex-controller.kubeconfig"
     """kubectl's credentials on the Slurm controller: an identity that may label, cordon, drain and uncordon the flex
     nodes and patch the inference namespace's ScaledObjects (the lent models' replica floor; the platform team
-    provides it; never in the stack file)."""
+    provides it; never in the stack file). It authenticates as kubernetes_user."""
+    kubernetes_user: KubernetesUser = "gpucluster-flex-controller"
+    """The Kubernetes user kubeconfig authenticates as. The stack binds it to what the controller's kubectl calls do,
+    no more (components/scheduling/controller_access.py): get, list and patch of the flex nodes (label, cordon,
+    uncordon, drain), list and get of pods, create of pods/eviction and get of DaemonSets (drain), and patch of the
+    lent models' ScaledObjects in the inference namespace."""
     state_dir: AbsolutePath = "/var/lib/gpucluster/flex"
     """Where the controller keeps its lock, its last decision, the pause switch and its audit log."""
 

@@ -22,6 +22,9 @@ Float = Annotated[float, BeforeValidator(_not_a_boolean)]
 # DNS-1123 label: these names become Kubernetes object names, Slurm node names and hostnames.
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 Percent = Annotated[Float, Field(ge=0, lt=100)]
+# A Kubernetes user as RBAC subjects name it (a client certificate's CN, the user a token maps to): DNS-like here, so
+# it reads the same in a binding and in a kubeconfig.
+KubernetesUser = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.:]*[a-z0-9])?$", max_length=253)]
 # RFC 1123 host names (or dotted IPv4): they land in slurm.conf, mount units, SSH and StorageClass parameters, so
 # nothing but letters, digits, hyphens and dots.
 _HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?"

@@ -46,8 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from components.inference.values import ENGINE_RELEASE
 from components.inference.values import NAMESPACE as INFERENCE_NAMESPACE
+from components.inference.values import scaled_object
 from components.scheduling.lending_decision import FlexNode, Job, Owner
 from components.scheduling.preemption import inference_preempts
 from components.site.site import Pool, Site
@@ -412,7 +412,7 @@ class Flex:
     def set_replica_floor(self, model: str, replicas: int) -> None:
         """The least replicas the model's autoscaler keeps: its ScaledObject's minReplicaCount (the chart's
         templates/scaledobject-vllm.yaml names it after the release and the model)."""
-        self.kubectl(["kubectl", "patch", "scaledobject", f"{ENGINE_RELEASE}-{model}-scaledobject",
+        self.kubectl(["kubectl", "patch", "scaledobject", scaled_object(model),
                       "--namespace", INFERENCE_NAMESPACE, "--type", "merge",
                       "--patch", json.dumps({"spec": {"minReplicaCount": replicas}})])
 
