@@ -15,9 +15,9 @@ HEALTH_CONTROLLER = "gpucluster-health-controller"
 REPLICA_FLOOR = "gpucluster-flex-replica-floor"
 RBAC = "rbac.authorization.k8s.io/v1"
 
-# kubectl's requests (k8s.io/kubectl: label, annotate, cordon and uncordon GET the node and PATCH it; drain cordons,
-# LISTs the node's pods, GETs the DaemonSet owning a pod (--ignore-daemonsets), CREATEs each pod's eviction and GETs
-# the pod until it is gone; `get <kind>` without a name LISTs).
+# kubectl's requests (kubectl 1.32 against a recording API server: label, annotate, cordon, uncordon and patch GET the
+# object and PATCH it; drain cordons, LISTs the node's pods, GETs the DaemonSet owning a pod (--ignore-daemonsets),
+# POSTs each pod's eviction and GETs the pod until it is gone; `get <kind>` without a name LISTs).
 NODES_READ = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
 PODS_READ = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
 DRAIN = [
@@ -63,15 +63,15 @@ def health_controller_access(site: Site) -> list[dict[str, Any]]:
 
 
 def replica_floor_access(site: Site, scaled_objects: list[str]) -> list[dict[str, Any]]:
-    """PATCH of the lent models' ScaledObjects (KEDA's keda.sh group; `kubectl patch` sends the patch without reading
-    first), by name, in the inference namespace: the lending controller's replica floor. None with no lent model:
-    RBAC reads an empty resourceNames as every name."""
+    """GET and PATCH of the lent models' ScaledObjects (KEDA's keda.sh group; `kubectl patch` reads the object before
+    it patches), by name, in the inference namespace: the lending controller's replica floor. None with no lent
+    model: RBAC reads an empty resourceNames as every name."""
     if not scaled_objects:
         return []
     rule = {
         "apiGroups": ["keda.sh"],
         "resources": ["scaledobjects"],
         "resourceNames": scaled_objects,
-        "verbs": ["patch"],
+        "verbs": ["get", "patch"],
     }
     return _bound("Role", REPLICA_FLOOR, site.lending.kubernetes_user, [rule], INFERENCE_NAMESPACE)

@@ -84,8 +84,8 @@ class Lending(Spec):
     kubernetes_user: KubernetesUser = "gpucluster-flex-controller"
     """The Kubernetes user kubeconfig authenticates as. The stack binds it to what the controller's kubectl calls do,
     no more (components/scheduling/controller_access.py): get, list and patch of the flex nodes (label, cordon,
-    uncordon, drain), list and get of pods, create of pods/eviction and get of DaemonSets (drain), and patch of the
-    lent models' ScaledObjects in the inference namespace."""
+    uncordon, drain), list and get of pods, create of pods/eviction and get of DaemonSets (drain), and get and patch
+    of the lent models' ScaledObjects in the inference namespace."""
     state_dir: AbsolutePath = "/var/lib/gpucluster/flex"
     """Where the controller keeps its lock, its last decision, the pause switch and its audit log."""
 

@@ -39,19 +39,17 @@ def _namespace(args: Sequence[str], resource: str) -> str | None:
 
 
 def requests(args: Sequence[str]) -> list[Request]:
-    """The API requests `kubectl <args>` makes (k8s.io/kubectl: label, annotate, cordon and uncordon GET the node
-    then PATCH it; patch PATCHes without reading; get without a name LISTs; drain cordons, LISTs the node's pods in
-    every namespace, GETs the DaemonSet owning a pod (--ignore-daemonsets), CREATEs each pod's eviction and GETs the
-    pod until it is gone). A subcommand not known here raises: its requests must be added before it is judged."""
+    """The API requests `kubectl <args>` makes, as kubectl 1.32 sent them to a recording API server: label,
+    annotate, cordon, uncordon and patch GET the object, then PATCH it (uncordon of a schedulable node only GETs);
+    get without a name LISTs; drain cordons, LISTs the node's pods in every namespace, GETs the DaemonSet owning a pod
+    (--ignore-daemonsets), POSTs each pod's eviction and GETs the pod until it is gone. A subcommand not known here
+    raises: its requests must be added before it is judged."""
     verb = args[1]
     if verb in ("cordon", "uncordon"):
         return [Request("get", "", "nodes", None, args[2]), Request("patch", "", "nodes", None, args[2])]
-    if verb in ("label", "annotate"):
+    if verb in ("label", "annotate", "patch"):
         group, resource = RESOURCES[args[2]]
         return [Request(v, group, resource, _namespace(args, resource), args[3]) for v in ("get", "patch")]
-    if verb == "patch":
-        group, resource = RESOURCES[args[2]]
-        return [Request("patch", group, resource, _namespace(args, resource), args[3])]
     if verb == "get":
         group, resource = RESOURCES[args[2]]
         named = len(args) > 3 and not args[3].startswith("-")

@@ -4,6 +4,7 @@ must be allowed to the spec's user by the Roles and bindings `gpuctl plan --out`
 the roles do not allow fails, whichever controller makes it."""
 
 import ast
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,12 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
+from components.scheduling.controller_access import replica_floor_access
 from components.scheduling.lending_decision import borrowers
 from components.site.site import Site
 from runbooks.flex.lending import Flex, flex_nodes
 from runbooks.health.nodes import Nodes
 from tests.builders import REPO, parse, prod_values
 from tests.harness.health_world import FakeKube
+from tests.harness.kube_api import recording_api
 from tests.harness.kubectl import FakeKubectl
 from tests.harness.kubectl_access import Access, Request, requests
 from tests.harness.slurm_cluster import plan
@@ -150,8 +153,9 @@ def test_should_fail_a_controller_call_the_rendered_role_does_not_allow(access: 
     refused = narrower.refused(SITE.lending.kubernetes_user, flex_calls(SITE))
     assert refused and {r for _, r in refused} == {Request("create", "", "pods/eviction", None, None)}
     assert {call.split()[1] for call, _ in refused} == {"drain"}
-    # A stack with no lent model has no replica floor Role: RBAC reads an empty resourceNames as every name.
-    assert not any(m["kind"] == "Role" and m["rules"][0].get("resourceNames") == [] for m in access.objects)
+    # No lent model, no replica floor Role: RBAC reads an empty resourceNames as every name.
+    assert replica_floor_access(SITE, []) == []
+    assert replica_floor_access(SITE, ["a"])[0]["rules"][0]["resourceNames"] == ["a"]
 
 
 def test_should_bind_the_users_the_spec_names(tmp_path: Path) -> None:
@@ -164,3 +168,47 @@ def test_should_bind_the_users_the_spec_names(tmp_path: Path) -> None:
     assert access.refused("flex.example.org", flex_calls(site)) == []
     assert access.refused("health.example.org", health_calls(site)) == []
     assert access.refused(SITE.lending.kubernetes_user, flex_calls(site)) != []
+
+
+def covers(mapped: Request, sent: Request) -> bool:
+    """Whether a request the mapping names holds one kubectl sent (no namespace or name: any)."""
+    return (mapped.verb, mapped.group, mapped.resource) == (sent.verb, sent.group, sent.resource) and all(
+        want is None or want == got for want, got in ((mapped.namespace, sent.namespace), (mapped.name, sent.name))
+    )
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl on PATH")
+def test_should_name_every_request_kubectl_sends_for_the_controllers_calls(tmp_path: Path) -> None:
+    calls = {tuple(call): call for call in [*flex_calls(SITE), *health_calls(SITE)]}
+    with recording_api(tmp_path) as sent:
+        unnamed = {
+            " ".join(call): [r for r in sent(call) if not any(covers(m, r) for m in requests(call))]
+            for call in calls.values()
+        }
+    assert {call: missing for call, missing in unnamed.items() if missing} == {}
+    assert len(unnamed) >= 9, sorted(unnamed)  # label, unlabel, uncordon, drain, patch, two gets, cordon, annotate
+
+
+def test_should_fail_a_mapping_that_misses_a_request_kubectl_sends(tmp_path: Path) -> None:
+    # `kubectl patch` reads the object first: a mapping naming the PATCH alone misses the GET.
+    call = [
+        "kubectl",
+        "patch",
+        "scaledobject",
+        "vllm-m-scaledobject",
+        "--namespace",
+        "inference",
+        "--type",
+        "merge",
+        "--patch",
+        "{}",
+    ]
+    if shutil.which("kubectl") is None:
+        pytest.skip("needs kubectl on PATH")
+    with recording_api(tmp_path) as sent:
+        missed = [
+            r
+            for r in sent(call)
+            if not covers(Request("patch", "keda.sh", "scaledobjects", "inference", "vllm-m-scaledobject"), r)
+        ]
+    assert missed == [Request("get", "keda.sh", "scaledobjects", "inference", "vllm-m-scaledobject")]
