@@ -19,7 +19,7 @@ from rich.markup import escape
 from components.monitoring.alerts import lending_stale_s
 from components.scheduling.preemption import team_qos
 from components.site.acceptance import DrillKind, PeakSource
-from components.site.site import Site
+from components.site.site import Pool, Site
 from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import CampaignRefusedError, Load, Probe, Runbook, Target, terminated_as_exit
@@ -27,6 +27,7 @@ from runbooks.acceptance.faults import FaultError, Switches
 from runbooks.acceptance.lending import ControllerSampler, http_text
 from runbooks.acceptance.load import (
     Checkpoints,
+    FlexTraining,
     NodeTier,
     PrometheusSampler,
     QueueWaitSampler,
@@ -44,6 +45,7 @@ from runbooks.acceptance.targets import KEY_ENV, TargetsError, hot_dir, placed, 
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.failures import Ending, Endings, exit_on_failure
+from runbooks.flex.lending import flex_nodes
 from runbooks.options import ProjectDirOption, StackContext, StackOption
 from runbooks.stack import deploy
 from runbooks.stack.audit import AuditChainBrokenError, AuditKeyError, AuditLog, audit_key
@@ -136,6 +138,11 @@ def build(site: Site, context: StackContext, targets: dict[str, Any], environ: d
     job = TrainingJob.for_site(site, max(spec.scaled(3600), 10), directory, checkpoint)
     training = training_load(("sbatch",), {}, [PLATFORM_ACCOUNT], team_qos(site), job, GANG_NODES,
                              peak.training_jobs_per_h, spec.max_training_jobs)
+    # Preemptible training on every flex node throughout: what the lend at the shock's peak requeues (a site with no
+    # flex pool lends nothing, and its verdict's `training yields to inference` says so).
+    flex: list[Load] = [FlexTraining(("sbatch",), ("squeue",), {}, PLATFORM_ACCOUNT, site.slurm.flex_qos[0],
+                                     TrainingJob.for_site(site, job.seconds, directory, checkpoint, Pool.FLEX),
+                                     flex_nodes(site), spec.max_training_jobs)] if flex_nodes(site) else []
     probes: dict[DrillKind, Probe] = {
         DrillKind.STORAGE_JITTER: StorageJitterProbe(storage, (_delay_ms(site) or 1) / 1000, tier, checkpoints),
         DrillKind.MODEL_HOT_SWAP: HotSwapProbe(inference, int(targets["model_hot_swap"].get("new_version", 0)),
@@ -148,7 +155,7 @@ def build(site: Site, context: StackContext, targets: dict[str, Any], environ: d
         probe = probes.get(kind) or NodeDaemonProbe(place.exporter or "")
         labels = {"Hostname": place.node} if place.node else {}
         runbook_targets[kind] = Target(place.fault, probe, labels)
-    loads: list[Load] = [inference, storage, training,
+    loads: list[Load] = [inference, storage, training, *flex,
                          PrometheusSampler("gpu_util_pct", site.rollout.prometheus_url,
                                            "avg(gpu:dcgm_gpu_util:max)"),
                          QueueWaitSampler(("squeue",), {}), _lending_controller(site)]
@@ -166,7 +173,7 @@ def _lending_controller(site: Site) -> ControllerSampler:
     lending = site.lending
     host = f"[{lending.metrics_address}]" if ":" in lending.metrics_address else lending.metrics_address
     url = f"http://{host}:{lending.metrics_port}/metrics"
-    return ControllerSampler(url, lending_stale_s(lending), http_text(url))
+    return ControllerSampler(url, lending_stale_s(lending), http_text(url), tuple(flex_nodes(site)))
 
 
 def _delay_ms(site: Site) -> int | None:
