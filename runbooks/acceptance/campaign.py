@@ -116,7 +116,7 @@ class Outcome:
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-class Runbook:
+class CampaignRunner:
     def __init__(self, spec: Acceptance, store: CampaignStore, log: AuditLog, rollout_log: AuditLog,
                  switches: Switches, sop_dir: Path, alerts: Callable[[], list[FiringAlert]],
                  targets: dict[DrillKind, Target], loads: list[Load], lock: StackLock,
@@ -420,8 +420,8 @@ class Runbook:
         self.store.finish_campaign(campaign.id, verdict, reason)
         self._log(campaign, "campaign.verdict", verdict, {"reason": reason, "criteria": records})
         if verdict == PASSED:
-            # What the rollout's gate judges (runbooks.rollout.machine.Runbook.acceptance): every criterion, and the
-            # durations measured, which it holds to the spec's unscaled ones.
+            # What the rollout's gate judges (runbooks.rollout.machine.RolloutMachine.acceptance): every criterion,
+            # and the durations measured, which it holds to the spec's unscaled ones.
             holds = {name[len("drill:"):]: detail.get("held_s") for name, (_, _, detail) in steps.items()
                      if name.startswith("drill:")}
             shock = steps.get("shock", (0, None, {}))[2]

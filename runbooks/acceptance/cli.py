@@ -22,7 +22,7 @@ from components.site.acceptance import DrillKind, PeakSource
 from components.site.site import Pool, Site
 from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
-from runbooks.acceptance.campaign import CampaignRefusedError, Load, Probe, Runbook, Target, terminated_as_exit
+from runbooks.acceptance.campaign import CampaignRefusedError, CampaignRunner, Load, Probe, Target, terminated_as_exit
 from runbooks.acceptance.faults import FaultError, Switches
 from runbooks.acceptance.lending import ControllerSampler, http_text
 from runbooks.acceptance.load import (
@@ -107,7 +107,7 @@ def _logs(context: StackContext) -> tuple[AuditLog, AuditLog]:
             AuditLog(context.state_dir("rollout") / "audit.jsonl", key))
 
 
-def build(site: Site, context: StackContext, targets: dict[str, Any], environ: dict[str, str]) -> Runbook:
+def build(site: Site, context: StackContext, targets: dict[str, Any], environ: dict[str, str]) -> CampaignRunner:
     """The campaign over the targets file's nodes and loads, at the measured (or declared) peak."""
     spec = site.acceptance
     state_dir = context.state_dir("acceptance")
@@ -160,7 +160,7 @@ def build(site: Site, context: StackContext, targets: dict[str, Any], environ: d
                                            "avg(gpu:dcgm_gpu_util:max)"),
                          QueueWaitSampler(("squeue",), {}), _lending_controller(site)]
     log, rollout_log = _logs(context)
-    return Runbook(spec, CampaignStore(state_dir / "acceptance.sqlite"), log, rollout_log,
+    return CampaignRunner(spec, CampaignStore(state_dir / "acceptance.sqlite"), log, rollout_log,
                    Switches(state_dir / "switches"), context.project_dir / "docs" / "sop",
                    lambda: firing_alerts(spec.alertmanager_url), runbook_targets, loads,
                    StackLock(state_dir / f"{context.stack}.lock", "gpuctl acceptance"),
@@ -186,9 +186,9 @@ def plan(ctx: typer.Context, targets: TargetsOption) -> None:
     """The campaign's steps with their scaled durations, deadlines and SOPs; refuses a drill without its SOP."""
     context: StackContext = ctx.obj
     site = context.site
-    runbook = build(site, context, _targets(targets), {**os.environ, KEY_ENV: os.environ.get(KEY_ENV) or "unused"})
-    steps = runbook.plan()
-    peak, source = runbook.peak
+    runner = build(site, context, _targets(targets), {**os.environ, KEY_ENV: os.environ.get(KEY_ENV) or "unused"})
+    steps = runner.plan()
+    peak, source = runner.peak
     out.print(f"campaign at time scale {site.acceptance.time_scale:g}; peak ({source}): "
               f"{peak.inference_rps:g} requests/s, {peak.training_jobs_per_h:g} jobs/h, "
               f"{peak.storage_write_mib_s:g} MiB/s; shock x{site.acceptance.shock_factor:g}", highlight=False)
@@ -202,7 +202,7 @@ def run(ctx: typer.Context, targets: TargetsOption) -> None:
     """Run the campaign, or resume it: faults a dead run left are reverted first; a passed one unblocks the rollout."""
     context: StackContext = ctx.obj
     site = context.site
-    runbook = build(site, context, _targets(targets), dict(os.environ))
+    runner = build(site, context, _targets(targets), dict(os.environ))
     try:
         deployer = StackDeployer.open(context.project_dir, context.stack, site.rollout.policy_pack,
                                       deploy.pulumi_command())
@@ -213,9 +213,9 @@ def run(ctx: typer.Context, targets: TargetsOption) -> None:
     if deployment is None:
         raise _fail("the stack has no successful update: deploy before accepting it", ExitCode.INVALID)
     with terminated_as_exit():
-        campaign = runbook.run(deployment, site.stage)
-    report = write_report(runbook.store, campaign, context.state_dir("acceptance") / "reports" / campaign.id)
-    for line in criterion_lines(runbook.store, campaign):
+        campaign = runner.run(deployment, site.stage)
+    report = write_report(runner.store, campaign, context.state_dir("acceptance") / "reports" / campaign.id)
+    for line in criterion_lines(runner.store, campaign):
         out.print(f"  {escape(line)}", highlight=False)
     out.print(f"{campaign.id}: {campaign.verdict}: {escape(campaign.reason or '')}; report {report}", highlight=False)
     if campaign.verdict != PASSED:

@@ -28,8 +28,8 @@ from runbooks.rollout.approvals import IdentityError, SlackApprovals, token_owne
 from runbooks.rollout.gates import PrometheusGates
 from runbooks.rollout.machine import (
     RolloutHaltedError,
+    RolloutMachine,
     RolloutRefusedError,
-    Runbook,
     StepEvent,
     StepHeldError,
 )
@@ -77,7 +77,7 @@ ENDINGS: Endings = {
 """How each rollout command ends on the errors it expects (runbooks/failures.py)."""
 
 
-def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, Site]:
+def _machine(ctx: typer.Context, slack_required: bool = True) -> tuple[RolloutMachine, Site]:
     context: StackContext = ctx.obj
     site, state_dir = context.site, context.state_dir("rollout")
     store = Store(state_dir / "rollout.sqlite")
@@ -100,11 +100,11 @@ def _runbook(ctx: typer.Context, slack_required: bool = True) -> tuple[Runbook, 
         err.print("[red]error:[/] SLACK_BOT_TOKEN is not set (approvals need Slack; `rollback` does not)")
         raise typer.Exit(ExitCode.INVALID)
     lock = StackLock(state_dir / f"{context.stack}.lock")
-    runbook = Runbook(site, store, audit, deployer, gates, None, state_dir / "plans", now, lock, _progress)
+    machine = RolloutMachine(site, store, audit, deployer, gates, None, state_dir / "plans", now, lock, _progress)
     if token is not None:
         client = web_client(token, os.environ.get("SLACK_API_URL"))
-        runbook.approvals = SlackApprovals(client, site.slack, store, audit, now, runbook.teams_of)
-    return runbook, site
+        machine.approvals = SlackApprovals(client, site.slack, store, audit, now, machine.teams_of)
+    return machine, site
 
 
 def _progress(event: StepEvent) -> None:
@@ -116,8 +116,8 @@ def _progress(event: StepEvent) -> None:
 @exit_on_failure(ENDINGS)
 def status(ctx: typer.Context) -> None:
     """Where the rollout stands: deployed stage and soak, the open request, approvals, gates, audit chain."""
-    runbook, site = _runbook(ctx, slack_required=False)
-    state = runbook.status()
+    machine, site = _machine(ctx, slack_required=False)
+    state = machine.status()
     clock = now()
     if state.deployed_stage is None:
         out.print(f"[bold]stack {ctx.obj.stack}[/]: no stage deployed yet")
@@ -127,7 +127,7 @@ def status(ctx: typer.Context) -> None:
         out.print(f"[bold]stack {ctx.obj.stack}[/]: stage {state.deployed_stage} deployed, {since} "
                   f"({soaked:.1f} of {state.soak_days} soak days)", highlight=False)
     if state.next_stage is not None:
-        new, total = runbook.teams_of(state.next_stage)
+        new, total = machine.teams_of(state.next_stage)
         out.print(f"next stage: {state.next_stage} (onboards {', '.join(new)}; {len(total)} of "
                   f"{len(site.teams)} teams)", highlight=False)
     out.print(f"acceptance: {escape(state.acceptance)}", highlight=False)
@@ -150,7 +150,7 @@ def status(ctx: typer.Context) -> None:
                 f"{s.step} {'done' if s.finished_at else 'started'}" for s in state.steps), highlight=False)
         if rollout.hold:
             out.print(f"  [yellow]held[/]      {escape(rollout.hold)}", highlight=False)
-    report = runbook.verify_audit(state.rollout)
+    report = machine.verify_audit(state.rollout)
     anchors = f"; matches {' and '.join(report.anchors)}" if report.anchors else ""
     out.print(f"audit: {report.records} records, keyed chain intact{anchors}", highlight=False)
     if report.torn_bytes:
@@ -168,7 +168,7 @@ def request(
 
     The requester is whoever owns SLACK_USER_TOKEN (your own Slack user token), as Slack says: you cannot
     approve your own request."""
-    runbook, site = _runbook(ctx)
+    machine, site = _machine(ctx)
     user_token = os.environ.get("SLACK_USER_TOKEN")
     if not user_token:
         err.print("[red]error:[/] SLACK_USER_TOKEN is not set: `request` runs with your own Slack user token, so "
@@ -176,7 +176,7 @@ def request(
         raise typer.Exit(ExitCode.INVALID)
     requester = token_owner(web_client(user_token, os.environ.get("SLACK_API_URL")), site.slack.workspace_id,
                             "SLACK_USER_TOKEN")
-    rollout = runbook.request(stage, requester)
+    rollout = machine.request(stage, requester)
     out.print(f"{rollout.id}: awaiting approval in {rollout.channel} (plan {rollout.plan_digest})", highlight=False)
 
 
@@ -207,16 +207,16 @@ def wait(
                                                callback=_listen_address)] = None,
 ) -> None:
     """Receive Approve/Reject clicks (Socket Mode or HTTP, per slack.receiver) until the request is decided."""
-    runbook, site = _runbook(ctx)
-    assert runbook.approvals is not None
-    inbox = ClickInbox(runbook.store, runbook.approvals, now)
+    machine, site = _machine(ctx)
+    assert machine.approvals is not None
+    inbox = ClickInbox(machine.store, machine.approvals, now)
     receiver: SocketModeReceiver | HttpReceiver
     if site.slack.receiver == SlackReceiver.SOCKET_MODE:
         app_token = os.environ.get("SLACK_APP_TOKEN")
         if app_token is None:
             err.print("[red]error:[/] SLACK_APP_TOKEN is not set (Socket Mode needs an app-level token)")
             raise typer.Exit(ExitCode.INVALID)
-        receiver = SocketModeReceiver(app_token, runbook.approvals.client, inbox)
+        receiver = SocketModeReceiver(app_token, machine.approvals.client, inbox)
     else:
         secret = os.environ.get("SLACK_SIGNING_SECRET")
         if secret is None:
@@ -225,9 +225,9 @@ def wait(
         host, _, port = listen.rpartition(":") if listen else (site.slack.receiver_address, ":",
                                                                  str(site.slack.receiver_port))
         with exit_on_failure({OSError: Ending(ExitCode.FAILED, what=f"cannot listen on {host}:{port}")}):
-            receiver = HttpReceiver(secret, inbox, runbook.store, runbook.audit, host.strip("[]"), int(port))
+            receiver = HttpReceiver(secret, inbox, machine.store, machine.audit, host.strip("[]"), int(port))
         err.print(f"listening on {receiver.url}")
-    rollout = runbook.wait(receiver, timeout_s)
+    rollout = machine.wait(receiver, timeout_s)
     out.print(f"{rollout.id}: {rollout.state.value}", highlight=False)
     if rollout.state == RolloutState.REJECTED:
         raise typer.Exit(ExitCode.ENDED)
@@ -239,8 +239,8 @@ def wait(
 @exit_on_failure(ENDINGS)
 def apply(ctx: typer.Context) -> None:
     """Re-check approvers, plan digest and gates, then `pulumi up` the approved plan with the policy pack."""
-    runbook, _ = _runbook(ctx)
-    rollout = runbook.apply()
+    machine, _ = _machine(ctx)
+    rollout = machine.apply()
     out.print(f"{rollout.id}: {rollout.state.value}; outputs {rollout.outputs}", highlight=False)
     if rollout.state != RolloutState.DONE:
         raise typer.Exit(ExitCode.ENDED)
@@ -256,6 +256,6 @@ def rollback(
     reason: Annotated[str, typer.Option(help="Why (recorded in the audit log).", callback=_said)],
 ) -> None:
     """Break-glass: deploy an earlier stage now, without Slack; audited."""
-    runbook, _ = _runbook(ctx, slack_required=False)
-    rollout = runbook.rollback(to, operator, reason)
+    machine, _ = _machine(ctx, slack_required=False)
+    rollout = machine.rollback(to, operator, reason)
     out.print(f"{rollout.id}: {rollout.state.value} to {to}; outputs {rollout.outputs}", highlight=False)

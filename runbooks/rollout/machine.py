@@ -124,7 +124,7 @@ class Status:
     """Whether a passed acceptance campaign exists for the deployed stack, and which (or what to do)."""
 
 
-class Runbook:
+class RolloutMachine:
     def __init__(self, site: Site, store: Store, audit: AuditLog, deployer: StackDeployer, gates: PrometheusGates,
                  approvals: SlackApprovals | None, plans_dir: Path, clock: Callable[[], datetime], lock: StackLock,
                  events: Callable[[StepEvent], None] = lambda _: None) -> None:

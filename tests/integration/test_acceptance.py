@@ -47,7 +47,7 @@ from components.site.lending import Lending
 from components.site.site import Pool, Site
 from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
-from runbooks.acceptance.campaign import Load, Runbook, Target
+from runbooks.acceptance.campaign import CampaignRunner, Load, Target
 from runbooks.acceptance.faults import Fault, Switches, link_down, run_commands, storage_delay, version_swap
 from runbooks.acceptance.lending import ControllerSampler, UnreadableError, http_text, parse
 from runbooks.acceptance.load import (
@@ -203,7 +203,7 @@ def jitter(world: World) -> Fault:
                          ("tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", "5s"), world.ns_a)
 
 
-def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]]:
+def build(world: World, state: Path) -> tuple[CampaignRunner, CampaignStore, list[Load]]:
     site = acceptance_site()
     spec = site.acceptance
     checkpoints = Checkpoints()
@@ -251,17 +251,17 @@ def build(world: World, state: Path) -> tuple[Runbook, CampaignStore, list[Load]
                          PrometheusSampler("gpu_util_pct", world.prometheus, "avg(DCGM_FI_DEV_GPU_UTIL)"),
                          ControllerSampler(world.lending_metrics, lending_stale_s(Lending.model_validate(LENDING)),
                                            http_text(world.lending_metrics), tuple(flex))]
-    runbook = Runbook(spec, store, AuditLog(state / "failures.jsonl", key),
+    runner = CampaignRunner(spec, store, AuditLog(state / "failures.jsonl", key),
                       AuditLog(rollout_state / "audit.jsonl", key), Switches(state / "switches"), REPO / "docs" / "sop",
                       lambda: firing_alerts(world.alertmanager), {d.kind: targets[d.kind.value] for d in spec.drills},
                       loads, StackLock(state / "campaign.lock", "gpuctl acceptance"), job_states(("sacct",), slurm))
-    return runbook, store, loads
+    return runner, store, loads
 
 
 def main(world_file: str, state: str) -> None:
     """The child process: run the campaign (it is killed mid-partition)."""
-    runbook, _, _ = build(World(**json.loads(Path(world_file).read_text())), Path(state))
-    runbook.run("sha256:deployed", "platform")
+    runner, _, _ = build(World(**json.loads(Path(world_file).read_text())), Path(state))
+    runner.run("sha256:deployed", "platform")
 
 
 def agent(*hosts: str, listen: str, directory: Path, gpus: int, pid_file: Path | None = None) -> list[str]:
@@ -456,10 +456,10 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
     fired = Switches.fired(str(armed))
     assert fired is not None and fired["results"][0]["rc"] == 0
 
-    runbook, store, _ = build(world, state)
+    runner, store, _ = build(world, state)
     started = time.monotonic()
     try:
-        campaign = runbook.run("sha256:deployed", "platform")
+        campaign = runner.run("sha256:deployed", "platform")
     finally:
         # Whatever happened, no switch of this campaign may fire after the test cluster is gone (issue 36 saw one
         # start a stray slurmd against a deleted configuration); a passed campaign leaves none armed (asserted below).

@@ -23,7 +23,14 @@ import pytest
 from components.scheduling.lending_decision import Owner
 from components.site.acceptance import Acceptance, DrillKind
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, sop_missing
-from runbooks.acceptance.campaign import CampaignRefusedError, Load, Reaction, Runbook, Target, terminated_as_exit
+from runbooks.acceptance.campaign import (
+    CampaignRefusedError,
+    CampaignRunner,
+    Load,
+    Reaction,
+    Target,
+    terminated_as_exit,
+)
 from runbooks.acceptance.faults import Fault, Switches
 from runbooks.acceptance.lending import ControllerSampler, UnreadableError
 from runbooks.acceptance.load import JobRecord, RateLoad
@@ -49,7 +56,7 @@ SPEC = Acceptance(time_scale=0.0002, soak_h=1, shock_minutes=10, max_interruptio
 
 
 class Killed(BaseException):
-    """The campaign's process dies here (BaseException: nothing in the runbook catches it)."""
+    """The campaign's process dies here (BaseException: nothing in the runner catches it)."""
 
 
 @dataclass
@@ -201,8 +208,8 @@ class World:
         for kind in DrillKind:
             self.probes[kind] = MarkerProbe(self.tmp / f"{kind.value}.fault")
 
-    def runbook(self, sop_dir: Path = REPO / "docs" / "sop", firing: Callable[[], list[FiringAlert]] | None = None,
-                spec: Acceptance = SPEC, loads: list[Load] | None = None) -> tuple[Runbook, CampaignStore]:
+    def runner(self, sop_dir: Path = REPO / "docs" / "sop", firing: Callable[[], list[FiringAlert]] | None = None,
+                spec: Acceptance = SPEC, loads: list[Load] | None = None) -> tuple[CampaignRunner, CampaignStore]:
         store = CampaignStore(self.tmp / "state" / "acceptance.sqlite")
         targets = {kind: Target(Fault(kind.value, f"marker {probe.marker.name}", (("touch", str(probe.marker)),),
                                       (("rm", "-f", str(probe.marker)),)), probe)
@@ -214,11 +221,11 @@ class World:
         self.lending.asked = lambda: max(inference.recent("asked_per_s", 0), default=0) / inference.peak_per_s \
             if inference is not None else 0.0
         self.lending.lent = self.slurm.lent
-        runbook = Runbook(spec, store, AuditLog(self.tmp / "state" / "failures.jsonl", KEY),
+        runner = CampaignRunner(spec, store, AuditLog(self.tmp / "state" / "failures.jsonl", KEY),
                           AuditLog(self.tmp / "rollout" / "audit.jsonl", KEY), Switches(self.tmp / "state" / "sw"),
                           sop_dir, firing or (lambda: list(self.alerts)), targets, loads,
                           StackLock(self.tmp / "state" / "lock", "gpuctl acceptance"), self.slurm.sacct, poll_s=0.02)
-        return runbook, store
+        return runner, store
 
     def rollout_records(self) -> list[dict[str, Any]]:
         path = self.tmp / "rollout" / "audit.jsonl"
@@ -238,22 +245,22 @@ def failing(store: CampaignStore, campaign_id: str) -> list[str]:
 
 
 def test_should_pass_when_every_drill_reacts_and_record_it_for_the_rollout(world: World) -> None:
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == PASSED, campaign.reason
     assert [f.mode for f in store.failures(campaign.id)] == [d.kind.value for d in SPEC.drills]
     assert not any(p.marker.exists() for p in world.probes.values()), "a fault is still in place"
     assert [(r["what"], r["decision"], r["plan_digest"]) for r in world.rollout_records()] == [
         (ACCEPTANCE_RECORD, PASSED, "sha256:deployed")]
-    assert runbook.log.verify().records >= 2 + 2 * len(DrillKind)
+    assert runner.log.verify().records >= 2 + 2 * len(DrillKind)
 
 
 def test_should_fail_each_drill_whose_fault_is_never_detected(world: World) -> None:
     # One campaign for the four: each drill detects on its own, so each must fail on its own criterion.
     for probe in world.probes.values():
         probe.detects = False
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == FAILED and failing(store, campaign.id) == [f"soak drill:{d.kind.value}"
                                                                           for d in SPEC.drills]
     assert all(store.steps(campaign.id)[f"drill:{kind.value}"][2]["detection_s"] is None for kind in DrillKind)
@@ -263,8 +270,8 @@ def test_should_fail_each_drill_whose_fault_is_never_detected(world: World) -> N
 def test_should_fail_each_drill_whose_expected_reaction_is_missing(world: World) -> None:
     for probe in world.probes.values():
         probe.reacted = False  # e.g. the node's training was not requeued
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == FAILED and failing(store, campaign.id) == [f"soak drill:{d.kind.value}"
                                                                           for d in SPEC.drills]
     assert all(store.steps(campaign.id)[f"drill:{kind.value}"][2]["reactions"][0]["ok"] is False
@@ -274,8 +281,8 @@ def test_should_fail_each_drill_whose_expected_reaction_is_missing(world: World)
 def test_should_fail_the_campaign_when_an_alert_fires_with_no_sop(world: World) -> None:
     world.alerts.append(FiringAlert("NothingDocumentsThis", "f1", "2026-12-01T10:00:00Z", {"severity": "warning"}))
     world.alerts.append(FiringAlert("SlurmNodesUnavailable", "f2", "2026-12-01T10:00:00Z", {"severity": "warning"}))
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == FAILED
     assert failing(store, campaign.id) == ["campaign failures with an SOP"]
     assert "fired with no SOP (or one without its sections): NothingDocumentsThis" in (campaign.reason or "")
@@ -291,9 +298,9 @@ def test_should_refuse_to_plan_a_drill_whose_sop_is_missing_or_lacks_its_section
     sections = (REPO / "docs" / "sop" / "storage-jitter.md").read_text()
     (sops / "storage-jitter.md").write_text(sections)
     (sops / "model-hot-swap.md").write_text(sections.replace("## Recovery", "## Notes"))
-    runbook, _ = world.runbook(sop_dir=sops)
+    runner, _ = world.runner(sop_dir=sops)
     with pytest.raises(CampaignRefusedError) as refused:
-        runbook.run("sha256:deployed", "canary")
+        runner.run("sha256:deployed", "canary")
     assert str(refused.value) == (
         "drills[0].sop: docs/sop/network-partition.md lacks the sections Detection, Impact, Immediate action, "
         "Recovery, Escalation; drills[1].sop: docs/sop/node-power-loss.md does not exist; "
@@ -308,15 +315,15 @@ def test_should_find_every_section_in_every_sop() -> None:
 def test_should_revert_and_log_the_fault_a_run_killed_mid_drill_left(world: World) -> None:
     partition = world.probes[DrillKind.NETWORK_PARTITION]
     partition.die_on_detection = True
-    runbook, store = world.runbook()
+    runner, store = world.runner()
     with pytest.raises(Killed):
-        runbook.run("sha256:deployed", "canary")
+        runner.run("sha256:deployed", "canary")
     assert partition.marker.exists(), "the kill leaves the partition in place"
     store.close()
 
     partition.die_on_detection = False
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == PASSED, campaign.reason
     left = [f for f in store.failures(campaign.id) if f.detail.get("left_by")]
     assert [(f.mode, f.sop) for f in left] == [("network_partition", "network-partition")]
@@ -333,21 +340,21 @@ def test_should_fail_a_campaign_that_could_not_read_alertmanager(world: World) -
     def unreadable() -> list[FiringAlert]:
         raise AlertmanagerError("cannot read http://127.0.0.1:9/api/v2/alerts: connection refused")
 
-    runbook, store = world.runbook(firing=unreadable)
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner(firing=unreadable)
+    campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == FAILED and failing(store, campaign.id) == ["campaign alertmanager read"]
 
 
 def test_should_end_a_campaign_the_deployment_changed_under_leaving_no_fault(world: World) -> None:
     partition = world.probes[DrillKind.NETWORK_PARTITION]
     partition.die_on_detection = True
-    runbook, store = world.runbook()
+    runner, store = world.runner()
     with pytest.raises(Killed):
-        runbook.run("sha256:old", "canary")
+        runner.run("sha256:old", "canary")
     store.close()
     partition.die_on_detection = False
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:new", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:new", "canary")
     old = next(c for c in store.campaigns() if c.deployment == "sha256:old")
     assert (old.verdict, old.reason) == (FAILED, "superseded: the deployment is now sha256:new")
     assert all(f.reverted_at is not None for f in store.faults(old.id)) and not partition.marker.exists()
@@ -361,8 +368,8 @@ INFERENCE = ["inference p95 latency", "inference errors"]
 
 def test_should_pass_on_measurements_and_print_each_criterion_with_its_value_objective_and_source(
         world: World) -> None:
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     criteria = {f"{c['phase']} {c['name']}": c for c in store.steps(campaign.id)["verdict"][2]["criteria"]}
     assert campaign.verdict == PASSED, campaign.reason
     assert {f"{phase} {name}" for phase in ("soak", "shock", "campaign") for name in INFERENCE} <= criteria.keys()
@@ -379,8 +386,8 @@ def test_should_pass_on_measurements_and_print_each_criterion_with_its_value_obj
 
 
 def test_should_fail_inference_when_the_load_generator_does_nothing(world: World) -> None:
-    runbook, store = world.runbook(loads=[])
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner(loads=[])
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == [
         *(f"soak {name}" for name in INFERENCE), *(f"soak {load} load" for load in LOADS),
         *(f"shock {name}" for name in INFERENCE), *(f"shock {load} load" for load in LOADS),
@@ -405,16 +412,16 @@ def test_should_fail_a_phase_whose_load_did_not_offer_what_it_asked(
         world: World, load: Callable[[World], RateLoad], failed: list[str], why: str) -> None:
     broken = load(world)
     others = [world.gateway.load(), world.hot_tier.load("storage"), world.slurm.load()]
-    runbook, store = world.runbook(loads=[*(broken if o.name == broken.name else o for o in others),
+    runner, store = world.runner(loads=[*(broken if o.name == broken.name else o for o in others),
                                           world.lending.sampler()])
-    campaign = runbook.run("sha256:deployed", "canary")
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == failed, campaign.reason
     assert why in (campaign.reason or "") and world.rollout_records() == []
 
 
 def test_should_show_each_loads_offered_against_asked_rate_per_phase(world: World) -> None:
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     criteria = {f"{c['phase']} {c['name']}": c for c in store.steps(campaign.id)["verdict"][2]["criteria"]}
     assert campaign.verdict == PASSED, campaign.reason
     # The shock asks shock_factor x the peak of all three at once: 300 requests/s, 60 MiB/s, 216,000 jobs/h.
@@ -432,16 +439,16 @@ def test_should_show_each_loads_offered_against_asked_rate_per_phase(world: Worl
 
 def test_should_fail_storage_when_each_checkpoint_write_takes_longer_than_the_rate_allows(world: World) -> None:
     world.hot_tier.seconds = 1.0  # 8 chunks in flight at the shock's 3 x 20/s allow 0.133 s each
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["shock storage p99 latency"]
     assert "objective p99 <= 0.133 s (8 chunks in flight at 60/s" in (campaign.reason or "")
 
 
 def test_should_fail_training_when_a_job_of_the_load_is_lost(world: World) -> None:
     world.slurm.ended = {"3": "NODE_FAIL", "5": "REQUEUED", "7": ""}  # requeued is not lost; "" no record in sacct
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["campaign training jobs lost"]
     assert "1 of " in (campaign.reason or "") and "lost (3 NODE_FAIL)" in (campaign.reason or "")
     assert "; 1 with no record in sacct (7)" in (campaign.reason or "")
@@ -449,16 +456,16 @@ def test_should_fail_training_when_a_job_of_the_load_is_lost(world: World) -> No
 
 def test_should_fail_gpu_seconds_when_a_completed_job_had_no_gpu_allocated(world: World) -> None:
     world.slurm.no_gpu = {"4"}  # sacct: COMPLETED, AllocTRES without gres/gpu, whatever it asked
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["campaign training GPU-seconds"]
     assert "; 1 completed with no GPU allocated (4)" in (campaign.reason or "")
 
 
 def test_should_fail_gpu_seconds_when_a_completed_job_ran_short_of_its_request(world: World) -> None:
     world.slurm.short = {"2"}  # COMPLETED after 1 s of the 10 s it runs: it trained a tenth of what it asked
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["campaign training GPU-seconds"]
     assert "; 1 completed short of their request (2 8 of 80)" in (campaign.reason or "")
     assert "objective every completed job delivered the GPUs it asked x its 10 s" in (campaign.reason or "")
@@ -466,8 +473,8 @@ def test_should_fail_gpu_seconds_when_a_completed_job_ran_short_of_its_request(w
 
 def test_should_count_requeues_from_sacct_and_put_them_on_the_timeline(world: World, tmp_path: Path) -> None:
     world.slurm.requeued = {"1": "PREEMPTED", "3": "NODE_FAIL"}  # each ran again and completed: none lost
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == PASSED, campaign.reason
     lost = next(c for c in store.steps(campaign.id)["verdict"][2]["criteria"] if c["name"] == "training jobs lost")
     # And the job the shock's lend requeued on the flex node.
@@ -482,8 +489,8 @@ def test_should_count_requeues_from_sacct_and_put_them_on_the_timeline(world: Wo
 
 def test_should_fail_the_error_budget_when_every_inference_request_fails(world: World) -> None:
     world.gateway.fails = True
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     # The lend came, training yielded, but inference was not served: inference did not win the peak.
     assert failing(store, campaign.id) == ["soak inference errors", "shock inference errors",
                                            "shock training yields to inference", "campaign inference errors"]
@@ -494,8 +501,8 @@ def test_should_fail_the_error_budget_when_every_inference_request_fails(world: 
 
 def test_should_fail_the_p95_when_every_inference_request_takes_30_s(world: World) -> None:
     world.gateway.seconds = 30.0
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["soak inference p95 latency", "shock inference p95 latency",
                                            "shock training yields to inference", "campaign inference p95 latency"]
     assert "objective p95 <= 2000 ms (inference_p95_ms)" in (campaign.reason or "")
@@ -504,8 +511,8 @@ def test_should_fail_the_p95_when_every_inference_request_takes_30_s(world: Worl
 def test_should_fail_health_when_a_critical_alert_fires_throughout(world: World) -> None:
     world.alerts.append(FiringAlert("GpuTemperatureHigh", "f9", "2026-12-01T10:00:00Z",
                                     {"severity": "critical", "Hostname": "gpu-a800-01"}))
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["campaign critical alert GpuTemperatureHigh on gpu-a800-01"]
     assert f"(objective <= {SPEC.scaled(SPEC.critical_alert_max_s):.1f} s (critical_alert_max_s: no drill raised " \
            "it))" in (campaign.reason or "")
@@ -513,27 +520,27 @@ def test_should_fail_health_when_a_critical_alert_fires_throughout(world: World)
 
 def test_should_fail_the_soak_duration_when_the_soak_is_cut_short(world: World, monkeypatch: pytest.MonkeyPatch
                                                                    ) -> None:
-    monkeypatch.setattr(Runbook, "_soak", lambda self, campaign: {"seconds": 0})
+    monkeypatch.setattr(CampaignRunner, "_soak", lambda self, campaign: {"seconds": 0})
     # A day (17.28 s scaled), far more than the drills and the shock take on any machine: only the soak can fill it.
-    runbook, store = world.runbook(spec=SPEC.model_copy(update={"soak_h": 24}))
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner(spec=SPEC.model_copy(update={"soak_h": 24}))
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["soak soak duration"], campaign.reason
     assert "objective >= 17.28 s (soak_h 24 x time_scale 0.0002)" in (campaign.reason or "")
 
 
 def test_should_fail_continuity_when_a_campaign_is_resumed_after_its_window(world: World) -> None:
     world.probes[DrillKind.NETWORK_PARTITION].die_on_detection = True
-    runbook, store = world.runbook()
+    runner, store = world.runner()
     with pytest.raises(Killed):
-        runbook.run("sha256:deployed", "canary")
+        runner.run("sha256:deployed", "canary")
     store.close()
     # The run died an hour and more ago (scaled): as if its campaign had started that long before.
     late = SPEC.scaled(SPEC.max_interruption_s) + SPEC.scaled(SPEC.soak_h * 3600)
     with sqlite3.connect(world.tmp / "state" / "acceptance.sqlite") as db:
         db.execute("UPDATE campaigns SET started_at = started_at - ?", (late,))
     world.probes[DrillKind.NETWORK_PARTITION].die_on_detection = False
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["campaign continuity"]
     # The soak was not skipped: the resumed run loaded the cluster for all of soak_h (scaled), by its own clock.
     assert loaded_s(store.steps(campaign.id)) >= SPEC.scaled(SPEC.soak_h * 3600) and world.rollout_records() == []
@@ -546,8 +553,8 @@ def test_should_fail_continuity_when_a_campaign_is_resumed_after_its_window(worl
 def test_should_fail_the_lending_controller_when_it_does_not_decide_through_the_shock(
         world: World, break_it: Callable[[LendingController], None], why: str) -> None:
     break_it(world.lending)
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     # Not deciding, it lends nothing: inference does not win the peak either.
     assert failing(store, campaign.id) == ["shock lending controller", "shock training yields to inference"], \
         campaign.reason
@@ -565,8 +572,8 @@ def test_should_fail_the_lending_controller_when_it_does_not_decide_through_the_
 def test_should_fail_training_yields_when_no_lend_takes_a_flex_node_in_the_shock(
         world: World, break_it: Callable[[World], None], failed: list[str]) -> None:
     break_it(world)
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == failed, campaign.reason
     assert "shock training yields to inference: no lend during the shock; no training job of the load requeued on a " \
            "flex node (flex-01) during the shock - no lend; the shock's inference: inference p95 latency " \
@@ -576,16 +583,16 @@ def test_should_fail_training_yields_when_no_lend_takes_a_flex_node_in_the_shock
 
 def test_should_fail_training_yields_when_the_lend_requeues_no_training(world: World) -> None:
     world.slurm.on_flex = False  # nothing of the load ran on the node lent
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["shock training yields to inference"], campaign.reason
     assert "no training job of the load requeued on a flex node (flex-01) during the shock - lent at " \
         in (campaign.reason or "")
 
 
 def test_should_show_the_lend_and_the_yield_in_the_verdict_and_on_the_timeline(world: World, tmp_path: Path) -> None:
-    runbook, store = world.runbook()
-    campaign = runbook.run("sha256:deployed", "canary")
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == PASSED, campaign.reason
     criterion = next(c for c in store.steps(campaign.id)["verdict"][2]["criteria"]
                      if c["name"] == "training yields to inference")
@@ -621,9 +628,9 @@ def test_should_revert_the_fault_before_the_command_exits(world: World, interrup
                                                           raised: type[BaseException]) -> None:
     partition = world.probes[DrillKind.NETWORK_PARTITION]
     partition.interrupt = interrupt
-    runbook, store = world.runbook()
+    runner, store = world.runner()
     with pytest.raises(raised), terminated_as_exit():
-        runbook.run("sha256:deployed", "canary")
+        runner.run("sha256:deployed", "canary")
     assert not partition.marker.exists(), "the fault outlived the command"
     (campaign,) = store.campaigns()
     assert [(f.drill, f.reverted_by) for f in store.faults(campaign.id)] == [("network_partition", "interrupted")]
@@ -631,11 +638,11 @@ def test_should_revert_the_fault_before_the_command_exits(world: World, interrup
 
 
 def test_should_fail_a_drill_whose_undo_does_not_revert(world: World) -> None:
-    runbook, store = world.runbook()
-    partition = runbook.targets[DrillKind.NETWORK_PARTITION]
-    runbook.targets[DrillKind.NETWORK_PARTITION] = Target(
+    runner, store = world.runner()
+    partition = runner.targets[DrillKind.NETWORK_PARTITION]
+    runner.targets[DrillKind.NETWORK_PARTITION] = Target(
         Fault("network_partition", partition.fault.where, partition.fault.inject, (("true",),)), partition.probe)
-    campaign = runbook.run("sha256:deployed", "canary")
+    campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id)[0] == "soak drill:network_partition"
     assert "soak drill:network_partition: failed: not recovered" in (campaign.reason or "")
     world.probes[DrillKind.NETWORK_PARTITION].marker.unlink()

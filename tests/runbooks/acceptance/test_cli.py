@@ -97,8 +97,8 @@ def test_should_arm_a_timer_on_the_node_before_cutting_its_network() -> None:
 def test_should_show_status_and_write_the_report_of_a_campaign(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     world = World(tmp_path)
-    runbook, _ = world.runbook()
-    runbook.run("sha256:deployed", "canary")
+    runner, _ = world.runner()
+    runner.run("sha256:deployed", "canary")
     monkeypatch.setenv("GPUCTL_AUDIT_KEY", KEY.decode())
     code, text = gpuctl(tmp_path, "status")
     assert code == 0, text

@@ -18,7 +18,7 @@ from components.site.site import Site
 from runbooks.rollout import cli
 from runbooks.rollout.approvals import SlackApprovals, web_client
 from runbooks.rollout.gates import PrometheusGates
-from runbooks.rollout.machine import REQUIRED_CRITERIA, Runbook
+from runbooks.rollout.machine import REQUIRED_CRITERIA, RolloutMachine
 from runbooks.rollout.receivers import ClickInbox
 from runbooks.rollout.store import Store
 from runbooks.stack import deploy
@@ -147,7 +147,7 @@ class Harness:
     state_dir: Path
     store: Store = field(init=False)
     audit: AuditLog = field(init=False)
-    runbook: Runbook = field(init=False)
+    machine: RolloutMachine = field(init=False)
 
     def __post_init__(self) -> None:
         self.build()
@@ -164,12 +164,12 @@ class Harness:
         full = {"soak_s": spec.soak_h * 3600.0, "shock_s": spec.shock_minutes * 60.0,
                 "drill_hold_s": {d.kind.value: float(d.hold_s) for d in spec.drills}}
         self.audit.append(who="gpuctl acceptance", what=ACCEPTANCE_RECORD, decision="passed", stage="canary",
-                          plan_digest=self.runbook.deployer.deployment_digest(),
+                          plan_digest=self.machine.deployer.deployment_digest(),
                           detail={"campaign": f"campaign-at-{time_scale:g}", "time_scale": time_scale,
                                   "criteria": criteria, "measured": {**full, **measured}}, at=self.clock())
 
-    def build(self) -> Runbook:
-        """A fresh Runbook over the same state: what a restarted `gpuctl rollout` process gets."""
+    def build(self) -> RolloutMachine:
+        """A fresh RolloutMachine over the same state: what a restarted `gpuctl rollout` process gets."""
         if hasattr(self, "store"):
             self.store.close()
         self.store = Store(self.state_dir / "rollout.sqlite")
@@ -177,12 +177,12 @@ class Harness:
         deployer = StackDeployer(self._stack(), self.site.rollout.policy_pack)
         gates = PrometheusGates(self.site.rollout.prometheus_url, self.site.rollout.gates,
                                 self.site.rollout.gate_window_minutes, self.clock)
-        runbook = Runbook(self.site, self.store, self.audit, deployer, gates, None, self.state_dir / "plans",
+        machine = RolloutMachine(self.site, self.store, self.audit, deployer, gates, None, self.state_dir / "plans",
                           self.clock, StackLock(self.state_dir / "prod.lock"))
-        runbook.approvals = SlackApprovals(web_client(BOT_TOKEN, self.slack.base_url), self.site.slack, self.store,
-                                           self.audit, self.clock, runbook.teams_of)
-        self.runbook = runbook
-        return runbook
+        machine.approvals = SlackApprovals(web_client(BOT_TOKEN, self.slack.base_url), self.site.slack, self.store,
+                                           self.audit, self.clock, machine.teams_of)
+        self.machine = machine
+        return machine
 
     def _stack(self) -> Any:
         return StackDeployer.open(self.project_dir, "prod", self.site.rollout.policy_pack, self.pulumi).stack
@@ -193,8 +193,8 @@ class Harness:
 
     @property
     def approvals(self) -> SlackApprovals:
-        assert self.runbook.approvals is not None
-        return self.runbook.approvals
+        assert self.machine.approvals is not None
+        return self.machine.approvals
 
     def inbox(self) -> ClickInbox:
         return ClickInbox(self.store, self.approvals, self.clock)

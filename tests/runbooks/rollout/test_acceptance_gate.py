@@ -17,7 +17,7 @@ def redeploy(harness: Harness) -> None:
 
 def test_should_hold_a_request_with_exit_3_when_the_campaign_judged_another_deployment(gpuctl: Harness) -> None:
     redeploy(gpuctl)
-    digest = gpuctl.runbook.deployer.deployment_digest()
+    digest = gpuctl.machine.deployer.deployment_digest()
     code, text = run(gpuctl, "request", "half")
     assert code == 3, text
     assert f'held: held at "check_acceptance" step: no team is onboarded before acceptance: no passed acceptance ' \
@@ -47,7 +47,7 @@ def test_should_not_count_an_hour_long_campaign_with_2_s_drills_at_time_scale_1(
 def test_should_not_count_a_campaign_that_failed_a_criterion_or_never_judged_one(gpuctl: Harness) -> None:
     redeploy(gpuctl)
     gpuctl.accept(failed=("shock inference p95 latency",))
-    digest = gpuctl.runbook.deployer.deployment_digest()
+    digest = gpuctl.machine.deployer.deployment_digest()
     # A record from before verdicts were measured: a time scale and nothing else.
     gpuctl.audit.append(who="gpuctl acceptance", what=ACCEPTANCE_RECORD, decision="passed", plan_digest=digest,
                         detail={"campaign": "unmeasured", "time_scale": 1})
@@ -61,7 +61,7 @@ def test_should_not_count_a_campaign_recorded_without_the_audit_key(gpuctl: Harn
     redeploy(gpuctl)
     forged = AuditLog(gpuctl.audit.path, b"not-the-key-" * 4)
     forged.append(who="gpuctl acceptance", what=ACCEPTANCE_RECORD, decision="passed",
-                  plan_digest=gpuctl.runbook.deployer.deployment_digest(),
+                  plan_digest=gpuctl.machine.deployer.deployment_digest(),
                   detail={"campaign": "forged", "time_scale": 1.0})
     code, text = run(gpuctl, "request", "half")
     assert code == 3 and "no passed acceptance campaign" in text

@@ -11,10 +11,10 @@ from tests.runbooks.rollout.fake_socket_mode import FakeSocketMode
 
 
 def advance(harness: Harness, socket_mode: FakeSocketMode, stage: str) -> None:
-    rollout = harness.runbook.request(stage, REQUESTER)
+    rollout = harness.machine.request(stage, REQUESTER)
     assert rollout.state == RolloutState.AWAITING_APPROVAL
     receiver = SocketModeReceiver(APP_TOKEN, harness.approvals.client, harness.inbox())
-    waiter = threading.Thread(target=lambda: harness.runbook.wait(receiver, timeout_s=20, poll_s=0.05))
+    waiter = threading.Thread(target=lambda: harness.machine.wait(receiver, timeout_s=20, poll_s=0.05))
     waiter.start()
     try:
         for user in APPROVERS[:2]:
@@ -23,7 +23,7 @@ def advance(harness: Harness, socket_mode: FakeSocketMode, stage: str) -> None:
         waiter.join(timeout=25)
     assert not waiter.is_alive()
     assert harness.store.rollout(rollout.id).state == RolloutState.APPROVED  # type: ignore[union-attr]
-    done = harness.runbook.apply()
+    done = harness.machine.apply()
     assert done.state == RolloutState.DONE
     assert done.outputs == {"stage": stage, "gpu_count": 128}
 

@@ -14,7 +14,7 @@ IDLE = 2000
 
 def test_should_count_a_genuine_click_while_2000_idle_connections_are_held(
         harness: Harness, report_figure: Callable[[str], None]) -> None:
-    harness.runbook.request("half", REQUESTER)
+    harness.machine.request("half", REQUESTER)
     with service_limit():
         receiver = HttpReceiver(SIGNING_SECRET, harness.inbox(), harness.store, harness.audit)
         receiver.start()

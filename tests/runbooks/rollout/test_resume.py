@@ -14,13 +14,13 @@ def drive(harness: Harness) -> None:
     """Bring the half rollout to done from wherever it stands, as an operator would by rerunning commands."""
     rollout = harness.store.open_rollout()
     if rollout is None or rollout.state == RolloutState.REQUESTING:
-        harness.runbook.request("half", REQUESTER)
+        harness.machine.request("half", REQUESTER)
         rollout = harness.store.open_rollout()
     assert rollout is not None
     if rollout.state == RolloutState.AWAITING_APPROVAL:
         for user in APPROVERS[:2]:
             harness.click(user)
-    harness.runbook.apply()
+    harness.machine.apply()
 
 
 def crash_at(step: str, phase: str) -> object:
@@ -32,7 +32,7 @@ def crash_at(step: str, phase: str) -> object:
 
 @pytest.mark.parametrize("step, phase", POINTS, ids=[f"resumes after a kill at the {p} of {s}" for s, p in POINTS])
 def test_should_resume_without_deploying_twice_or_losing_an_approval(harness: Harness, step: str, phase: str) -> None:
-    harness.runbook.events = crash_at(step, phase)  # type: ignore[assignment]
+    harness.machine.events = crash_at(step, phase)  # type: ignore[assignment]
     with pytest.raises(Crash):
         drive(harness)
     approvals_before = {a.user for a in harness.approvals.counted("half-1")}

@@ -20,9 +20,9 @@ def test_should_roll_back_when_the_update_fails(harness: Harness) -> None:
 def test_should_roll_back_when_a_critical_alert_fires_after_the_deploy(harness: Harness, worlds: Worlds) -> None:
     def incident_during_deploy(event: StepEvent) -> None:
         if (event.step, event.phase) == ("deploy", "begin"):
-            harness.runbook.gates = PrometheusGates(worlds.unhealthy.url, harness.site.rollout.gates,
+            harness.machine.gates = PrometheusGates(worlds.unhealthy.url, harness.site.rollout.gates,
                                                     GATE_WINDOW_MINUTES, harness.clock)
-    harness.runbook.events = incident_during_deploy
+    harness.machine.events = incident_during_deploy
     drive(harness)
     rollout = harness.store.rollout("half-1")
     assert rollout is not None and rollout.state == RolloutState.ROLLED_BACK
@@ -32,9 +32,9 @@ def test_should_roll_back_when_a_critical_alert_fires_after_the_deploy(harness: 
 
 def test_should_roll_back_by_break_glass_without_slack_and_audit_it(harness: Harness) -> None:
     drive(harness)
-    harness.runbook.approvals = None
+    harness.machine.approvals = None
     harness.slack.calls.clear()
-    rollout = harness.runbook.rollback("canary", operator="alice", reason="XID 79 storm on a03")
+    rollout = harness.machine.rollback("canary", operator="alice", reason="XID 79 storm on a03")
     assert rollout.state == RolloutState.ROLLED_BACK
     assert harness.pulumi.outputs["stage"] == "canary"
     assert harness.slack.calls == []

@@ -21,7 +21,7 @@ from tests.runbooks.rollout.conftest import APPROVERS, REQUESTER, SIGNING_SECRET
 
 @pytest.fixture
 def awaiting(harness: Harness) -> Harness:
-    harness.runbook.request("half", REQUESTER)
+    harness.machine.request("half", REQUESTER)
     return harness
 
 
@@ -113,7 +113,7 @@ def approved(harness: Harness) -> Harness:
 def test_should_hold_apply_when_an_approver_left_the_group_before_apply(awaiting: Harness) -> None:
     approved(awaiting).slack.members.discard(APPROVERS[1])
     with pytest.raises(StepHeldError, match="no longer a member"):
-        awaiting.runbook.apply()
+        awaiting.machine.apply()
     assert awaiting.pulumi.ups() == []
     held = [r for r in awaiting.audit.records() if r.decision == "held"]
     assert "no longer a member" in held[-1].detail["reason"]
@@ -122,7 +122,7 @@ def test_should_hold_apply_when_an_approver_left_the_group_before_apply(awaiting
 def test_should_hold_apply_when_an_approval_expired(awaiting: Harness) -> None:
     approved(awaiting).clock.advance(hours=awaiting.site.slack.approval_ttl_hours + 1)
     with pytest.raises(StepHeldError, match="approval expired"):
-        awaiting.runbook.apply()
+        awaiting.machine.apply()
     assert awaiting.pulumi.ups() == []
 
 
@@ -137,7 +137,7 @@ def test_should_stop_the_rollout_when_the_plan_changed_after_approval(awaiting: 
     plan = Path(str(awaiting.store.rollout("half-1").plan_path))  # type: ignore[union-attr]
     plan.write_text(plan.read_text().replace('"half"', '"full"'))
     with pytest.raises(RolloutHaltedError, match="plan digest mismatch"):
-        awaiting.runbook.apply()
+        awaiting.machine.apply()
     assert awaiting.pulumi.ups() == []
     assert awaiting.store.rollout("half-1").state == RolloutState.FAILED  # type: ignore[union-attr]
     assert any("plan digest mismatch" in r.detail.get("reason", "") for r in awaiting.audit.records())
@@ -145,7 +145,7 @@ def test_should_stop_the_rollout_when_the_plan_changed_after_approval(awaiting: 
 
 def test_should_end_the_request_on_a_reject_and_restore_the_stack_config(awaiting: Harness) -> None:
     awaiting.inbox().receive(block_actions(awaiting.slack, APPROVERS[2], "reject"), "socket_mode")
-    assert awaiting.runbook.wait(_NoReceiver(), timeout_s=1).state == RolloutState.REJECTED
+    assert awaiting.machine.wait(_NoReceiver(), timeout_s=1).state == RolloutState.REJECTED
     assert awaiting.pulumi.config["gpu-cluster:stage"] == "canary"
     update = awaiting.slack.called("chat.update")[-1].params
     assert any(f"Rejected by <@{APPROVERS[2]}>" in b.get("text", {}).get("text", "") for b in update["blocks"])

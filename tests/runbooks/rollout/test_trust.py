@@ -26,7 +26,7 @@ from tests.runbooks.rollout.conftest import (
 
 
 def approved(harness: Harness) -> Harness:
-    harness.runbook.request("half", REQUESTER)
+    harness.machine.request("half", REQUESTER)
     harness.click(APPROVERS[0])
     harness.click(APPROVERS[1])
     assert harness.store.rollout("half-1").state == RolloutState.APPROVED  # type: ignore[union-attr]
@@ -35,12 +35,12 @@ def approved(harness: Harness) -> Harness:
 
 def held_at_the_gates(harness: Harness, worlds: Worlds) -> None:
     """apply passes its plan and approval checks, then holds on an unhealthy cluster; health comes back after."""
-    healthy = harness.runbook.gates
-    harness.runbook.gates = PrometheusGates(worlds.unhealthy.url, harness.site.rollout.gates, GATE_WINDOW_MINUTES,
+    healthy = harness.machine.gates
+    harness.machine.gates = PrometheusGates(worlds.unhealthy.url, harness.site.rollout.gates, GATE_WINDOW_MINUTES,
                                             harness.clock)
     with pytest.raises(StepHeldError, match='held at "check_gates_before_apply"'):
-        harness.runbook.apply()
-    harness.runbook.gates = healthy
+        harness.machine.apply()
+    harness.machine.gates = healthy
 
 
 def plan_of(harness: Harness) -> Path:
@@ -57,7 +57,7 @@ def test_should_refuse_a_plan_swapped_while_apply_was_held_at_the_gates(harness:
     held_at_the_gates(approved(harness), worlds)
     plan_of(harness).write_text(plan_of(harness).read_text().replace('"half"', '"full"'))
     with pytest.raises(RolloutHaltedError, match="plan digest mismatch"):
-        harness.runbook.apply()
+        harness.machine.apply()
     assert harness.pulumi.ups() == []
     assert audited(harness, "step.check_plan")[-1][0] == "failed"
 
@@ -70,7 +70,7 @@ def test_should_refuse_a_swapped_plan_whose_digest_was_written_into_the_state_to
     with sqlite3.connect(harness.state_dir / "rollout.sqlite") as db:
         db.execute("UPDATE rollouts SET plan_digest = ?", ("sha256:" + hashlib.sha256(swapped.encode()).hexdigest(),))
     with pytest.raises(StepHeldError, match="0 of 2 approvals still count .*U0ALICE: approved plan sha256:"):
-        harness.runbook.apply()
+        harness.machine.apply()
     assert harness.pulumi.ups() == []
 
 
@@ -81,7 +81,7 @@ def test_should_recheck_approvers_and_expiry_when_apply_resumes_after_a_hold(har
     harness.clock.advance(hours=10 * harness.site.slack.approval_ttl_hours)
     with pytest.raises(StepHeldError, match='held at "check_approvals".*U0ALICE: approval expired.*'
                                             'U0BOB: no longer a member'):
-        harness.runbook.apply()
+        harness.machine.apply()
     assert harness.pulumi.ups() == []
     assert audited(harness, "step.check_approvals")[-1][0] == "held"
 
@@ -92,7 +92,7 @@ def test_should_hold_a_second_apply_while_the_first_one_deploys(gpuctl: Harness)
     approved(gpuctl)
     second: list[tuple[int, str]] = []
     gpuctl.pulumi.during_up = lambda: second.append(run(gpuctl, "apply"))
-    assert gpuctl.runbook.apply().state == RolloutState.DONE
+    assert gpuctl.machine.apply().state == RolloutState.DONE
     ((code, text),) = second
     assert code == 3, text
     assert "held" in text and "`gpuctl rollout apply`" in text and "prod.lock" in text
@@ -105,12 +105,12 @@ def test_should_hold_and_not_roll_back_when_another_update_holds_the_stack(harne
     approved(harness).pulumi.locked_by = "an operator's `pulumi up`"
     with pytest.raises(StepHeldError, match='held at "deploy" step: the stack is locked by another update '
                                             '.*409.*: run this again'):
-        harness.runbook.apply()
+        harness.machine.apply()
     assert [up for up in harness.pulumi.ups() if "--plan" not in up] == []  # no rollback ran
     assert harness.pulumi.outputs["stage"] == "canary"
     assert harness.store.rollout("half-1").state == RolloutState.APPLYING  # type: ignore[union-attr]
     harness.pulumi.locked_by = None
-    assert harness.runbook.apply().state == RolloutState.DONE
+    assert harness.machine.apply().state == RolloutState.DONE
 
 
 # --- 3. identities come from Slack ------------------------------------------------------------------------
@@ -156,7 +156,7 @@ def test_should_refuse_a_request_no_person_of_the_workspace_stands_behind(
 # --- 4. the state is not evidence; the audit log is, under a key ------------------------------------------
 
 def test_should_ignore_an_approval_written_straight_into_the_state(harness: Harness) -> None:
-    harness.runbook.request("half", REQUESTER)
+    harness.machine.request("half", REQUESTER)
     harness.click(APPROVERS[0])
     genuine = harness.store.clicks("half-1")[0]
     with sqlite3.connect(harness.state_dir / "rollout.sqlite") as db:
@@ -168,7 +168,7 @@ def test_should_ignore_an_approval_written_straight_into_the_state(harness: Harn
     assert [a.user for a in harness.approvals.counted("half-1")] == [APPROVERS[0]]
     with pytest.raises(StepHeldError, match="1 of 2 approvals still count \\(U0BOB: the state counts an approval "
                                             "the audit log has no record of\\)"):
-        harness.runbook.apply()
+        harness.machine.apply()
     assert harness.pulumi.ups() == []
     assert "U0BOB" in audited(harness, "step.check_approvals")[-1][1]
 
@@ -225,7 +225,7 @@ def test_should_break_glass_after_a_torn_last_line(gpuctl: Harness) -> None:
 
 def test_should_not_count_a_click_whose_audit_record_could_not_be_written(harness: Harness,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    harness.runbook.request("half", REQUESTER)
+    harness.machine.request("half", REQUESTER)
     with monkeypatch.context() as disk:
         disk.setattr(harness.audit, "append", lambda **_: (_ for _ in ()).throw(OSError(28, "No space left")))
         with pytest.raises(OSError):
