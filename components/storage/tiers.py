@@ -96,9 +96,6 @@ def mover_stop_after_s(site: Site) -> int:
 COLD_CLAIM = "checkpoint-archive"
 
 
-"""node-exporter's textfile collector directory on each node: the mover's metrics land here."""
-
-
 def nvme_storage_class() -> dict[str, Any]:
     # Local volumes cannot move: bind only once the pod's node is chosen (WaitForFirstConsumer).
     return {

@@ -97,7 +97,6 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
-
 def _redacted(value: Any) -> Any:
     if isinstance(value, Secret):
         return "[secret]"
