@@ -46,7 +46,15 @@ AlertName = Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]*$", max_length=100)
 SopName = Annotated[str, Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length=100)]
 
 
+# A drill kind: the name of its module under runbooks/acceptance/drills/ (a Python module name), which gpuctl acceptance
+# looks up; the site model holds no list of the modules (the runbooks sit above it), only the failure modes it requires.
+DrillName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$", max_length=63)]
+
+
 class DrillKind(StrEnum):
+    """The failure modes the mission requires a drill for: acceptance.drills has each once at least. A site may drill
+    more kinds (any module of runbooks/acceptance/drills/, with its SOP)."""
+
     NODE_FAILURE = "node_failure"
     """A node's power cut through its BMC (the spec's BMC credentials), or its Slurm daemon stopped."""
     NETWORK_PARTITION = "network_partition"
@@ -58,7 +66,9 @@ class DrillKind(StrEnum):
 
 
 class Drill(Spec):
-    kind: DrillKind
+    kind: DrillName
+    """Which drill: a DrillKind, or another module of runbooks/acceptance/drills/ by name (gpuctl acceptance refuses a
+    kind no module implements, naming the field)."""
     sop: SopName
     """The standard operating procedure the failure is logged under: docs/sop/<sop>.md must exist."""
     alert: AlertName | None = None

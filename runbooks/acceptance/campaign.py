@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from components.site.acceptance import Acceptance, Drill, DrillKind, Peak
+from components.site.acceptance import Acceptance, Drill, Peak
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, alert_sop, sop_missing
 from runbooks.acceptance.faults import Fault, FaultError, Switches, run_commands
 from runbooks.acceptance.lending import ControllerSampler
@@ -119,7 +119,7 @@ class Outcome:
 class CampaignRunner:
     def __init__(self, spec: Acceptance, store: CampaignStore, log: AuditLog, rollout_log: AuditLog,
                  switches: Switches, sop_dir: Path, alerts: Callable[[], list[FiringAlert]],
-                 targets: dict[DrillKind, Target], loads: list[Load], lock: StackLock,
+                 targets: dict[str, Target], loads: list[Load], lock: StackLock,
                  training_jobs: Callable[[Sequence[str]], dict[str, JobRecord]],
                  peak: tuple[Peak, str] | None = None, clock: Callable[[], float] = time.time,
                  poll_s: float = POLL_S) -> None:
@@ -137,13 +137,13 @@ class CampaignRunner:
         """(step, scaled seconds, what it does), or CampaignRefusedError naming every missing SOP or target."""
         missing = [f"drills[{i}].sop: {lacks}" for i, d in enumerate(self.spec.drills)
                    if (lacks := sop_missing(d.sop, self.sop_dir)) is not None]
-        missing += [f"drills[{i}]: no target for {d.kind.value} (where its fault lands)"
+        missing += [f"drills[{i}]: no target for {d.kind} (where its fault lands)"
                     for i, d in enumerate(self.spec.drills) if d.kind not in self.targets]
         if missing:
             raise CampaignRefusedError("; ".join(missing))
         scale = self.spec.scaled
-        steps = [(f"drill:{d.kind.value}", scale(d.hold_s + d.recover_within_s),
-                  f"{d.kind.value} on {self.targets[d.kind].fault.where}: "
+        steps = [(f"drill:{d.kind}", scale(d.hold_s + d.recover_within_s),
+                  f"{d.kind} on {self.targets[d.kind].fault.where}: "
                   f"{'alert ' + d.alert if d.alert else 'measured'} within {scale(d.detect_within_s):g} s, recovery "
                   f"within {scale(d.recover_within_s):g} s, reverted by the node at {scale(d.revert_after_s):g} s; "
                   f"SOP docs/sop/{d.sop}.md") for d in self.spec.drills]
@@ -180,7 +180,7 @@ class CampaignRunner:
             self._log(campaign, "campaign.resume", "resumed", {"after_s": round(self.clock() - campaign.started_at, 1)})
         self._revert_left(campaign)
         steps: list[tuple[str, Callable[[Campaign], dict[str, Any]]]] = [("peak", self._peak)]
-        steps += [(f"drill:{d.kind.value}", self._drill_step(d)) for d in self.spec.drills]
+        steps += [(f"drill:{d.kind}", self._drill_step(d)) for d in self.spec.drills]
         steps += [("shock", self._shock), ("soak", self._soak)]
         with self._watching(campaign):
             for name, run in steps:
@@ -252,20 +252,20 @@ class CampaignRunner:
                         f"({shown} still showed a fault after {scale(drill.recover_within_s):g} s)"}
             started = self.clock()
             # A name of its own: the switch of a killed run's fault may still be watching its old name.
-            armed = str(self.switches.directory / f"{campaign.id}-{drill.kind.value}-{uuid.uuid4().hex[:8]}.json")
-            row = self.store.fault_armed(campaign.id, drill.kind.value, target.fault.as_record(), armed, started)
+            armed = str(self.switches.directory / f"{campaign.id}-{drill.kind}-{uuid.uuid4().hex[:8]}.json")
+            row = self.store.fault_armed(campaign.id, drill.kind, target.fault.as_record(), armed, started)
             try:
                 self.switches.arm(target.fault, Path(armed).stem, started + scale(drill.revert_after_s))
-                self.store.add_failure(campaign.id, f"drill:{drill.kind.value}:{row}", Failure(
-                    started, "injected", drill.kind.value, drill.sop, {"where": target.fault.where}))
-                self._log(campaign, f"drill.{drill.kind.value}", "inject",
+                self.store.add_failure(campaign.id, f"drill:{drill.kind}:{row}", Failure(
+                    started, "injected", drill.kind, drill.sop, {"where": target.fault.where}))
+                self._log(campaign, f"drill.{drill.kind}", "inject",
                           {"where": target.fault.where, "armed": armed})
                 injected = self.clock()
                 try:
                     run_commands(target.fault.inject, target.fault.env)
                 except FaultError as error:
                     self._revert(campaign, row, target.fault, armed, "drill")
-                    self._log(campaign, f"drill.{drill.kind.value}", FAILED, {"error": str(error)})
+                    self._log(campaign, f"drill.{drill.kind}", FAILED, {"error": str(error)})
                     return {"verdict": FAILED, "sop": drill.sop, "error": f"the fault could not be injected: {error}"}
                 detected_at = self._until(lambda: self._detected(drill, target),
                                           injected + scale(drill.detect_within_s))
@@ -303,7 +303,7 @@ class CampaignRunner:
             "detect_within_s": scale(drill.detect_within_s), "recover_within_s": scale(drill.recover_within_s),
             "reactions": [r.__dict__ for r in reactions], "alerts_at_end_of_hold": seen,
         }
-        self._log(campaign, f"drill.{drill.kind.value}", verdict, detail)
+        self._log(campaign, f"drill.{drill.kind}", verdict, detail)
         return detail
 
     def _detected(self, drill: Drill, target: Target) -> bool:
@@ -379,7 +379,7 @@ class CampaignRunner:
             self._revert(campaign, left.rowid, fault, left.armed, "resume")
 
     def _sop(self, kind: str) -> str | None:
-        return next((d.sop for d in self.spec.drills if d.kind.value == kind), None)
+        return next((d.sop for d in self.spec.drills if d.kind == kind), None)
 
     # --- verdict -------------------------------------------------------------------------------
 

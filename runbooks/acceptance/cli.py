@@ -1,11 +1,11 @@
 """`gpuctl acceptance`: plan, run (resumable), status, report.
 
 Exit codes (runbooks.exit_codes.ExitCode): 0 done (run: the campaign passed); 1 a command or daemon failed; 2 the
-input is wrong (spec, targets file, a missing SOP) or another run holds the campaign's lock; 4 the campaign ended
-failed. Secrets come from the environment: GPUCTL_ACCEPTANCE_KEY (the gateway key the inference load uses),
-GPUCTL_AUDIT_KEY (the audit logs' key; else the file GPUCTL_AUDIT_KEY_FILE names, default /etc/gpucluster/audit.key,
-shared with `gpuctl rollout`, whose gate reads the passed campaign from its audit log). The BMC password stays in its
-root-only file.
+input is wrong (spec, targets file, a missing SOP or drill module) or another run holds the campaign's lock; 4 the
+campaign ended failed. Secrets come from the environment: GPUCTL_ACCEPTANCE_KEY (the gateway key the inference load
+uses), GPUCTL_AUDIT_KEY (the audit logs' key; else the file GPUCTL_AUDIT_KEY_FILE names, default
+/etc/gpucluster/audit.key, shared with `gpuctl rollout`, whose gate reads the passed campaign from its audit log). The
+BMC password stays in its root-only file.
 """
 
 import os
@@ -22,7 +22,7 @@ from components.site.acceptance import DrillKind, PeakSource
 from components.site.site import Pool, Site
 from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
-from runbooks.acceptance.campaign import CampaignRefusedError, CampaignRunner, Load, Probe, Target, terminated_as_exit
+from runbooks.acceptance.campaign import CampaignRefusedError, CampaignRunner, Load, terminated_as_exit
 from runbooks.acceptance.faults import FaultError, Switches
 from runbooks.acceptance.lending import ControllerSampler, http_text
 from runbooks.acceptance.load import (
@@ -38,10 +38,10 @@ from runbooks.acceptance.load import (
     training_load,
 )
 from runbooks.acceptance.peak import measured_peak
-from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, SlurmNodeProbe, StorageJitterProbe, jobs_on
+from runbooks.acceptance.registry import RegistryError, Scene, shipped
 from runbooks.acceptance.report import criterion_lines, drill_lines, write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
-from runbooks.acceptance.targets import KEY_ENV, TargetsError, hot_dir, placed, ssh_to
+from runbooks.acceptance.targets import KEY_ENV, TargetsError, drill_targets, hot_dir, read_targets, ssh_to
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.failures import Ending, Endings, exit_on_failure
@@ -80,6 +80,7 @@ def main(
 ENDINGS: Endings = {
     AuditKeyError: Ending(ExitCode.INVALID),
     TargetsError: Ending(ExitCode.INVALID, what="targets"),
+    RegistryError: Ending(ExitCode.INVALID),
     CampaignRefusedError: Ending(ExitCode.INVALID),
     FaultError: Ending(ExitCode.FAILED, hint="run again: the campaign resumes and reverts what is left"),
     AuditChainBrokenError: Ending(ExitCode.FAILED, what="the failure log is tampered"),
@@ -111,7 +112,9 @@ def build(site: Site, context: StackContext, targets: dict[str, Any], environ: d
     """The campaign over the targets file's nodes and loads, at the measured (or declared) peak."""
     spec = site.acceptance
     state_dir = context.state_dir("acceptance")
-    where = placed(site, targets, state_dir / "switches")
+    sop_dir = context.project_dir / "docs" / "sop"
+    kinds = shipped(sop_dir)
+    read = read_targets(site, spec.drills, targets, kinds)
     directory = hot_dir(targets)
     loads_at = targets.get("loads") or {}
     key = environ.get(KEY_ENV)
@@ -127,7 +130,8 @@ def build(site: Site, context: StackContext, targets: dict[str, Any], environ: d
     checkpoints = Checkpoints()
     # Written and read back on the node the storage-jitter drill delays, through its mount of the hot tier: the jitter
     # is on the measured path (from this host it never was).
-    tier = NodeTier.shell(ssh_to(site, where[DrillKind.STORAGE_JITTER].node or ""), directory)
+    jitter = kinds[DrillKind.STORAGE_JITTER].node(read[DrillKind.STORAGE_JITTER])
+    tier = NodeTier.shell(ssh_to(site, jitter or ""), directory)
     checkpoint = max(int(spec.checkpoint_gib * (1 << 30) * spec.time_scale), MIB)
     chunk = min(checkpoint, MAX_CHUNK)
     inference = inference_load(str(loads_at.get("gateway_url")), key, str(loads_at.get("model")), peak.inference_rps,
@@ -143,26 +147,17 @@ def build(site: Site, context: StackContext, targets: dict[str, Any], environ: d
     flex: list[Load] = [FlexTraining(("sbatch",), ("squeue",), {}, PLATFORM_ACCOUNT, site.slurm.flex_qos[0],
                                      TrainingJob.for_site(site, job.seconds, directory, checkpoint, Pool.FLEX),
                                      flex_nodes(site), spec.max_training_jobs)] if flex_nodes(site) else []
-    probes: dict[DrillKind, Probe] = {
-        DrillKind.STORAGE_JITTER: StorageJitterProbe(storage, (_delay_ms(site) or 1) / 1000, tier, checkpoints),
-        DrillKind.MODEL_HOT_SWAP: HotSwapProbe(inference, int(targets["model_hot_swap"].get("new_version", 0)),
-                                               spec.inference_error_pct)}
-    node_failure = where[DrillKind.NODE_FAILURE].node or ""
-    probes[DrillKind.NODE_FAILURE] = SlurmNodeProbe(node_failure, ("squeue",), ("scontrol",), {},
-                                                    lambda: jobs_on(node_failure))
-    runbook_targets = {}
-    for kind, place in where.items():
-        probe = probes.get(kind) or NodeDaemonProbe(place.exporter or "")
-        labels = {"Hostname": place.node} if place.node else {}
-        runbook_targets[kind] = Target(place.fault, probe, labels)
+    # Each drill placed by its module (runbooks/acceptance/drills/), its probe reading these loads.
+    scene = Scene(site, state_dir / "switches", inference, storage, tier, checkpoints)
+    placed = drill_targets(spec.drills, read, kinds, scene)
     loads: list[Load] = [inference, storage, training, *flex,
                          PrometheusSampler("gpu_util_pct", site.rollout.prometheus_url,
                                            "avg(gpu:dcgm_gpu_util:max)"),
                          QueueWaitSampler(("squeue",), {}), _lending_controller(site)]
     log, rollout_log = _logs(context)
     return CampaignRunner(spec, CampaignStore(state_dir / "acceptance.sqlite"), log, rollout_log,
-                   Switches(state_dir / "switches"), context.project_dir / "docs" / "sop",
-                   lambda: firing_alerts(spec.alertmanager_url), runbook_targets, loads,
+                   Switches(state_dir / "switches"), sop_dir,
+                   lambda: firing_alerts(spec.alertmanager_url), placed, loads,
                    StackLock(state_dir / f"{context.stack}.lock", "gpuctl acceptance"),
                    job_states(("sacct",), {}), (peak, source))
 
@@ -174,10 +169,6 @@ def _lending_controller(site: Site) -> ControllerSampler:
     host = f"[{lending.metrics_address}]" if ":" in lending.metrics_address else lending.metrics_address
     url = f"http://{host}:{lending.metrics_port}/metrics"
     return ControllerSampler(url, lending_stale_s(lending), http_text(url), tuple(flex_nodes(site)))
-
-
-def _delay_ms(site: Site) -> int | None:
-    return next((d.delay_ms for d in site.acceptance.drills if d.kind == DrillKind.STORAGE_JITTER), None)
 
 
 @app.command()

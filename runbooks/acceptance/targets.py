@@ -1,8 +1,8 @@
 """Where a production campaign's drills land and what its loads hit: the targets file an operator writes beside the
-stack file, read into faults, probes and loads.
+stack file, one entry per drill of the spec, read through that drill's schema (its module under
+runbooks/acceptance/drills/, whose docstring shows its entry), and the loads' entry:
 
-    node_failure:      {node: gpu-a800-05, bmc_password_file: /etc/gpucluster/bmc-password,
-                        exporter: "http://gpu-a800-05:9400/metrics"}
+    node_failure:      {node: gpu-a800-05, bmc_password_file: /etc/gpucluster/bmc-password}
     network_partition: {node: gpu-a800-06, interface: ens1f0, exporter: "http://gpu-a800-06:9400/metrics"}
     storage_jitter:    {node: gpu-a800-06, interface: ens2f0}
     model_hot_swap:    {model: qwen2-5-72b, new_version: 2,
@@ -14,32 +14,23 @@ stack file, read into faults, probes and loads.
 Nodes are the spec's (their SSH and BMC addresses, ssh_user, bmc_user). A fault on a node's own network (partition,
 storage jitter) arms a systemd timer on the node first (`systemd-run --on-active`), which reverts it even when the node
 can no longer be reached to undo it; the BMC power-off is reverted from here, through the BMC, which stays reachable.
+Every fault that lands on a node holds it against the node health controller while it is in (faults.held).
 The inference load's key is GPUCTL_ACCEPTANCE_KEY's (the platform account's gateway key, in the Secret
 llm-gateway-platform of the inference namespace), never in the file.
 """
 
 import re
-import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
 
-from components.site.acceptance import Drill, DrillKind
+from components.site.acceptance import Drill
 from components.site.site import Node, Site
-from hosts import drill_node
 from runbooks.acceptance.campaign import Target
-from runbooks.acceptance.faults import (
-    Fault,
-    bmc_power,
-    held,
-    link_down,
-    netem_delay,
-    storage_delay,
-    version_swap,
-)
+from runbooks.acceptance.faults import Fault, held
 from runbooks.acceptance.registry import DrillTargets, DrillType, Scene
 
 INTERFACE = re.compile(r"^[A-Za-z0-9._-]{1,15}$")
@@ -49,32 +40,6 @@ KEY_ENV = "GPUCTL_ACCEPTANCE_KEY"
 
 class TargetsError(Exception):
     """The targets file is wrong; the message names the key and the rule."""
-
-
-@dataclass(frozen=True)
-class Placed:
-    fault: Fault
-    exporter: str | None
-    node: str | None
-
-
-def _node(site: Site, name: Any, key: str) -> Node:
-    found = next((n for g in site.node_groups for n in g.nodes if n.name == name), None)
-    if found is None:
-        raise TargetsError(f"{key}.node: no node named {name!r} in the spec")
-    return found
-
-
-def _interface(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not INTERFACE.match(value):
-        raise TargetsError(f"{key}.interface: {value!r} is not an interface name (letters, digits, . _ -; 15 at most)")
-    return value
-
-
-def _argv(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value or not all(isinstance(w, str) and w for w in value):
-        raise TargetsError(f"{key}: must be a command as a list of non-empty strings")
-    return tuple(value)
 
 
 def _interface_name(value: str) -> str:
@@ -130,48 +95,6 @@ def on_node(fault: Fault, ssh: Sequence[str], revert_after_s: float, unit: str) 
                  ((*ssh, "systemd-run", f"--on-active={max(int(revert_after_s), 1)}s", f"--unit={unit}", *timer),
                   *((*ssh, *argv) for argv in fault.inject)),
                  (*((*ssh, *argv) for argv in fault.undo), (*ssh, "systemctl", "stop", f"{unit}.timer")))
-
-
-def placed(site: Site, targets: dict[str, Any], state_dir: Path) -> dict[DrillKind, Placed]:
-    """Each drill's fault where the targets file puts it; `state_dir` (root-only: the switches' directory) keeps what
-    a fault must give back (a node's drain before its power loss)."""
-    drills = {d.kind: d for d in site.acceptance.drills}
-    found: dict[DrillKind, Placed] = {}
-    for kind, drill in drills.items():
-        key = kind.value
-        entry = targets.get(key)
-        if not isinstance(entry, dict):
-            raise TargetsError(f"{key}: missing (every drill of the spec needs its target)")
-        unit = f"gpucluster-drill-{kind.value.replace('_', '-')}"
-        revert = site.acceptance.scaled(drill.revert_after_s)
-        if kind == DrillKind.MODEL_HOT_SWAP:
-            fault = version_swap(key, str(entry.get("model")), _argv(entry.get("to_new"), f"{key}.to_new"),
-                                 _argv(entry.get("to_old"), f"{key}.to_old"))
-            found[kind] = Placed(fault, None, None)
-            continue
-        node = _node(site, entry.get("node"), key)
-        ssh = ("ssh", "-o", "BatchMode=yes", f"{site.ssh_user}@{node.ssh_host}", "--")
-        if kind == DrillKind.NODE_FAILURE:
-            password = entry.get("bmc_password_file")
-            if not isinstance(password, str) or not password.startswith("/"):
-                raise TargetsError(f"{key}.bmc_password_file: an absolute path to a root-only file is required")
-            power = bmc_power(key, node.name, node.bmc_host, site.bmc_user, password)
-            # Back on, the node stays DOWN in Slurm until resumed (slurm-nodes-unavailable.md): the undo resumes it,
-            # and drains it again if someone else had (a lent node stays lent: hosts/drill_node.py).
-            slurm_side = (sys.executable, drill_node.__file__)
-            saved = str(state_dir / f"{node.name}.slurm-state.json")
-            fault = Fault(key, node.name, ((*slurm_side, "save", node.name, saved), *power.inject),
-                          (*power.undo, (*slurm_side, "restore", node.name, saved)))
-        elif kind == DrillKind.NETWORK_PARTITION:
-            fault = on_node(link_down(key, _interface(entry.get("interface"), key)), ssh, revert, unit)
-        else:
-            delay = netem_delay(drill.delay_ms or 1)
-            fault = on_node(storage_delay(key, _interface(entry.get("interface"), key), delay), ssh, revert, unit)
-        exporter = entry.get("exporter")
-        # Held against the node health controller while the fault is in (faults.held).
-        found[kind] = Placed(held(Fault(fault.drill, node.name, fault.inject, fault.undo, fault.env, fault.stays),
-                                  node.name), exporter if isinstance(exporter, str) else None, node.name)
-    return found
 
 
 def read_targets(site: Site, drills: Sequence[Drill], entries: Mapping[str, Any],

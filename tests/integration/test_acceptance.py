@@ -253,7 +253,7 @@ def build(world: World, state: Path) -> tuple[CampaignRunner, CampaignStore, lis
                                            http_text(world.lending_metrics), tuple(flex))]
     runner = CampaignRunner(spec, store, AuditLog(state / "failures.jsonl", key),
                       AuditLog(rollout_state / "audit.jsonl", key), Switches(state / "switches"), REPO / "docs" / "sop",
-                      lambda: firing_alerts(world.alertmanager), {d.kind: targets[d.kind.value] for d in spec.drills},
+                      lambda: firing_alerts(world.alertmanager), {d.kind: targets[d.kind] for d in spec.drills},
                       loads, StackLock(state / "campaign.lock", "gpuctl acceptance"), job_states(("sacct",), slurm))
     return runner, store, loads
 

@@ -486,5 +486,5 @@ def test_should_fail_a_failure_modes_test_when_its_threshold_moves(change: dict[
 def test_should_drill_storage_jitter_on_its_own_alert_and_sop() -> None:
     # The drill waits for the alert the production rules raise, and the alert's runbook is the drill's SOP.
     s = site()
-    (drill,) = [d for d in s.acceptance.drills if d.kind.value == "storage_jitter"]
+    (drill,) = [d for d in s.acceptance.drills if d.kind == "storage_jitter"]
     assert drill.alert in alert_names(s) and runbook_url(s, drill.alert).endswith(f"/{drill.sop}.md")

@@ -248,7 +248,7 @@ def test_should_pass_when_every_drill_reacts_and_record_it_for_the_rollout(world
     runner, store = world.runner()
     campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == PASSED, campaign.reason
-    assert [f.mode for f in store.failures(campaign.id)] == [d.kind.value for d in SPEC.drills]
+    assert [f.mode for f in store.failures(campaign.id)] == [d.kind for d in SPEC.drills]
     assert not any(p.marker.exists() for p in world.probes.values()), "a fault is still in place"
     assert [(r["what"], r["decision"], r["plan_digest"]) for r in world.rollout_records()] == [
         (ACCEPTANCE_RECORD, PASSED, "sha256:deployed")]
@@ -261,7 +261,7 @@ def test_should_fail_each_drill_whose_fault_is_never_detected(world: World) -> N
         probe.detects = False
     runner, store = world.runner()
     campaign = runner.run("sha256:deployed", "canary")
-    assert campaign.verdict == FAILED and failing(store, campaign.id) == [f"soak drill:{d.kind.value}"
+    assert campaign.verdict == FAILED and failing(store, campaign.id) == [f"soak drill:{d.kind}"
                                                                           for d in SPEC.drills]
     assert all(store.steps(campaign.id)[f"drill:{kind.value}"][2]["detection_s"] is None for kind in DrillKind)
     assert "not detected" in (campaign.reason or "") and world.rollout_records() == []
@@ -272,7 +272,7 @@ def test_should_fail_each_drill_whose_expected_reaction_is_missing(world: World)
         probe.reacted = False  # e.g. the node's training was not requeued
     runner, store = world.runner()
     campaign = runner.run("sha256:deployed", "canary")
-    assert campaign.verdict == FAILED and failing(store, campaign.id) == [f"soak drill:{d.kind.value}"
+    assert campaign.verdict == FAILED and failing(store, campaign.id) == [f"soak drill:{d.kind}"
                                                                           for d in SPEC.drills]
     assert all(store.steps(campaign.id)[f"drill:{kind.value}"][2]["reactions"][0]["ok"] is False
                for kind in DrillKind)
@@ -379,7 +379,7 @@ def test_should_pass_on_measurements_and_print_each_criterion_with_its_value_obj
     assert errors["measured"].startswith("0.00 % of ") and errors["objective"] == "<= 1 % failed " \
         "(inference_error_pct)" and errors["source"].startswith("the inference load's own timings")
     # Every criterion the rollout's gate requires is one this verdict judges.
-    assert {*REQUIRED_CRITERIA, *(f"soak drill:{d.kind.value}" for d in SPEC.drills)} <= criteria.keys()
+    assert {*REQUIRED_CRITERIA, *(f"soak drill:{d.kind}" for d in SPEC.drills)} <= criteria.keys()
     record = world.rollout_records()[0]["detail"]
     assert record["measured"]["soak_s"] >= SPEC.scaled(SPEC.soak_h * 3600)
     assert all(c["passed"] for c in record["criteria"]) and len(record["criteria"]) == len(criteria)

@@ -8,27 +8,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.site.acceptance import DrillKind
+from components.site.acceptance import DEFAULT_DRILLS
 from runbooks.acceptance.cli import app
-from runbooks.acceptance.targets import placed
 from tests.builders import REPO, copy_project, parse, prod_values
 from tests.runbooks.acceptance.test_campaign import KEY, World
-
-TARGETS: dict[str, Any] = {
-    "node_failure": {"node": "gpu-a800-05", "bmc_password_file": "/etc/gpucluster/bmc-password",
-                     "exporter": "http://gpu-a800-05:9400/metrics"},
-    "network_partition": {"node": "gpu-a800-06", "interface": "ens1f0", "exporter": "http://gpu-a800-06:9400/metrics"},
-    "storage_jitter": {"node": "gpu-a800-06", "interface": "ens2f0"},
-    "model_hot_swap": {"model": "qwen2-5-72b", "new_version": 2,
-                       "to_new": ["kubectl", "-n", "inference", "set", "image", "deploy/qwen2-5-72b", "vllm=new"],
-                       "to_old": ["kubectl", "-n", "inference", "rollout", "undo", "deploy/qwen2-5-72b"]},
-    "loads": {"gateway_url": "https://llm.example.internal", "model": "qwen2-5-72b", "hot_dir": "/mnt/hot/acceptance"},
-}
+from tests.runbooks.acceptance.test_registry import TARGETS, production_faults
 
 
-def project(tmp_path: Path, targets: dict[str, Any]) -> tuple[Path, Path]:
+def project(tmp_path: Path, targets: dict[str, Any], **acceptance: Any) -> tuple[Path, Path]:
     def declared(config: dict[str, Any]) -> None:
-        config["gpu-cluster:acceptance"] = {"peak_source": "declared"}
+        config["gpu-cluster:acceptance"] = {"peak_source": "declared", **acceptance}
 
     (tmp_path / "project").mkdir()
     directory = copy_project(tmp_path / "project", declared)
@@ -77,9 +66,31 @@ def test_should_refuse_a_target_that_names_no_safe_place(tmp_path: Path, change:
     assert code == 2 and expected in " ".join(text.split()), text
 
 
+EXTRA_DRILL = {"kind": "disk_fill", "sop": "disk-fill", "hold_s": 60, "detect_within_s": 60, "recover_within_s": 60,
+               "revert_after_s": 120}
+
+
+@pytest.mark.parametrize(("drills", "sop_gone", "expected"), [
+    pytest.param([*(d.model_dump(mode="json", exclude_none=True) for d in DEFAULT_DRILLS), EXTRA_DRILL], None,
+                 "targets: acceptance.drills[4].kind: no drill module named 'disk_fill' in runbooks/acceptance/drills/ "
+                 "(there are: model_hot_swap, network_partition, node_failure, storage_jitter)",
+                 id="should refuse a drill of the spec that no module implements"),
+    pytest.param(None, "storage-jitter.md", "runbooks.acceptance.drills.storage_jitter.DRILL.sop: "
+                 "docs/sop/storage-jitter.md does not exist: a drill is one module plus its SOP",
+                 id="should refuse a drill module whose SOP is gone"),
+])
+def test_should_refuse_a_drill_without_its_module_or_its_sop(tmp_path: Path, drills: list[dict[str, Any]] | None,
+                                                              sop_gone: str | None, expected: str) -> None:
+    directory, targets = project(tmp_path, TARGETS, **({"drills": drills} if drills else {}))
+    if sop_gone:
+        (directory / "docs" / "sop" / sop_gone).unlink()
+    code, text = gpuctl(directory, "plan", "--targets", str(targets))
+    assert code == 2 and expected in " ".join(text.split()), text
+
+
 def test_should_arm_a_timer_on_the_node_before_cutting_its_network() -> None:
     site = parse(prod_values())
-    partition = placed(site, TARGETS, Path("/var/lib/gpuctl/switches"))[DrillKind.NETWORK_PARTITION].fault
+    partition = production_faults(Path("/var/lib/gpuctl/switches"))["network_partition"]
     node = next(n for g in site.node_groups for n in g.nodes if n.name == "gpu-a800-06")
     ssh = ("ssh", "-o", "BatchMode=yes", f"{site.ssh_user}@{node.ssh_host}", "--")
     assert partition.inject[1:] == (  # [0] holds the node against the health controller (test_drill_hold.py)
@@ -87,7 +98,7 @@ def test_should_arm_a_timer_on_the_node_before_cutting_its_network() -> None:
          "ip", "link", "set", "dev", "ens1f0", "up"),
         (*ssh, "ip", "link", "set", "dev", "ens1f0", "down"))
     assert partition.undo[-2] == (*ssh, "systemctl", "stop", "gpucluster-drill-network-partition.timer")
-    power = placed(site, TARGETS, Path("/var/lib/gpuctl/switches"))[DrillKind.NODE_FAILURE].fault
+    power = production_faults(Path("/var/lib/gpuctl/switches"))["node_failure"]
     assert power.inject[-1][-3:] == ("chassis", "power", "off") and "-f" in power.inject[-1]
     # The node's drain is saved before the power goes and given back after it returns (a lent node stays lent).
     assert power.inject[1][-3:] == ("save", "gpu-a800-05", "/var/lib/gpuctl/switches/gpu-a800-05.slurm-state.json")

@@ -1,4 +1,4 @@
-"""A drill holds the node it faults against the node health controller: the production faults (targets.placed) set
+"""A drill holds the node it faults against the node health controller: the production faults (drill_targets) set
 gpucluster.io/hold before their first command and remove it after their last undo, and the health controller, reading
 kubectl as it does in production, leaves the drilled node alone while the label is there, however bad its GPUs look,
 and drains it once the drill's revert (or its dead-man's switch, for a campaign killed mid-drill) has taken it off.
@@ -21,14 +21,13 @@ from components.site.acceptance import DrillKind
 from components.site.site import Site
 from components.site.wellknown import HOLD_LABEL
 from runbooks.acceptance.faults import Switches, run_commands
-from runbooks.acceptance.targets import placed
 from runbooks.flex.lending import run_command
 from runbooks.health.controller import Controller, Store
 from runbooks.health.diagnose import Diagnoser
 from runbooks.health.nodes import Nodes
 from tests.builders import parse, prod_values
 from tests.harness.fake_tools import put_on_path
-from tests.runbooks.acceptance.test_cli import TARGETS
+from tests.runbooks.acceptance.test_registry import TARGETS, production_faults
 
 FAKE_KUBECTL = f"""#!{sys.executable}
 import json, os, sys
@@ -114,16 +113,16 @@ def verdict(c: Controller, node: str) -> tuple[Action, Reason, str]:
 
 
 @pytest.mark.parametrize("kind", [DrillKind.NODE_FAILURE, DrillKind.NETWORK_PARTITION, DrillKind.STORAGE_JITTER])
-def test_should_hold_the_node_before_the_fault_and_release_it_after_the_undo(site: Site, kind: DrillKind) -> None:
-    fault = placed(site, TARGETS, Path("/var/lib/gpuctl/switches"))[kind].fault
-    node = TARGETS[kind.value]["node"]
-    assert fault.inject[0] == ("kubectl", "label", "--overwrite", "node", node, f"{HOLD_LABEL}=drill-{kind.value}")
+def test_should_hold_the_node_before_the_fault_and_release_it_after_the_undo(kind: DrillKind) -> None:
+    fault = production_faults(Path("/var/lib/gpuctl/switches"))[kind]
+    node = TARGETS[kind]["node"]
+    assert fault.inject[0] == ("kubectl", "label", "--overwrite", "node", node, f"{HOLD_LABEL}=drill-{kind}")
     assert fault.undo[-1] == ("kubectl", "label", "node", node, f"{HOLD_LABEL}-")
 
 
 def test_should_leave_a_drilled_node_to_the_drill_and_drain_it_once_the_drill_reverts(
         site: Site, kube: Kube, tmp_path: Path) -> None:
-    fault = placed(site, TARGETS, tmp_path / "switches")[DrillKind.NETWORK_PARTITION].fault
+    fault = production_faults(tmp_path / "switches")[DrillKind.NETWORK_PARTITION]
     node = fault.where
     run_commands(fault.inject, fault.env)
     assert kube.labels(node) == {HOLD_LABEL: "drill-network_partition"}
@@ -140,7 +139,7 @@ def test_should_leave_a_drilled_node_to_the_drill_and_drain_it_once_the_drill_re
 def test_should_release_the_hold_when_the_dead_mans_switch_reverts_a_drill_left_behind(
         site: Site, kube: Kube, tmp_path: Path) -> None:
     """A campaign killed mid-drill (SIGKILL, power): nothing runs its revert but the switch, at the deadline."""
-    fault = placed(site, TARGETS, tmp_path / "switches")[DrillKind.STORAGE_JITTER].fault
+    fault = production_faults(tmp_path / "switches")[DrillKind.STORAGE_JITTER]
     switches = Switches(tmp_path / "switches")
     armed = switches.arm(fault, "killed-run", time.time() + 8)
     run_commands(fault.inject, fault.env)
