@@ -77,6 +77,11 @@ def test_should_register_exactly_the_modelled_resources(graph: ResourceGraph) ->
         "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue": 2,
         # each team on its own storage, and GPU pods off Slurm's and unlent flex nodes, enforced by the API server
         # (bound by the team label: in force before the first team's namespace exists)
+        # the lending and health controllers' kubeconfig identities: a ClusterRole each, and a Role in the inference
+        # namespace for the lent models' replica floor (components/scheduling/controller_access.py)
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": 2,
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": 2,
+        "kubernetes:rbac.authorization.k8s.io/v1:Role": 1, "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": 1,
         "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": 2,
         "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": 2,
     }
