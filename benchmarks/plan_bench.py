@@ -163,16 +163,8 @@ def generated_site(prod: "StackConfig", gpus: int) -> "StackConfig":
 
 def replayable(graph: "ResourceGraph") -> dict[str, Any]:
     """The recorded graph as plain JSON, each resource after its parent, dependencies and provider."""
-    from runbooks.offline.engine import STACK_TYPE, Secret
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, Secret):
-            return "[secret]"
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [plain(v) for v in value]
-        return value
+    from runbooks.offline.engine import STACK_TYPE
+    from runbooks.plan.files import redacted as plain
 
     def before(r: Any) -> list[str]:
         provider = r.options.get("provider", "").rsplit("::", 1)[0]

@@ -59,7 +59,7 @@ def write_plan(site: Site, graph: ResourceGraph, folder: PlanFolder) -> list[Pat
             continue
         if is_kubernetes_object(resource.type):
             relative = f"kubernetes/{_slug(resource.type.split(':')[-1])}--{_slug(resource.name)}.yaml"
-            body = dump_all([_redacted(manifest(resource.type, resource.inputs))])
+            body = dump_all([redacted(manifest(resource.type, resource.inputs))])
         else:
             relative = f"resources/{_slug(resource.type)}--{_slug(resource.name)}.json"
             record = {
@@ -74,7 +74,7 @@ def write_plan(site: Site, graph: ResourceGraph, folder: PlanFolder) -> list[Pat
                 "inputs": resource.inputs,
                 "outputs": resource.outputs,
             }
-            body = json.dumps(_redacted(record), indent=2, sort_keys=True) + "\n"
+            body = json.dumps(redacted(record), indent=2, sort_keys=True) + "\n"
         written.append(folder.write(relative, body))
     return written
 
@@ -97,11 +97,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
-def _redacted(value: Any) -> Any:
+def redacted(value: Any) -> Any:
+    """The value with every secret replaced by `[secret]`: what a written plan, or a recorded graph, may hold."""
     if isinstance(value, Secret):
         return "[secret]"
     if isinstance(value, dict):
-        return {k: _redacted(v) for k, v in value.items()}
+        return {k: redacted(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redacted(v) for v in value]
+        return [redacted(v) for v in value]
     return value
