@@ -93,7 +93,7 @@ SLURMD_TIMEOUT_S = 5
 """s the test cluster's slurmctld gives a silent slurmd before the node is DOWN (the prod default 300, about scaled)."""
 ACCEPTANCE: dict[str, Any] = {
     "time_scale": SCALE, "soak_h": 1, "shock_minutes": 10, "peak_source": "declared", "checkpoint_gib": 1,
-    "peak": {"training_jobs_per_h": 360, "inference_rps": 4, "storage_write_mib_s": 3},
+    "peak": {"training_jobs_per_h": 360, "inference_rps": 2, "storage_write_mib_s": 3},
     "drills": [
         {"kind": "network_partition", "sop": "network-partition", "alert": "DcgmExporterDown", "hold_s": 1500,
          "detect_within_s": 1500, "recover_within_s": 800, "revert_after_s": 1600},
