@@ -4,6 +4,7 @@ must be allowed to the spec's user by the Roles and bindings `gpuctl plan --out`
 the roles do not allow fails, whichever controller makes it."""
 
 import ast
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 from components.scheduling.controller_access import replica_floor_access
 from components.scheduling.lending_decision import borrowers
 from components.site.site import Site
+from runbooks.acceptance.alerts import sop_missing
 from runbooks.flex.lending import Flex, flex_nodes
 from runbooks.health.nodes import Nodes
 from tests.builders import REPO, parse, prod_values
@@ -212,3 +214,23 @@ def test_should_fail_a_mapping_that_misses_a_request_kubectl_sends(tmp_path: Pat
             if not covers(Request("patch", "keda.sh", "scaledobjects", "inference", "vllm-m-scaledobject"), r)
         ]
     assert missed == [Request("get", "keda.sh", "scaledobjects", "inference", "vllm-m-scaledobject")]
+
+
+@pytest.mark.parametrize(
+    ("section", "sop"),
+    [("lending", "lending-controller-down"), ("health", "health-controller-down")],
+    ids=["lending controller", "health controller"],
+)
+def test_should_tell_on_call_that_forbidden_means_a_kubeconfig_user_the_rbac_does_not_bind(
+    access: Access, section: str, sop: str
+) -> None:
+    # A Forbidden from kubectl reads like a broken cluster; the SOP's first checks must say it is the identity.
+    text = (REPO / "docs" / "sop" / f"{sop}.md").read_text()
+    assert sop_missing(sop, REPO / "docs" / "sop") is None
+    immediate = text.split("## Immediate action", 1)[1].split("\n## ", 1)[0]
+    assert "Forbidden" in immediate and f"{section}.kubernetes_user" in immediate
+    user = getattr(SITE, section).kubernetes_user
+    bound = {b["roleRef"]["name"] for b in access.objects if b["kind"].endswith("Binding")
+             and any(s.get("name") == user for s in b.get("subjects", []))}
+    named = set(re.findall(r"the (?:Cluster)?Role\s+`([^`]+)`", immediate))
+    assert named and named == bound, f"{sop}.md names the roles {sorted(named)}; the plan binds {sorted(bound)}"
