@@ -7,11 +7,36 @@ class and a pod mounting NFS directly must be denied, a claim on the team's own 
 expressions are judged by what they do, not by their text.
 """
 
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
 from typing import Any
 
-import cel
 from common import TEAM_LABEL, ViolationError, describe, fact, of_type, text
 from pulumi_policy import PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
+
+
+def _cel_engine() -> ModuleType:
+    """The CEL engine's compiled module (cel.cel of common-expression-language 0.10) without its package's __init__,
+    which imports the package's REPL with it (`from . import cli`: typer, prompt_toolkit, pygments), most of the pack
+    process's import time. Registered as cel.cel, so a later `import cel` uses this one: the extension may be
+    initialized once per process. (runbooks/plan/admission.py loads it the same way; the pack imports nothing of the
+    project.)"""
+    loaded = sys.modules.get("cel.cel")
+    if loaded is not None:
+        return loaded
+    package = importlib.util.find_spec("cel")  # finds the package without running its __init__
+    spec = importlib.machinery.PathFinder.find_spec("cel.cel", package.submodule_search_locations) if package else None
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError("common-expression-language's compiled module cel.cel is not installed", name="cel")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["cel.cel"] = module
+    return module
+
+
+cel = _cel_engine()
 
 NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
 STORAGE_CLASS_TYPE = "kubernetes:storage.k8s.io/v1:StorageClass"

@@ -3,6 +3,7 @@
 import ast
 import importlib
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -57,3 +58,15 @@ def test_should_import_only_the_packs_own_modules_and_its_sdk(path: Path) -> Non
     assert imported <= set(sys.stdlib_module_names) | {p.stem for p in PACK_MODULES} | set(REQUIREMENT_MODULES.values())
 
 
+
+
+def test_should_load_every_policy_without_the_cel_packages_repl() -> None:
+    # The pack's process as the policy engine starts it (its modules top-level, from policy/): the CEL engine without
+    # its package's REPL (typer, prompt_toolkit: most of the process's import time), and a later `import cel` gets the
+    # same compiled module, which may be initialized once per process.
+    probe = ("import sys, analyzer, pack, isolation as i; pack.all_policies(); repl = 'prompt_toolkit' in sys.modules; "
+             "import cel; print(repl, cel.evaluate is i.cel.evaluate, i.admitted(['1 + 2 == 3'], {}, {}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO / "policy",
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True"]
