@@ -6,7 +6,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float, interval_s:
         time.sleep(interval_s)
 
 
-def stop_all(processes: "list[subprocess.Popen[bytes]] | list[subprocess.Popen[str]]") -> None:
+def stop_all(processes: "Sequence[subprocess.Popen[bytes] | subprocess.Popen[str]]") -> None:
     """Each still-running daemon by its PID, in reverse start order, waiting for each (SIGKILL after 10 s)."""
     for process in reversed(processes):
         if process.poll() is None:

@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from components.scheduling.preemption import inference_preempts
+from components.site.wellknown import FLEX_LENT_LABEL
 from runbooks.cli import app
 from runbooks.flex.lending import (
     LEND_REASON,
-    LENT_LABEL,
     STOP_GRACE_S,
     CommandError,
     Flex,
     FlexError,
     chosen,
-    inference_preempts,
     run_command,
     unhealthy,
 )
@@ -111,7 +111,7 @@ class TestOnRealSlurm:
         for job in (preemptible, kept):
             flex_slurm.wait_state(job, "RUNNING")
         flex_slurm.run("scontrol", "update", f"JobId={preemptible}", f"AdminComment={ADMINS_NOTE}")
-        kubectl, said = FakeKubectl(), []
+        kubectl, said = FakeKubectl(), list[str]()
         outcomes = flex(flex_slurm, kubectl, said).lend([], wait_s=8, poll_s=0.5)
         assert [(o.node, o.done) for o in outcomes] == [(FLEX[0], True), (FLEX[1], False)]
         assert outcomes[1].detail == (f"draining: still runs {kept} (train_preemptible, could not be requeued); "
@@ -140,7 +140,7 @@ class TestOnRealSlurm:
         job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "--no-requeue", f"--chdir={disguise}",
                                 "-w", FLEX[0], *GPU8)
         flex_slurm.wait_state(job, "RUNNING")
-        kubectl, said = FakeKubectl(), []
+        kubectl, said = FakeKubectl(), list[str]()
         (outcome,) = flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=3, poll_s=0.5)
         assert (outcome.done, outcome.detail) == (
             False, f"draining: still runs {job} (train_preemptible, could not be requeued); run lend again to finish")
@@ -176,10 +176,10 @@ class TestOnRealSlurm:
             return run_command(args, timeout_s)
 
         with pytest.raises(KeyboardInterrupt):
-            Flex(flex_slurm.site, crashing_at_requeue, FakeKubectl(), [].append).lend([FLEX[0]], wait_s=5)
+            Flex(flex_slurm.site, crashing_at_requeue, FakeKubectl(), lambda line: None).lend([FLEX[0]], wait_s=5)
         assert flex_slurm.job(job)["JobState"] in ("COMPLETED", "COMPLETING", "CANCELLED", "FAILED")
         assert admin_comment(flex_slurm, job) == f"gpuctl-flex-requeue-at-restart-0; over: {ADMINS_NOTE}"
-        kubectl, said = FakeKubectl(), []
+        kubectl, said = FakeKubectl(), list[str]()
         (outcome,) = flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=5)
         assert said[0] == f"{FLEX[0]}: requeued job {job} (stopped by an earlier lend)"
         assert (outcome.done, kubectl.labelled) == (True, {FLEX[0]})
@@ -204,7 +204,7 @@ class TestOnRealSlurm:
             "scontrol", "--oneliner", "show", "job", job).stdout
         flex_slurm.run("scancel", job)  # its owner ends it, and would have it run again at the next lend
         flex_slurm.wait_state(job, "CANCELLED")
-        kubectl, said = FakeKubectl(), []
+        kubectl, said = FakeKubectl(), list[str]()
         (outcome,) = flex(flex_slurm, kubectl, said).lend([FLEX[0]], wait_s=5)
         assert (outcome.done, said) == (True, [f"{FLEX[0]}: lent to kubernetes inference"])
         assert flex_slurm.job(job)["JobState"] == "CANCELLED"
@@ -220,7 +220,7 @@ class TestOnRealSlurm:
             return run_command(args, timeout_s)
 
         kubectl = FakeKubectl()
-        (outcome,) = Flex(flex_slurm.site, refusing_requeue, kubectl, [].append).lend([FLEX[0]], wait_s=5)
+        (outcome,) = Flex(flex_slurm.site, refusing_requeue, kubectl, lambda line: None).lend([FLEX[0]], wait_s=5)
         # The node is free and lent; the lend is not done while the stopped job waits to be requeued.
         assert (outcome.done, kubectl.labelled) == (False, {FLEX[0]})
         assert outcome.detail == (f"lent; job {job} stopped but not requeued: run lend again within Slurm's "
@@ -244,7 +244,7 @@ class TestOnRealSlurm:
             return kubectl(args, timeout_s)
 
         started = time.monotonic()
-        outcomes = Flex(flex_slurm.site, run_command, timed_kubectl, [].append).lend(list(FLEX), wait_s=7)
+        outcomes = Flex(flex_slurm.site, run_command, timed_kubectl, lambda line: None).lend(list(FLEX), wait_s=7)
         returned = time.monotonic()
         report_figure(f"flex lend after a requeue: node labelled {labelled_at[FLEX[0]] - started:.1f} s after the "
                       f"decision, the lend returned after {returned - started:.1f} s (the other node blocked)")
@@ -278,7 +278,7 @@ class TestOnRealSlurm:
         (back,) = flex(flex_slurm, kubectl, []).reclaim([FLEX[0]], wait_s=5)
         assert (back.done, back.detail) == (True, "back in Slurm")
         assert [call[1] for call in kubectl.calls] == ["label", "drain", "uncordon"]
-        assert kubectl.calls[0] == ["kubectl", "label", "node", FLEX[0], f"{LENT_LABEL}-"]
+        assert kubectl.calls[0] == ["kubectl", "label", "node", FLEX[0], f"{FLEX_LENT_LABEL}-"]
         job = flex_slurm.sbatch("-A", "speech", "--qos=train_preemptible", "-w", FLEX[0], *GPU8)
         # A job submitted while slurmctld still has the resumed node unavailable (it pings it first) waits for the
         # next periodic scheduling pass: SchedulerParameters sched_interval, 60 s by default (slurm.conf(5)). Seen
@@ -301,7 +301,7 @@ class TestOnRealSlurm:
                                         "--wait-minutes", "0.2", *state])
         assert lent.exit_code == 0, lent.output
         assert f"{FLEX[0]}: lent" in lent.output
-        assert f"label node {FLEX[0]} {LENT_LABEL}=true --overwrite" in log.read_text()
+        assert f"label node {FLEX[0]} {FLEX_LENT_LABEL}=true --overwrite" in log.read_text()
         status = CliRunner().invoke(app, ["flex", "--project-dir", str(project), "status", *state])
         assert status.exit_code == 0, status.output
         assert f"{FLEX[0]}: slurm; Slurm IDLE+DRAIN" in status.output
