@@ -151,12 +151,13 @@ def _charts_valid(charts: ChartsOutcome) -> bool:
         out.print(f"Helm releases: {status}", highlight=False)
         return not charts.error
     table = Table("release", "chart", "objects", "result", title="Helm releases, rendered by Helm and validated")
-    for release in charts.releases:
+    # By name, not as the program registered them: that order changes from run to run, the table should not.
+    for release in sorted(charts.releases, key=lambda r: (r.release, r.namespace)):
         bad = [i for i in charts.invalid if i.source == release.release]
         result = f"[red]{len(bad)} invalid[/]" if bad else "[green]valid[/]"
         table.add_row(release.release, release.chart, str(len(release.objects)), result)
     out.print(table)
-    for invalid in charts.invalid:
+    for invalid in sorted(charts.invalid, key=lambda i: (i.source, i.kind, i.name, i.reason)):
         out.print(f"  {invalid.source}: {invalid.kind} {invalid.name}: {escape(invalid.reason)}", highlight=False)
     count = sum(len(r.objects) for r in charts.releases)
     out.print(f"{count} rendered objects in {len(charts.releases)} releases, {len(charts.invalid)} invalid",

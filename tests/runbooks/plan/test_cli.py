@@ -11,8 +11,11 @@ import yaml
 from typer.testing import CliRunner
 
 from runbooks.cli import app
+from runbooks.console import out
 from runbooks.offline.engine import run_program
+from runbooks.plan.cli import ChartsOutcome, _charts_valid
 from runbooks.plan.files import artifacts
+from runbooks.plan.helm import Invalid, RenderedRelease
 from runbooks.plan.out_dir import OUT_MANIFEST
 from tests.builders import REPO, copy_project, parse, prod_values
 from tests.components.site.test_sections import FIVE_REPORTED
@@ -346,3 +349,22 @@ def test_should_list_the_onboarded_teams_and_quotas_per_stage(tmp_path: Path, st
     assert "GPUs the pools lend to team queues now: a800-kubernetes 0, rtx4090-kubernetes 4, a800-flex 0" in (
         result.output)
     assert listed[teams[-1]][0] == stage
+
+
+def test_should_list_the_helm_releases_by_name_whatever_order_they_registered_in() -> None:
+    def release(name: str) -> RenderedRelease:
+        return RenderedRelease(name, f"{name}-chart-1.0.0", "1.0.0", "monitoring", [{"kind": "ConfigMap"}])
+
+    invalid = [Invalid("kueue", "Deployment", "manager", "bad"), Invalid("dcgm-exporter", "DaemonSet", "ds", "bad")]
+    printed = []
+    for order in (["kueue", "dcgm-exporter", "zz-last", "alloy"], ["alloy", "zz-last", "kueue", "dcgm-exporter"]):
+        charts = ChartsOutcome([release(name) for name in order], invalid=invalid if order[0] == "kueue" else
+                               invalid[::-1])
+        with out.capture() as captured:
+            assert _charts_valid(charts) is False
+        printed.append(captured.get())
+    rows = [line.split("│")[1].strip() for line in printed[0].splitlines() if line.count("│") > 3]
+    assert rows == ["alloy", "dcgm-exporter", "kueue", "zz-last"]
+    assert [line.split(":")[0].strip() for line in printed[0].splitlines() if line.endswith(": bad")] == [
+        "dcgm-exporter", "kueue"]
+    assert printed[0] == printed[1]
