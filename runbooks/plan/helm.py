@@ -11,16 +11,15 @@ import functools
 import json
 import multiprocessing
 import os
-import pickle
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from components.charts import pinned, sha256_of
 from runbooks.children import exit_status, tail
 from runbooks.offline.engine import Resource, ResourceGraph
 from runbooks.plan.out_dir import PlanFolder
-from runbooks.plan.yaml_stream import dump_pickled, parse
+from runbooks.plan.yaml_stream import Document, Parsed, parse
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 TIMEOUT_S = 120
@@ -71,6 +70,9 @@ class RenderedRelease:
     version: str
     namespace: str
     objects: list[dict[str, Any]]
+    documents: list[Document] = field(default_factory=list)
+    """Each object's document, as helm/<release>.yaml holds it: as Helm printed it, or rewritten where the plan
+    changed the object."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ def render_releases(graph: ResourceGraph, mirror: Path | None, kube_version: str
     resources = graph.of_type(RELEASE_TYPE)
     workers = yaml_workers()
 
-    def render(resource: Resource, scratch: Path) -> tuple[Path, Future[list[dict[str, Any]]]]:
+    def render(resource: Resource, scratch: Path) -> tuple[Path, Future[Parsed]]:
         archive, printed = template(resource, mirror, kube_version, helm, scratch, source)
         return archive, workers.submit(parse, printed)
 
@@ -172,15 +174,17 @@ def render_releases(graph: ResourceGraph, mirror: Path | None, kube_version: str
                 pool.shutdown(cancel_futures=True)
                 raise
             inputs = resource.inputs
+            read = parsed.result()
             rendered.append(RenderedRelease(inputs.get("name") or resource.name, archive.name.removesuffix(".tgz"),
-                                            inputs["version"], inputs.get("namespace", "default"), parsed.result()))
+                                            inputs["version"], inputs.get("namespace", "default"), read.objects,
+                                            read.documents))
     _place_in_release_namespaces(rendered)
     return rendered
 
 
 @functools.cache
 def yaml_workers() -> ProcessPoolExecutor:
-    """Processes that parse and write the charts' YAML beside this one, one per core, started once per run (0.1 s of
+    """Processes that parse the charts' YAML beside this one, one per core, started once per run (0.1 s of
     CPU each): libyaml holds the GIL, so threads of this process would only take turns. All start at the first call,
     not with the first chart's output; `gpuctl plan` makes it before its program runs."""
     cores = os.cpu_count() or 1
@@ -224,16 +228,20 @@ BUILTIN_CLUSTER_SCOPED = frozenset({
 def _place_in_release_namespaces(releases: list[RenderedRelease]) -> None:
     """`helm install` puts every namespaced object a template leaves without a namespace into the release's namespace
     (litellm-helm's templates name none): so does the plan, with the scopes of the built-in kinds and of every
-    rendered CRD."""
+    rendered CRD. The document of an object it changes is rewritten (PyYAML's bytes, under Helm's `# Source:` line)."""
     custom_scopes = {o["spec"]["names"]["kind"]: o["spec"].get("scope") for r in releases for o in r.objects
                      if o.get("kind") == "CustomResourceDefinition"}
     for release in releases:
-        for obj in release.objects:
+        for index, obj in enumerate(release.objects):
+            changed = "metadata" not in obj
             metadata = obj.setdefault("metadata", {})
             kind = obj.get("kind")
             if not metadata.get("namespace") and kind not in BUILTIN_CLUSTER_SCOPED and \
                     custom_scopes.get(kind) != "Cluster":
                 metadata["namespace"] = release.namespace
+                changed = True
+            if changed:
+                release.documents[index] = release.documents[index].rewritten(obj)
 
 
 def validate(releases: list[RenderedRelease], kube_version: str) -> list[Invalid]:
@@ -365,13 +373,15 @@ def _strict(schema: Any) -> Any:
     return strict
 
 
-def streams(releases: list[RenderedRelease]) -> Iterator[str]:
-    """Each release's objects as one YAML stream, as helm/<release>.yaml holds it: the objects as they are now, written
-    by the YAML workers while the caller goes on (1.1 s of CPU for prod's 9 MB), read as the iterator is."""
-    return yaml_workers().map(dump_pickled, [pickle.dumps(r.objects) for r in releases])
+def streams(releases: list[RenderedRelease]) -> list[str]:
+    """Each release's YAML stream, as helm/<release>.yaml holds it: what Helm printed, the documents that hold no object
+    left out, each plain `=` quoted, and each object the plan changed (a namespace placed) written by PyYAML. Read by
+    PyYAML's safe loader, it gives the release's objects as the plan judged them (a test compares them on prod)."""
+    return ["".join(document.text for document, _ in zip(release.documents, release.objects, strict=True))
+            for release in releases]
 
 
 def write(releases: list[RenderedRelease], streams: Iterable[str], folder: PlanFolder) -> list[Path]:
-    """One YAML stream per release under helm/, as `helm template` printed it (re-serialized, key order kept)."""
+    """One YAML stream per release under helm/ (streams())."""
     return [folder.write(f"helm/{re.sub(r'[^A-Za-z0-9_.-]', '-', release.release)}.yaml", text)
             for release, text in zip(releases, streams, strict=True)]

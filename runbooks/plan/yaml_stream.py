@@ -1,10 +1,11 @@
-"""Helm's output read, and helm/*.yaml written, with libyaml: the objects and the bytes PyYAML's pure-Python loader and
-emitter give, at libyaml's speed. Imports nothing of the project, so the plan's worker processes start in 0.1 s."""
+"""Helm's output read with libyaml, and the YAML the plan writes itself written with it: the objects and the bytes
+PyYAML's pure-Python loader and emitter give, at libyaml's speed. Imports nothing of the project, so the plan's worker
+processes start in 0.1 s."""
 
 import io
-import pickle
 import re
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -17,17 +18,83 @@ class _Loader(yaml.CSafeLoader):
     on every chart the stack renders) in a sixth of the CPU; the pure-Python parser was half of `gpuctl plan
     --chart-mirror` on prod (11 s of CPU)."""
 
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.values: list[tuple[int, int]] = []
+        """Where each value-tagged scalar the constructor read lies in the stream (libyaml's marks: characters)."""
 
-def _plain_value(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
+
+def _plain_value(loader: _Loader, node: yaml.ScalarNode) -> str:
+    loader.values.append((node.start_mark.index, node.end_mark.index))
     return str(loader.construct_scalar(node))
 
 
 _Loader.add_constructor("tag:yaml.org,2002:value", _plain_value)
 
 
-def parse(printed: str) -> list[dict[str, Any]]:
-    """The objects in what `helm template` printed (its empty documents left out)."""
-    return [o for o in yaml.load_all(printed, Loader=_Loader) if isinstance(o, dict)]
+@dataclass(frozen=True)
+class Document:
+    """An object's document as Helm printed it."""
+
+    text: str
+    """From the end of the document before it: Helm's `---` and `# Source:` lines, then the object as the chart's
+    template wrote it, but each plain `=` written `'='`. PyYAML's safe loader has no constructor for the "value" tag
+    a plain `=` resolves to and fails on it; quoted, every YAML 1.1 loader reads the string "=", as the plan does."""
+    head: int
+    """Where the object starts in text: what comes before it is Helm's `---` and `# Source:` lines."""
+
+    def rewritten(self, obj: dict[str, Any]) -> "Document":
+        """The same document holding obj as PyYAML writes it (dump_all), under Helm's lines."""
+        head = self.text[:self.head]
+        return Document(head + dump_all([obj]), len(head))
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """The objects in what `helm template` printed (its empty documents left out), and each one's document."""
+
+    objects: list[dict[str, Any]]
+    documents: list[Document]
+
+
+def parse(printed: str) -> Parsed:
+    """What `helm template` printed, read: each document's object with its text.
+
+    libyaml's marks give each document's place: a block mapping ends where the next document's `---` starts, a flow
+    one at its `}` (its document then ends with its line), so the documents' texts, one after the other, are the
+    printed stream. Documents that hold no object (Helm's `# Source:` line before a CRD file that starts with its own
+    `---`, a template that renders comments only) are left out. A document whose "value" scalar is not a bare `=`
+    (anchored or tagged: no chart here has one) is written by PyYAML."""
+    loader = _Loader(printed)
+    objects, documents, start = [], [], 0
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            assert node is not None  # check_node() said there is one
+            obj = loader.construct_document(node)  # type: ignore[no-untyped-call]
+            end = node.end_mark.index if node.end_mark.column == 0 else printed.find("\n", node.end_mark.index) + 1 \
+                or len(printed)
+            if isinstance(obj, dict):
+                document = _quoted(printed, start, node.start_mark.index, end, loader.values)
+                objects.append(obj)
+                documents.append(document if document is not None else
+                                 Document(printed[start:end], node.start_mark.index - start).rewritten(obj))
+            loader.values.clear()
+            start = end
+    finally:
+        loader.dispose()
+    return Parsed(objects, documents)
+
+
+def _quoted(printed: str, start: int, head: int, end: int, values: list[tuple[int, int]]) -> Document | None:
+    """The document printed[start:end] with each plain `=` at values quoted; None where one is not a bare `=`."""
+    pieces, at = [], start
+    for value_start, value_end in sorted(values):
+        if printed[value_start:value_end] != "=":
+            return None
+        pieces += [printed[at:value_start], "'='"]
+        at = value_end
+    return Document("".join([*pieces, printed[at:end]]), head - start)
 
 
 _DOUBLE_QUOTED = re.compile(r"[^\n -~]| \n|\n ")
@@ -77,11 +144,6 @@ def dump_all(documents: list[dict[str, Any]]) -> str:
         pieces += [emitted[end:found.start()], _double_quoted(text, found.start() - line, indent)]
         end = found.end()
     return "".join([*pieces, emitted[end:]])
-
-
-def dump_pickled(documents: bytes) -> str:
-    """dump_all of pickled documents: what a worker process is sent, a snapshot of the documents as they were."""
-    return dump_all(pickle.loads(documents))
 
 
 def _double_quoted(text: str, column: int, indent: int) -> str:

@@ -28,6 +28,7 @@ from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_he
 from runbooks.plan.invariants import check_invariants
 from runbooks.plan.plan import host_installs, kubernetes_objects
 from runbooks.plan.producers import Deployed, producers
+from runbooks.plan.yaml_stream import dump_all
 from tests.builders import REPO, copy_project, parse, prod_values
 from tests.harness.kubectl_refs import commands, namespaces_of, references, unresolved
 
@@ -91,14 +92,19 @@ def test_should_name_a_chart_the_mirror_lacks(graph: ResourceGraph, tmp_path: Pa
         render_releases(graph, tmp_path, KUBE_VERSION, HELM)
 
 
-def test_should_write_each_release_and_exit_1_when_a_chart_is_missing(tmp_path: Path) -> None:
+def test_should_write_each_release_and_exit_1_when_a_chart_is_missing(rendered: dict[str, RenderedRelease],
+                                                                     tmp_path: Path) -> None:
     project = copy_project(tmp_path)
     planned = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(tmp_path / "plan"),
                                        "--chart-mirror", str(MIRROR)])
     assert planned.exit_code == 0, planned.output
     assert "rendered objects in 13 releases, 0 invalid" in planned.output
-    written = yaml.safe_load_all((tmp_path / "plan" / "helm" / "kueue.yaml").read_text())
-    assert any(o["kind"] == "Deployment" for o in written)
+    # helm/*.yaml holds Helm's own bytes (runbooks/plan/helm.py's streams): PyYAML reads back the objects the plan
+    # judged, as it read the files the plan wrote before from those objects (PyYAML's writing of them).
+    for release in rendered.values():
+        written = list(yaml.safe_load_all((tmp_path / "plan" / "helm" / f"{release.release}.yaml").read_text()))
+        assert written == release.objects == list(yaml.safe_load_all(dump_all(release.objects))), release.release
+    assert any(o["kind"] == "Deployment" for o in rendered["kueue"].objects)
     empty = tmp_path / "empty-mirror"
     empty.mkdir()
     broken = CliRunner().invoke(app, ["plan", "--project-dir", str(project), "--out", str(tmp_path / "again"),

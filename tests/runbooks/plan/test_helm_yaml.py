@@ -1,9 +1,10 @@
-"""The plan reads what Helm printed with libyaml and writes helm/*.yaml with it, and judges core objects with
-validators it builds once per kind: the same objects, the same bytes and the same verdicts as PyYAML's pure-Python
-loader and emitter and kubernetes-validate, on every chart the prod stack renders and on the cases where libyaml
-writes differently."""
+"""The plan reads what Helm printed with libyaml, writes helm/*.yaml as Helm printed it, writes its own YAML with
+libyaml, and judges core objects with validators it builds once per kind: the same objects, the same bytes and the same
+verdicts as PyYAML's pure-Python loader and emitter and kubernetes-validate, on every chart the prod stack renders and
+on the cases where libyaml writes differently."""
 
 import copy
+import re
 from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from runbooks.offline.engine import run_program
-from runbooks.plan.helm import RELEASE_TYPE, RenderedRelease, find_helm, template, validate
+from runbooks.plan.helm import RELEASE_TYPE, RenderedRelease, find_helm, streams, template, validate
 from runbooks.plan.yaml_stream import dump_all, parse
 from tests.builders import REPO
 
@@ -36,26 +37,82 @@ PureLoader.add_constructor("tag:yaml.org,2002:value", plain_value)
 
 @pytest.fixture(scope="module")
 def printed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """What `helm template` printed for each release of the prod stack."""
+    """What `helm template` printed for each release of the prod stack, by release name."""
     assert HELM is not None
     scratch = tmp_path_factory.mktemp("values")
-    return {r.name: template(r, MIRROR, KUBE_VERSION, HELM, scratch)[1]
+    return {r.inputs.get("name") or r.name: template(r, MIRROR, KUBE_VERSION, HELM, scratch)[1]
             for r in run_program(REPO, "prod").of_type(RELEASE_TYPE)}
 
 
 def test_should_read_what_helm_printed_as_pyyaml_does(printed: dict[str, str]) -> None:
     for release, text in printed.items():
-        assert parse(text) == [o for o in yaml.load_all(text, Loader=PureLoader) if isinstance(o, dict)], release
+        assert parse(text).objects == [o for o in yaml.load_all(text, Loader=PureLoader) if isinstance(o, dict)], \
+            release
 
 
 def test_should_write_every_release_byte_for_byte_as_pyyaml_does(printed: dict[str, str]) -> None:
     libyaml_differs = []
     for release, text in printed.items():
-        objects = parse(text)
+        objects = parse(text).objects
         pure = yaml.safe_dump_all(objects, sort_keys=False)
         assert dump_all(objects) == pure, release
         libyaml_differs += [release] if yaml.dump_all(objects, Dumper=yaml.CSafeDumper, sort_keys=False) != pure else []
     assert libyaml_differs, "no release has a string libyaml folds its own way: this test no longer tests that case"
+
+
+def written(text: str, namespace: str = "default") -> str:
+    """helm/<release>.yaml as the plan writes what Helm printed (runbooks/plan/helm.py's streams)."""
+    parsed = parse(text)
+    return streams([RenderedRelease("release", "chart-0.1.0", "0.1.0", namespace, parsed.objects,
+                                    parsed.documents)])[0]
+
+
+def test_should_write_what_helm_printed_as_it_printed_it(printed: dict[str, str]) -> None:
+    for release, text in printed.items():
+        parsed = parse(text)
+        # Each document Helm's own bytes, one after the other, with no document of Helm's that holds an object left
+        # out; the one change: kube-prometheus-stack's sequence items `- =` written `- '='`.
+        assert all(re.sub(r"^( *- )'='$", r"\1=", d.text, flags=re.M) in text for d in parsed.documents), release
+        assert written(text).count("\n---\n") + 1 == len(parsed.objects), release
+        assert list(yaml.safe_load_all(written(text))) == parsed.objects, release
+    assert written(printed["kueue"]) == printed["kueue"], "kueue renders no empty document and no `=`"
+
+
+def test_should_quote_what_pyyamls_safe_loader_cannot_read(printed: dict[str, str]) -> None:
+    # kube-prometheus-stack's CRDs list the matcher `=` plain, which YAML 1.1 resolves to its "value" tag.
+    with pytest.raises(yaml.constructor.ConstructorError, match="tag:yaml.org,2002:value"):
+        list(yaml.safe_load_all(printed["kube-prometheus-stack"]))
+    assert "- '='\n" in written(printed["kube-prometheus-stack"])
+
+
+@pytest.mark.parametrize(("printed", "expected"), [
+    pytest.param("---\n# Source: c/crds/a.yaml\n---\nkind: A\n---\n# Source: c/templates/b.yaml\n# comment\n"
+                 "---\n# Source: c/templates/c.yaml\nkind: C\n",
+                 "---\nkind: A\n---\n# Source: c/templates/c.yaml\nkind: C\n",
+                 id="should leave out documents that hold no object"),
+    pytest.param("---\n# Source: c/t.yaml\nkind: A\nops: [=, '!=', =~]\nmatch:\n- =\n- =: =\n",
+                 "---\n# Source: c/t.yaml\nkind: A\nops: ['=', '!=', =~]\nmatch:\n- '='\n- =: '='\n",
+                 id="should quote each plain = but a key"),
+    pytest.param("---\n# Source: c/t.yaml\nkind: A\nops: [&eq =, *eq]\n---\nkind: B\n",
+                 "---\n# Source: c/t.yaml\nkind: A\nops:\n- '='\n- '='\n---\nkind: B\n",
+                 id="should write a document whose = is anchored as PyYAML does"),
+    pytest.param("---\n# Source: c/t.yaml\n{kind: A, list: [1, 2]}\n---\n- not an object\n---\nkind: B # last\n",
+                 "---\n# Source: c/t.yaml\n{kind: A, list: [1, 2]}\n---\nkind: B # last\n",
+                 id="should keep flow mappings and comments as printed"),
+    pytest.param("kind: A\n---\n# Source: c/t.yaml\n---\n{kind: B}", "kind: A\n---\n{kind: B}",
+                 id="should keep a first document without --- and a last one without its line break"),
+])
+def test_should_write_each_document_as_helm_printed_it_unless_pyyaml_cannot_read_it(printed: str,
+                                                                                    expected: str) -> None:
+    assert written(printed) == expected
+    assert list(yaml.safe_load_all(expected)) == parse(printed).objects
+
+
+def test_should_write_a_document_the_plan_changed_as_pyyaml_does() -> None:
+    (document,) = parse("---\n# Source: c/t.yaml\nkind: A\nmetadata: {name: a}\n").documents
+    rewritten = document.rewritten({"kind": "A", "metadata": {"name": "a", "namespace": "n"}})
+    assert rewritten.text == "---\n# Source: c/t.yaml\nkind: A\nmetadata:\n  name: a\n  namespace: n\n"
+    assert rewritten.text[rewritten.head:] == "kind: A\nmetadata:\n  name: a\n  namespace: n\n"
 
 
 FOLDED = ("type indicates which kind of AppArmor profile will be applied.\nValid options are:\n  Localhost - a "
@@ -110,7 +167,7 @@ def library_verdict(obj: dict[str, Any]) -> str | None:
 def test_should_judge_each_kind_as_kubernetes_validate_does(printed: dict[str, str]) -> None:
     # One object of each kind the stack renders, alone (a custom kind has no CRD beside it: no schema), as rendered,
     # with a field no schema defines and with a label of the wrong type.
-    kinds = {(o["apiVersion"], o["kind"]): o for text in printed.values() for o in parse(text)}
+    kinds = {(o["apiVersion"], o["kind"]): o for text in printed.values() for o in parse(text).objects}
     judged = []
     for obj in kinds.values():
         unknown, mistyped = {**copy.deepcopy(obj), "unexpected": True}, copy.deepcopy(obj)
