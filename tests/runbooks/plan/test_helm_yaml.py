@@ -60,6 +60,40 @@ def test_should_write_every_release_byte_for_byte_as_pyyaml_does(printed: dict[s
     assert libyaml_differs, "no release has a string libyaml folds its own way: this test no longer tests that case"
 
 
+@pytest.mark.parametrize("text", [
+    pytest.param("base: &base {a: 1, b: [x, y]}\nmerged:\n  <<: *base\n  b: z\nmany:\n  <<: [*base, {c: 2}]\n",
+                 id="should merge as PyYAML does"),
+    pytest.param("ops: {=: 1, plain: =}\n", id="should read the value key and value as PyYAML does"),
+    pytest.param("ints: [1, 0x1f, 0o17, 1_000, 190:20:30, -0]\nfloats: [1.5, .inf, -.Inf, 6.8e+5]\n"
+                 "bools: [yes, No, on, OFF, true]\nnulls: [~, null, '']\nwhen: 2001-12-14t21:59:43.10-05:00\n"
+                 "day: 2002-12-14\nbytes: !!binary aGVsbG8=\nkeys: {1: a, true: b, null: c, 1.5: d}\n",
+                 id="should read every implicit and explicit scalar as PyYAML does"),
+    pytest.param("set: !!set {a, b}\nomap: !!omap [{a: 1}, {b: 2}]\npairs: !!pairs [{a: 1}, {a: 2}]\n"
+                 "str: !!str 1\nmap: !!map {a: 1}\nseq: !!seq [1]\n",
+                 id="should read explicitly tagged collections as PyYAML does"),
+    pytest.param("shared: &s [1, {deep: &d {x: 1}}]\nagain: *s\nalso: *d\nequal: [1, {deep: {x: 1}}]\n",
+                 id="should read an alias as the object it names as PyYAML does"),
+    pytest.param("---\nshared: &s [1]\n---\nother: *s\n", id="should read an alias in its document only"),
+    pytest.param("key: [1, 2]\n? [1, 2]\n: unhashable\n", id="should refuse an unhashable key as PyYAML does"),
+    pytest.param("self: &me\n  child: *me\n", id="should read a recursive mapping as PyYAML does"),
+])
+def test_should_read_what_pyyaml_reads_as_it_reads_it(text: str) -> None:
+    try:
+        pure = [o for o in yaml.load_all(text, Loader=PureLoader) if isinstance(o, dict)]
+    except yaml.YAMLError as error:
+        # libyaml words its own errors without the alias's name.
+        problem = str(error.problem).split(" '")[0]  # type: ignore[attr-defined]
+        with pytest.raises(type(error), match=re.escape(problem)):
+            parse(text)
+        return
+    objects = parse(text).objects
+    assert repr(objects) == repr(pure)
+    for obj, alike in zip(objects, pure, strict=True):
+        # Aliases read the same object, not an equal copy, as PyYAML gives them.
+        assert [id(v) == id(w) for v in obj.values() for w in obj.values()] == \
+            [id(v) == id(w) for v in alike.values() for w in alike.values()]
+
+
 def written(text: str, namespace: str = "default") -> str:
     """helm/<release>.yaml as the plan writes what Helm printed (runbooks/plan/helm.py's streams)."""
     parsed = parse(text)
