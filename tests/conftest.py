@@ -10,6 +10,7 @@ from tests.harness.figures import FIGURES
 from tests.harness.sharing import (  # noqa: F401 (hooks: tests sharing a daemon share a pytest-xdist worker)
     pytest_collection_modifyitems,
     pytest_configure_node,
+    pytest_runtest_setup,
     pytest_unconfigure,
     pytest_xdist_make_scheduler,
 )

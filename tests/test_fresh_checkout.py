@@ -27,6 +27,7 @@ def fresh_checkout(destination: Path) -> Path:
     return destination
 
 
+@pytest.mark.expected_s(110)
 @pytest.mark.skipif(shutil.which("make") is None or shutil.which("git") is None, reason="needs make and git")
 def test_should_plan_prod_on_a_fresh_checkout_and_name_a_module_the_install_lacks(tmp_path: Path) -> None:
     checkout = fresh_checkout(tmp_path / "gpu-cluster")

@@ -242,6 +242,7 @@ def test_should_accept_the_whole_prod_site_as_written_out() -> None:
     assert _records(render_slurm_conf(BASELINE)) == implied_records(BASELINE)
 
 
+@pytest.mark.expected_s(115)
 def test_should_never_give_a_traceback_and_render_only_what_the_spec_implies(
     tmp_path: Path, report_figure: Callable[[str], None]
 ) -> None:

@@ -13,6 +13,11 @@ pytest-xdist 3.8's own loadgroup passes groups from the workers to the scheduler
 structured node ids no longer allow: the groups are lost and every test is scheduled alone
 (https://github.com/pytest-dev/pytest-xdist/issues/1386). So each worker writes the groups it collected to a file
 the controller named, and the controller's scheduler reads them from there.
+
+Units go out longest first, so that no long one starts when the others are nearly done and the run waits on it
+alone. How long a unit takes is the sum of its tests' `expected_s` marks (seconds on this 2-core machine with the
+suite's other workers beside it), a test without one counting DEFAULT_S; xdist's own order (by test count) would
+send a one-test unit of two minutes last.
 """
 
 import contextlib
@@ -30,7 +35,11 @@ import pytest
 CHEAP = frozenset({"report_figure", "module_timer"})
 """Wider-than-a-test fixtures that hold nothing worth starting once: a list to append to, a module's start time."""
 GROUPS_FILE = "fixture_groups"
-"""The key of workerinput naming the file each worker writes its groups to."""
+"""The key of workerinput naming the file each worker writes its groups and expected durations to."""
+EXPECTED = "expected_s"
+"""The mark giving a test's expected seconds: `@pytest.mark.expected_s(90)`."""
+DEFAULT_S = 0.3
+"""s a test without the mark is expected to take (the suite's median is under 0.1 s; a little more for setup)."""
 _GROUPS_DIR = pytest.StashKey[Path]()
 
 
@@ -89,13 +98,25 @@ def groups(items: list[pytest.Item]) -> dict[str, str]:
     return {nodeid: root(keys[0]) for nodeid, keys in shared.items() if keys}
 
 
+def expected_s(item: pytest.Item) -> float | None:
+    """The seconds the test's closest `expected_s` mark gives (a test's own before its module's), DEFAULT_S without
+    one, None for a mark that gives no positive number (the test then fails at its setup, saying so)."""
+    mark = item.get_closest_marker(EXPECTED)
+    if mark is None:
+        return DEFAULT_S
+    seconds = mark.args[0] if mark.args else mark.kwargs.get("seconds")
+    return float(seconds) if isinstance(seconds, int | float) and seconds > 0 else None
+
+
 def record_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a worker: write the groups where the controller's scheduler reads them (whole, or not at all)."""
+    """On a worker: write the groups and each test's expected seconds where the controller's scheduler reads them
+    (whole, or not at all)."""
     target = getattr(config, "workerinput", {}).get(GROUPS_FILE)
     if target is None:
         return  # not a pytest-xdist worker, or not scheduled by fixture groups
     written = Path(f"{target}.{config.workerinput['workerid']}")
-    written.write_text(json.dumps(groups(items)))
+    seconds = {item.nodeid: expected_s(item) or DEFAULT_S for item in items}
+    written.write_text(json.dumps({"groups": groups(items), "expected_s": seconds}))
     os.replace(written, target)  # every worker collects the same tests: any worker's file serves
 
 
@@ -122,22 +143,48 @@ def scheduler(config: pytest.Config, log: Any) -> Any:
 
     class FixtureGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         """Each group one unit of work, sent whole to one worker; a test in no group a unit of its own. Units
-        go out largest first (xdist's --loadscope-reorder), so the long groups start at once."""
+        go out longest first (by their tests' expected seconds)."""
 
-        _groups: dict[str, str] | None = None
+        _recorded: dict[str, dict[str, Any]] | None = None
+        _ordered = False
+
+        def _read(self) -> dict[str, dict[str, Any]]:
+            if self._recorded is None:
+                # Written before the worker reported its collection; the scheduler splits only after every worker did.
+                self._recorded = json.loads((config.stash[_GROUPS_DIR] / "groups.json").read_text())
+            return self._recorded
 
         def _split_scope(self, nodeid: str) -> str:
-            if self._groups is None:
-                # Written before the worker reported its collection; the scheduler splits only after every worker did.
-                self._groups = json.loads((config.stash[_GROUPS_DIR] / "groups.json").read_text())
-            return self._groups.get(nodeid, nodeid)
+            return str(self._read()["groups"].get(nodeid, nodeid))
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self._ordered:
+                # The first assignment comes once the whole queue is made (xdist's schedule): order it once.
+                self._ordered = True
+                units = by_expected_seconds(self.workqueue, self._read()["expected_s"])
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
 
     return FixtureGroupScheduling(config, log)
+
+
+def by_expected_seconds(units: dict[str, dict[str, bool]], seconds: dict[str, float]) -> list[tuple[str, Any]]:
+    """xdist's units of work (unit -> its test ids), the longest first (a unit's seconds: the sum of its tests');
+    equal ones keep their order."""
+    return sorted(units.items(), key=lambda unit: -sum(seconds.get(nodeid, DEFAULT_S) for nodeid in unit[1]))
 
 
 # The hooks, for tests/conftest.py to import (or `-p tests.harness.sharing`).
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     record_groups(config, items)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if expected_s(item) is None:
+        mark = item.get_closest_marker(EXPECTED)
+        given = (mark.args or tuple(mark.kwargs.values())) if mark else ()
+        pytest.fail(f"{EXPECTED} takes the test's expected seconds, a positive number; got {given!r}", pytrace=False)
 
 
 # pytest-xdist's hooks: known only where the plugin is installed.

@@ -430,11 +430,15 @@ def slurm(cluster: Cluster) -> Iterator[Cluster]:
     cluster.wait("every node idle again", cluster.all_idle)
 
 
+SLURM_TEST_S = 8
+"""s a test on a real Slurm cluster takes in `make test`, on average (the session cluster's ~60 tests took ~500 s)."""
+
+
 def slurm_marks() -> list[pytest.MarkDecorator]:
-    """A module's pytestmark: the slurm marker, its duration reported, skipped with the install command where the
-    daemons are missing."""
+    """A module's pytestmark: the slurm marker, its duration reported and expected (a test's own `expected_s` wins),
+    skipped with the install command where the daemons are missing."""
     reason = _missing()
-    return [pytest.mark.slurm, pytest.mark.usefixtures("module_timer"),
+    return [pytest.mark.slurm, pytest.mark.usefixtures("module_timer"), pytest.mark.expected_s(SLURM_TEST_S),
             *([pytest.mark.skip(reason=reason)] if reason else [])]
 
 

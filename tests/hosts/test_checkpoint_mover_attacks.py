@@ -171,6 +171,7 @@ def round_tiers(arena: Path, round_: int) -> tuple[Path, Path, Path]:
     return hot, cold, arena / "strikes" / str(round_)
 
 
+@pytest.mark.expected_s(75)
 def test_should_never_delete_another_teams_data_through_a_swapped_directory(arena: Path) -> None:
     victim = arena / "team-b-share"
     victim.mkdir()
@@ -204,6 +205,7 @@ def test_should_never_delete_another_teams_data_through_a_swapped_directory(aren
     assert succeeded == 0 and struck > 0
 
 
+@pytest.mark.expected_s(67)
 def test_should_never_copy_a_file_the_member_cannot_read_into_the_archive(arena: Path) -> None:
     secret = arena / "munge.key"
     secret.write_bytes(SECRET)
@@ -306,6 +308,7 @@ def test_should_stop_when_a_run_would_copy_more_than_its_budget(arena: Path) -> 
     pytest.param(os.mkfifo, id="a FIFO that no one writes"),
     pytest.param(lambda p: os.symlink("/dev/zero", p), id="a symlink to an endless device"),
 ])
+@pytest.mark.expected_s(25)
 def test_should_end_and_copy_nothing_endless_when_a_shard_is_swapped(arena: Path,
                                                                      replacement: Callable[[Path], None]) -> None:
     runs = max(1, ROUNDS // 4)  # each round starts the mover as its own process, as the CronJob does
@@ -335,6 +338,7 @@ def test_should_end_and_copy_nothing_endless_when_a_shard_is_swapped(arena: Path
     assert (hung, oversized) == (0, 0) and struck > 0
 
 
+@pytest.mark.expected_s(80)
 def test_should_never_delete_a_shard_a_slow_rank_writes_late(arena: Path) -> None:
     lost, struck = 0, 0
     for round_ in range(ROUNDS):

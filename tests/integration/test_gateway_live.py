@@ -130,6 +130,7 @@ def expected_tokens() -> dict[tuple[str, ...], float]:
     return dict(tokens)
 
 
+@pytest.mark.expected_s(40)
 def test_should_meter_every_teams_tokens_and_cost_per_model_and_token_type(site: Site, world: World) -> None:
     url, prometheus = world.url, world.prometheus
     send_mix(url)

@@ -161,6 +161,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "jobs": json.loads(jobs) if jobs else {"stderr": (given / "jobs.stderr").read_text()[-3000:]}}
 
 
+@pytest.mark.expected_s(70)
 def test_should_run_in_each_deploy_the_step_the_plan_wrote(deployed: dict[str, Any]) -> None:
     out: Path = deployed["out"]
     commands = [json.loads(path.read_text())["inputs"]["create"]

@@ -304,6 +304,7 @@ def test_should_pass_promtool_check_rules(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.expected_s(22)
 @needs_promtool
 @pytest.mark.parametrize("case", UTILIZATION + gpu_alert_cases())
 def test_should_fire_exactly_when_the_rule_says(case: Case, tmp_path: Path) -> None:
@@ -324,6 +325,7 @@ def test_should_fire_exactly_when_the_rule_says(case: Case, tmp_path: Path) -> N
                      id="temperature threshold 85 -> 86 breaks the 86 C test"),
     ],
 )
+@pytest.mark.expected_s(22)
 def test_should_fail_the_same_test_when_a_threshold_moves(change: dict[str, Any], case: Case,
                                                           tmp_path: Path) -> None:
     # The test file is written for the prod spec; only the rules come from the mutated spec.

@@ -129,6 +129,7 @@ def preempted_on_kubernetes(table: list[SchedulingClass], i: int) -> set[str]:
     return {c.name for c in table if c.kubernetes_priority is not None and c.kubernetes_priority < value}
 
 
+@pytest.mark.expected_s(36)
 @settings(max_examples=400, deadline=None)
 @given(table=tables())
 def test_should_accept_only_one_strict_order_both_schedulers_agree_on(table: list[SchedulingClass]) -> None:

@@ -224,6 +224,7 @@ def _property(drawn: tuple[list[FakeJob], dict[str, bytes]]) -> None:
     RUNS.append(time.monotonic() - started)
 
 
+@pytest.mark.expected_s(60)
 def test_should_never_raise_nor_touch_protected_work_whatever_jobs_slurm_lists(
         report_figure: Callable[[str], None]) -> None:
     print(f"flex untrusted-Slurm property: seed {SEED} (replay with GPUCLUSTER_FUZZ_SEED={SEED})")

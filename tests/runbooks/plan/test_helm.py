@@ -92,6 +92,7 @@ def test_should_name_a_chart_the_mirror_lacks(graph: ResourceGraph, tmp_path: Pa
         render_releases(graph, tmp_path, KUBE_VERSION, HELM)
 
 
+@pytest.mark.expected_s(39)
 def test_should_write_each_release_and_exit_1_when_a_chart_is_missing(rendered: dict[str, RenderedRelease],
                                                                      tmp_path: Path) -> None:
     project = copy_project(tmp_path)
