@@ -4,7 +4,8 @@ run:  revert_left, peak, drill:<kind> ..., shock, soak, verdict        -> passed
 
 The lending controller is not the campaign's to run: in production it is the service beside slurmctld, and among the
 loads a ControllerSampler (runbooks.acceptance.lending) reads its /metrics at every look, so the verdict judges
-whether it decided through the shock and lent when inference peaked.
+whether it decided through the shock, and whether it lent when inference peaked while training on the flex node it took
+yielded (a requeue there, from sacct) and inference was served.
 
 The verdict judges what was measured (runbooks.acceptance.verdict): the inference load's latency and errors per phase,
 the critical alerts' firing, the time under load by the monotonic clock (each step's run time, so a resume neither
@@ -48,6 +49,8 @@ WHERE_LABELS = ("Hostname", "instance")
 """Labels that say where an alert fired, shown beside its name in a drill's detail."""
 INTERRUPTS = (Exception, KeyboardInterrupt, SystemExit)
 """What ends a drill early and still lets it revert its fault: an error, Ctrl-C, SIGTERM (runbooks.acceptance.cli)."""
+ACCOUNTING_LAG_S = 5.0
+"""s the verdict waits at most for sacct to know every job the training load submitted."""
 VERDICT_STEP = "verdict"
 """The step row that holds the judged criteria (not a step that runs: written once, with the verdict)."""
 
@@ -387,19 +390,26 @@ class CampaignRunner:
         jobs = sorted({str(int(v)) for _, v in samples.get("training_job", [])})
         try:
             states = self.training_jobs(jobs)
+            # slurmdbd records a job a moment after sbatch accepted it: one submitted as the last step ended may not be
+            # in sacct yet. Asked again for ACCOUNTING_LAG_S at most; still missing, it is unaccounted for.
+            waited = time.monotonic() + ACCOUNTING_LAG_S
+            while set(jobs) - states.keys() and time.monotonic() < waited:
+                time.sleep(self.poll_s)
+                states = self.training_jobs(jobs)
         except (OSError, subprocess.SubprocessError) as error:
             states = {}  # every job then has no record: the training criterion fails, naming them
             self._log(campaign, "training.states", "failed", {"error": str(error)[-300:]})
         # Each requeue sacct accounted, at the end of the run it cut: the report's timeline (training_requeue: job id).
         self.store.add_samples(campaign.id, "training_requeue", sorted(
-            (at, float(job)) for job, record in states.items() for at, _ in record.requeues))
+            (at, float(job)) for job, record in states.items() for at, *_ in record.requeues))
         criteria = judge(self.spec, Measurements(
             campaign.started_at, ended, steps, samples, self.store.faults(campaign.id),
             self.store.alert_spans(campaign.id), self.store.failures(campaign.id), self.poll_s,
             next(((load.peak_per_s, load.bound_per_s) for load in self.loads
                   if isinstance(load, RateLoad) and load.name == "storage"), None),
             states,
-            next(((load.where, load.stale_s) for load in self.loads if isinstance(load, ControllerSampler)), None)))
+            next(((load.where, load.stale_s, load.pool) for load in self.loads
+                  if isinstance(load, ControllerSampler)), None)))
         failing = [c for c in criteria if not c.passed]
         verdict = FAILED if failing else PASSED
         reason = ("; ".join(f"{c.phase} {c.name}: {c.measured} (objective {c.objective})" for c in failing)

@@ -19,7 +19,7 @@ from rich.markup import escape
 from components.monitoring.alerts import lending_stale_s
 from components.scheduling.preemption import team_qos
 from components.site.acceptance import DrillKind, PeakSource
-from components.site.site import Site
+from components.site.site import Pool, Site
 from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import CampaignRefusedError, CampaignRunner, Load, terminated_as_exit
@@ -27,6 +27,7 @@ from runbooks.acceptance.faults import FaultError, Switches
 from runbooks.acceptance.lending import ControllerSampler, http_text
 from runbooks.acceptance.load import (
     Checkpoints,
+    FlexTraining,
     NodeTier,
     PrometheusSampler,
     QueueWaitSampler,
@@ -44,6 +45,7 @@ from runbooks.acceptance.targets import KEY_ENV, TargetsError, drill_targets, ho
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.failures import Ending, Endings, exit_on_failure
+from runbooks.flex.lending import flex_nodes
 from runbooks.options import ProjectDirOption, StackContext, StackOption
 from runbooks.stack import deploy
 from runbooks.stack.audit import AuditChainBrokenError, AuditKeyError, AuditLog, audit_key
@@ -140,10 +142,15 @@ def build(site: Site, context: StackContext, targets: dict[str, Any], environ: d
     job = TrainingJob.for_site(site, max(spec.scaled(3600), 10), directory, checkpoint)
     training = training_load(("sbatch",), {}, [PLATFORM_ACCOUNT], team_qos(site), job, GANG_NODES,
                              peak.training_jobs_per_h, spec.max_training_jobs)
+    # Preemptible training on every flex node throughout: what the lend at the shock's peak requeues (a site with no
+    # flex pool lends nothing, and its verdict's `training yields to inference` says so).
+    flex: list[Load] = [FlexTraining(("sbatch",), ("squeue",), {}, PLATFORM_ACCOUNT, site.slurm.flex_qos[0],
+                                     TrainingJob.for_site(site, job.seconds, directory, checkpoint, Pool.FLEX),
+                                     flex_nodes(site), spec.max_training_jobs)] if flex_nodes(site) else []
     # Each drill placed by its module (runbooks/acceptance/drills/), its probe reading these loads.
     scene = Scene(site, state_dir / "switches", inference, storage, tier, checkpoints)
     placed = drill_targets(spec.drills, read, kinds, scene)
-    loads: list[Load] = [inference, storage, training,
+    loads: list[Load] = [inference, storage, training, *flex,
                          PrometheusSampler("gpu_util_pct", site.rollout.prometheus_url,
                                            "avg(gpu:dcgm_gpu_util:max)"),
                          QueueWaitSampler(("squeue",), {}), _lending_controller(site)]
@@ -161,7 +168,7 @@ def _lending_controller(site: Site) -> ControllerSampler:
     lending = site.lending
     host = f"[{lending.metrics_address}]" if ":" in lending.metrics_address else lending.metrics_address
     url = f"http://{host}:{lending.metrics_port}/metrics"
-    return ControllerSampler(url, lending_stale_s(lending), http_text(url))
+    return ControllerSampler(url, lending_stale_s(lending), http_text(url), tuple(flex_nodes(site)))
 
 
 @app.command()

@@ -88,6 +88,9 @@ class ControllerSampler:
     stale_s: float
     """s after its last decision the controller counts as down (LendingControllerDown's threshold)."""
     read: Callable[[], str]
+    pool: tuple[str, ...] = ()
+    """The flex nodes it lends from (runbooks.flex.lending.flex_nodes): where a lend's requeue of training lands, which
+    the verdict's `training yields to inference` looks for in sacct."""
     every_s: float = 1.0
     clock: Callable[[], float] = time.time
     name: str = "lending"
@@ -116,3 +119,12 @@ class ControllerSampler:
         with self._lock:
             taken, self.samples = self.samples, {}
         return taken
+
+
+def rises(samples: dict[str, list[tuple[float, float]]], series: str) -> list[float]:
+    """When (time.time() of the look) a counter of the controller's rose, as the looks that got an answer saw it: 0
+    where the renderer did not show it yet (nothing counted since the controller started), and a drop is a restarted
+    controller counting from 0 again (a rise when it counted anything since)."""
+    counted = dict(samples.get(series, []))
+    points = [(at, counted.get(at, 0.0)) for at in sorted(at for at, _ in samples.get("lending_decision_age_s", []))]
+    return [at for (_, before), (at, value) in zip(points, points[1:], strict=False) if value > 0 and value != before]

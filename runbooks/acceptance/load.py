@@ -1,6 +1,7 @@
 """Load generators, each bounded in rate (the spec's max_*), in time (the step's end) and in concurrency (WORKERS), and
 stopped at once by an event: inference through the gateway, checkpoint writes to the hot tier and reads back, and a
-Slurm job mix under the given accounts (the platform's in production) and every training QoS (gang jobs included).
+Slurm job mix under the given accounts (the platform's in production) and every training QoS (gang jobs included), and
+preemptible training kept running on every flex node (FlexTraining: what a lend at the shock requeues).
 
 Each records samples the report plots: `<name>_latency_s` per request, `<name>_error` (1 or 0) per request,
 `<name>_skipped` per tick it could not issue, and at each run's start `<name>_asked_per_s` (the rate the step asked:
@@ -237,10 +238,12 @@ class TrainingJob:
     checkpoint_bytes: int
 
     @classmethod
-    def for_site(cls, site: Site, seconds: float, hot_dir: Path, checkpoint_bytes: int) -> "TrainingJob":
-        """On the site's first training partition, as many GPUs as every node of it has (so any node can run it)."""
+    def for_site(cls, site: Site, seconds: float, hot_dir: Path, checkpoint_bytes: int,
+                 pool: Pool = Pool.SLURM) -> "TrainingJob":
+        """On the site's first partition of the pool (the training pool's, or the flex pool's that a lend takes), as
+        many GPUs as every node of it has (so any node can run it)."""
         name, groups = next((name, groups) for name, groups in partitions(site).items()
-                            if all(g.pool == Pool.SLURM for g in groups))
+                            if all(g.pool == pool for g in groups))
         return cls(name, min(g.gpus_per_node for g in groups), seconds, hot_dir, checkpoint_bytes)
 
     def options(self) -> list[str]:
@@ -278,18 +281,98 @@ def training_load(sbatch: Sequence[str], env: Mapping[str, str], accounts: Seque
 
     def request(number: int) -> tuple[bool, dict[str, float]]:
         gang = ["--nodes", str(nodes_per_gang)] if number % 3 == 0 else ["--nodes", "1"]
-        account, level = accounts[number % len(accounts)], qos[number % len(qos)]
-        # No script file: sbatch(1) reads the script from standard input.
-        done = subprocess.run([*sbatch, "--parsable", "--requeue", f"--account={account}", f"--qos={level}", *gang,
-                               *job.options(), f"--job-name={TRAINING_JOB_NAMES}"], input=script,
-                              env={**os.environ, **env}, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
-                              check=False)
-        submitted = done.stdout.strip().split(";")[0]  # --parsable: `<id>` or `<id>;<cluster>`
-        ok = done.returncode == 0
-        # job_s: how long each job runs, what its GPUs are asked for (the verdict's GPU-seconds requested).
-        return ok, {"job": float(submitted), "job_s": job.seconds} if ok and submitted.isdigit() else {}
+        return _submit(sbatch, env, accounts[number % len(accounts)], qos[number % len(qos)], gang, job, script)
 
     return RateLoad("training", peak_per_h / 3600, math.inf, request, limit=bound_jobs)
+
+
+def _submit(sbatch: Sequence[str], env: Mapping[str, str], account: str, qos: str, nodes: Sequence[str],
+            job: TrainingJob, script: str) -> tuple[bool, dict[str, float]]:
+    """One sbatch of `job`: (accepted, the training load's samples `job` (its id) and `job_s`, when accepted)."""
+    # No script file: sbatch(1) reads the script from standard input.
+    done = subprocess.run([*sbatch, "--parsable", "--requeue", f"--account={account}", f"--qos={qos}", *nodes,
+                           *job.options(), f"--job-name={TRAINING_JOB_NAMES}"], input=script,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
+                          check=False)
+    submitted = done.stdout.strip().split(";")[0]  # --parsable: `<id>` or `<id>;<cluster>`
+    ok = done.returncode == 0
+    # job_s: how long each job runs, what its GPUs are asked for (the verdict's GPU-seconds requested).
+    return ok, {"job": float(submitted), "job_s": job.seconds} if ok and submitted.isdigit() else {}
+
+
+FLEX_IN_FLIGHT = 2
+"""Jobs of the flex load on each flex node at once: one running and the next waiting for it, so the node runs training
+again as soon as one ends (never idle, so a lend must take training from it)."""
+
+
+@dataclass
+class FlexTraining:
+    """Preemptible training on the flex pool, which a lend requeues: on each flex node FLEX_IN_FLIGHT jobs of `job` (on
+    the flex partition, pinned with --nodelist) pending or running at any time, under `account` and `qos`
+    (slurm.flex_qos, what the flex partitions admit), so every flex node runs training when inference peaks and the
+    lending controller takes one (production's flex nodes run such work until lent). Its jobs are the training load's
+    (`training_job`, `training_job_s`, `training_error`): the verdict asks sacct for them with the others, and finds a
+    lend's requeue there. Bounded: `limit` jobs over its life; it looks every `every_s` which of its jobs Slurm still
+    has (squeue)."""
+
+    sbatch: Sequence[str]
+    squeue: Sequence[str]
+    env: Mapping[str, str]
+    account: str
+    qos: str
+    job: TrainingJob
+    nodes: Sequence[str]
+    limit: int
+    every_s: float = 1.0
+    name: str = "flex_training"
+    placed: dict[str, list[str]] = field(default_factory=dict)
+    """Node -> the ids of the jobs submitted to it."""
+    samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, factor: float, until: float, stop: threading.Event) -> None:
+        script = self.job.script()
+        while not stop.is_set() and time.time() < until:
+            live = self._live()
+            for node in self.nodes:
+                if live is not None:  # squeue failed: the next look tries again
+                    self._keep(node, live, script, stop)
+            stop.wait(self.every_s)
+
+    def _keep(self, node: str, live: set[str], script: str, stop: threading.Event) -> None:
+        """Submits to `node` until FLEX_IN_FLIGHT of its jobs are live (or the limit, a stop or a refusal)."""
+        while (sum(job in live for job in self.placed.get(node, [])) < FLEX_IN_FLIGHT and not stop.is_set()
+               and sum(map(len, self.placed.values())) < self.limit):
+            at = time.time()
+            try:
+                ok, extra = _submit(self.sbatch, self.env, self.account, self.qos,
+                                    ["--nodes", "1", f"--nodelist={node}"], self.job, script)
+            except (OSError, subprocess.SubprocessError):
+                ok, extra = False, {}
+            with self._lock:
+                self.samples.setdefault("training_error", []).append((at, 0.0 if ok else 1.0))
+                for series, value in extra.items():
+                    self.samples.setdefault(f"training_{series}", []).append((at, value))
+            if not ok or "job" not in extra:
+                return  # refused: the verdict's `training jobs refused` says so; the next look tries again
+            job = str(int(extra["job"]))
+            self.placed.setdefault(node, []).append(job)
+            live.add(job)
+
+    def _live(self) -> set[str] | None:
+        """The ids of the training load's jobs Slurm has pending, running or completing; None when squeue fails."""
+        try:
+            done = subprocess.run([*self.squeue, "--noheader", "--name=" + TRAINING_JOB_NAMES, "--format=%i"],
+                                  env={**os.environ, **self.env}, capture_output=True, text=True,
+                                  timeout=REQUEST_TIMEOUT_S, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return set(done.stdout.split())
+
+    def drain(self) -> dict[str, list[tuple[float, float]]]:
+        with self._lock:
+            taken, self.samples = self.samples, {}
+        return taken
 
 
 LOST_STATES = ("BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT")
@@ -308,9 +391,9 @@ class JobRecord:
     whatever it asked."""
     requested_gpus: int = 0
     """GPUs it asked (ReqTRES gres/gpu, every node's together)."""
-    requeues: tuple[tuple[float, str], ...] = ()
-    """Each run that ended in a requeue (preempted, its node failed, requeued by hand): when it ended (time.time()) and
-    the state sacct gave it."""
+    requeues: tuple[tuple[float, str, str], ...] = ()
+    """Each run that ended in a requeue (preempted, its node failed, requeued by hand, stopped by a lend): when it ended
+    (time.time()), the state sacct gave it and the nodes it ran on (sacct's NodeList)."""
 
 
 def job_states(sacct: Sequence[str], env: Mapping[str, str]) -> Callable[[Sequence[str]], dict[str, JobRecord]]:
@@ -320,17 +403,19 @@ def job_states(sacct: Sequence[str], env: Mapping[str, str]) -> Callable[[Sequen
     def states(jobs: Sequence[str]) -> dict[str, JobRecord]:
         if not jobs:
             return {}
-        done = subprocess.run([*sacct, "-X", "-D", "-n", "-P", "--format=JobID,State,AllocTRES,ElapsedRaw,End,ReqTRES",
-                               "-j", ",".join(jobs)], env={**os.environ, **env}, capture_output=True, text=True,
-                              timeout=REQUEST_TIMEOUT_S, check=True)
+        done = subprocess.run([*sacct, "-X", "-D", "-n", "-P",
+                               "--format=JobID,State,AllocTRES,ElapsedRaw,End,ReqTRES,NodeList", "-j", ",".join(jobs)],
+                              env={**os.environ, **env}, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S,
+                              check=True)
         runs: dict[str, list[list[str]]] = {}
         for line in done.stdout.splitlines():
-            fields = (line.split("|") + [""] * 5)[:6]
+            fields = (line.split("|") + [""] * 6)[:7]
             if fields[0].strip() in jobs and fields[1].split():
                 runs.setdefault(fields[0].strip(), []).append(fields)
         return {job: JobRecord(
-            ran[-1][1].split()[0], sum(allocated_gpus(tres) * float(elapsed or 0) for _, _, tres, elapsed, _, _ in ran),
-            allocated_gpus(ran[-1][5]), tuple((_ended(end), state.split()[0]) for _, state, _, _, end, _ in ran[:-1]))
+            ran[-1][1].split()[0], sum(allocated_gpus(tres) * float(elapsed or 0) for _, _, tres, elapsed, *_ in ran),
+            allocated_gpus(ran[-1][5]),
+            tuple((_ended(end), state.split()[0], nodes) for _, state, _, _, end, _, nodes in ran[:-1]))
             for job, ran in runs.items()}
 
     return states

@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 
 from runbooks.acceptance.campaign import VERDICT_STEP  # noqa: E402
+from runbooks.acceptance.lending import rises  # noqa: E402
 from runbooks.acceptance.store import Campaign, CampaignStore  # noqa: E402
 from runbooks.acceptance.verdict import LOADS, Criterion  # noqa: E402
 
@@ -116,12 +117,8 @@ def _bucketed(points: list[tuple[float, float]], how: str, start: float) -> tupl
 
 def moves(samples: dict[str, list[tuple[float, float]]]) -> list[tuple[str, float, str]]:
     """(move, when its counter rose, colour) for each lend and reclaim the lending controller started, as the
-    campaign's looks saw its counters (a restarted controller's counters start from 0 again: no rise)."""
-    marks = []
-    for series, move, color in MOVES:
-        points = sorted(samples.get(series, []))
-        marks += [(move, at, color) for (_, before), (at, value) in zip(points, points[1:], strict=False)
-                  if value > before]
+    campaign's looks saw its counters (runbooks.acceptance.lending.rises)."""
+    marks = [(move, at, color) for series, move, color in MOVES for at in rises(samples, series)]
     return sorted(marks, key=lambda mark: mark[1])
 
 

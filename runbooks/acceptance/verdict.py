@@ -27,6 +27,9 @@ shock_factor x the peak; campaign: both).
   last decision never older than LendingControllerDown's threshold, never paused, at least one decision on demand
   data (not no-data), and, where it started a lend during the shock, a node lent to inference by the shock's end:
   the decisions, lends and reclaims are listed in its measured value;
+- training yields to inference (shock): the controller's lends counter rose at a look of the shock, a run of a
+  training job of the load ended in a requeue on one of its flex nodes within the shock (sacct's End and NodeList),
+  and the shock's inference criteria passed: inference won the peak while training gave way;
 - the drills' own verdicts, every failure with its SOP, and Alertmanager read at every look.
 
 Pure: the runbook hands in what its store holds (runbooks.acceptance.campaign).
@@ -39,7 +42,7 @@ from typing import Any
 
 from components.scheduling.lending_decision import Reason
 from components.site.acceptance import Acceptance
-from runbooks.acceptance.lending import DECISION_SERIES
+from runbooks.acceptance.lending import DECISION_SERIES, rises
 from runbooks.acceptance.load import LOST_STATES, WORKERS, JobRecord
 from runbooks.acceptance.store import FAILED, AlertSpan, Failure, FaultRecord
 
@@ -97,9 +100,10 @@ class Measurements:
     training_states: dict[str, JobRecord]
     """The training load's jobs (runbooks.acceptance.load `training_job` samples) by id: their sacct state and
     GPU-seconds at the verdict; a job Slurm has no record of is absent."""
-    lending: tuple[str, float] | None
-    """Where the lending controller's /metrics were read and after how many s without a decision it counts as down
-    (runbooks.acceptance.lending.ControllerSampler), or None: the campaign did not watch it."""
+    lending: tuple[str, float, tuple[str, ...]] | None
+    """Where the lending controller's /metrics were read, after how many s without a decision it counts as down, and
+    the flex nodes it lends from (runbooks.acceptance.lending.ControllerSampler), or None: the campaign did not watch
+    it."""
 
 
 def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
@@ -107,7 +111,8 @@ def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
     criteria = []
     faults = [(s, e) for _, s, e in windows]
     for phase, intervals in _phases(measured.steps).items():
-        criteria += _inference(spec, phase, intervals, measured.samples, faults)
+        served = _inference(spec, phase, intervals, measured.samples, faults)
+        criteria += served
         if phase != "campaign":
             criteria += [_delivery(load, phase, intervals, measured.samples) for load in LOADS]
         if phase == "shock":
@@ -115,6 +120,7 @@ def judge(spec: Acceptance, measured: Measurements) -> list[Criterion]:
             # drills, the partition among them cutting the very storage path (a soak with steady time is future work).
             criteria.append(_storage(phase, spec.shock_factor, intervals, measured, faults))
             criteria.append(_lending(intervals, measured))
+            criteria.append(_yielded(intervals, measured, served))
     criteria += _health(spec, measured, windows)
     criteria += _training(measured)
     criteria += _duration(spec, measured)
@@ -278,7 +284,7 @@ def _increase(points: list[tuple[float, float]]) -> float:
 def _lending(intervals: Intervals, measured: Measurements) -> Criterion:
     """Whether the controller decided through the shock, on data, and when it lent, whether a node reached inference.
     Counters are read from the last look before the shock (the drills' loads sample it too) to the shock's last."""
-    where, stale_s = measured.lending or ("nowhere", 0.0)
+    where, stale_s, _ = measured.lending or ("nowhere", 0.0, ())
     objective = (f"read at every look; its last decision at most {stale_s:g} s old (LendingControllerDown's "
                  "threshold); not paused; deciding on demand data; every lend started reaching inference")
     source = f"the lending controller's /metrics at {where}, read by the campaign every look of the shock"
@@ -323,6 +329,38 @@ def _lending(intervals: Intervals, measured: Measurements) -> Criterion:
                      f"{'; '.join(missed)} - {measured_value}" if missed else measured_value, objective, source)
 
 
+def _yielded(intervals: Intervals, measured: Measurements, served: Sequence[Criterion]) -> Criterion:
+    """Whether inference won the shock's peak: the lending controller lent a flex node during the shock, training
+    yielded it (a run of a training job of the load ended in a requeue on a flex node within the shock, as sacct
+    accounts it), and inference was served meanwhile (the shock's inference criteria met)."""
+    where, _, pool = measured.lending or ("nowhere", 0.0, ())
+    objective = ("a lend during the shock, a training job of the load requeued on a flex node within it, and the "
+                 "shock's inference criteria met")
+    source = (f"the lending controller's lends counter at {where}, read every look; sacct's runs of the training "
+              "load's jobs (End, NodeList) at the verdict; the shock's inference criteria")
+    if not intervals:
+        return Criterion("training yields to inference", "shock", False, "no shock ran", objective, source)
+    start, end = min(s for s, _ in intervals), max(e for _, e in intervals)
+    lent_at = next((at for at in rises(measured.samples, "lending_lends") if _within(at, intervals)), None)
+    jobs = {str(int(v)) for _, v in measured.samples.get("training_job", [])}
+    # sacct's End has whole seconds: a requeue the clock put up to CLOCK_SLACK_S before the shock's start counts.
+    yielded = sorted((at, job, nodes, state) for job, record in measured.training_states.items() if job in jobs
+                     for at, state, nodes in record.requeues
+                     if nodes in pool and start - CLOCK_SLACK_S <= at <= end + CLOCK_SLACK_S)
+    unserved = [f"{c.name} {c.measured}" for c in served if not c.passed]
+    missed = [why for why, failed in (
+        ("no lend during the shock", lent_at is None),
+        (f"no training job of the load requeued on a flex node ({', '.join(pool) or 'none known'}) during the shock",
+         not yielded),
+        (f"inference not served ({'; '.join(unserved)})", bool(unserved))) if failed]
+    shown = [f"lent at {lent_at - start:.1f} s into the shock" if lent_at is not None else "no lend"]
+    shown += [f"job {job} requeued on {nodes} at {at - start:.1f} s ({state})" for at, job, nodes, state in yielded[:3]]
+    shown.append("the shock's inference: " + "; ".join(f"{c.name} {c.measured}" for c in served))
+    value = ", ".join(shown[:-1]) + f"; {shown[-1]}"
+    return Criterion("training yields to inference", "shock", not missed,
+                     f"{'; '.join(missed)} - {value}" if missed else value, objective, source)
+
+
 def _training(measured: Measurements) -> list[Criterion]:
     refused = [v for _, v in measured.samples.get("training_error", [])]
     jobs = sorted({str(int(v)) for _, v in measured.samples.get("training_job", [])})
@@ -337,7 +375,7 @@ def _training(measured: Measurements) -> list[Criterion]:
     unknown = [j for j in jobs if j not in states]
     completed = [j for j in jobs if states.get(j) == "COMPLETED"]
     records = measured.training_states
-    requeues = sorted((at, j, state) for j in jobs if j in records for at, state in records[j].requeues)
+    requeues = sorted((at, j, state) for j in jobs if j in records for at, state, _ in records[j].requeues)
     # A job sacct has no record of is unaccounted for, as good as lost: a Slurm that cannot be asked proves nothing.
     # Requeues (a lend's preemption, a drill's node failure) are the expected reaction, listed here and on the report's
     # timeline; a requeued job still counts lost if its last run ended so.

@@ -45,6 +45,7 @@ APPLY_GUARDS = APPLY_STEPS[:3]
 REQUIRED_CRITERIA = ("soak soak duration", "shock shock duration", "campaign continuity",
                      "soak inference p95 latency", "shock inference p95 latency", "soak inference errors",
                      "shock inference errors", "shock storage p99 latency", "shock lending controller",
+                     "shock training yields to inference",
                      "shock inference load", "shock storage load", "shock training load",
                      "campaign training jobs refused", "campaign training jobs lost", "campaign training GPU-seconds")
 """Criteria (phase and name) a campaign's verdict must have judged, and passed, to count; with one per drill."""

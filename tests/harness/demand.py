@@ -10,7 +10,7 @@ day's mean (engines sized for the mean and some headroom).
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hosts.slurm_exporter import metrics_server
@@ -56,11 +56,30 @@ class Playback:
             return self.values[min(index, len(self.values) - 1)]
 
 
+@dataclass
+class ServedDemand:
+    """Demand from the rate the model servers are asked, for servers that queue nothing themselves (the test doubles
+    answer at once): the queue a pool sized for `sized_rps` would hold, by the recorded shock's rule (waiting_for, with
+    the rate over sized_rps for the rate over the day's mean), from the requests `served` saw over the last WINDOW_S.
+    At the campaign's peak nothing waits; at its 3x shock some 108 (27 a replica): the lending controller's peak."""
+
+    served: Sequence[Callable[[], Sequence[float]]]
+    """Each model server's request arrivals (time.monotonic())."""
+    sized_rps: float
+
+    WINDOW_S = 2.0
+
+    def now(self) -> float:
+        since = time.monotonic() - self.WINDOW_S
+        rate = sum(sum(1 for at in list(arrivals()) if at >= since) for arrivals in self.served) / self.WINDOW_S
+        return waiting_for(rate / self.sized_rps)
+
+
 STUCK_POD = "llm-gateway-litellm-migrations-x7k2p"
 """A gateway pod stuck Pending beside the engines: it requests no GPU, so no lent node helps it; it must not count."""
 
 
-def render(playback: Playback) -> str:
+def render(playback: Playback | ServedDemand) -> str:
     """vllm:num_requests_waiting per engine (the curve's total spread over REPLICAS), and kube-state-metrics' phase,
     labels (the allowlisted component label) and GPU requests of the engines and of STUCK_POD, with the labels the
     stack's scrape gives them (namespace inference), in the text format. (prometheus-client would escape the colon
@@ -88,7 +107,7 @@ def render(playback: Playback) -> str:
     return "\n".join(lines) + "\n"
 
 
-def serve_demand(playback: Playback) -> int:
+def serve_demand(playback: Playback | ServedDemand) -> int:
     """Serves the playback on 127.0.0.1 from a daemon thread; returns the port."""
     server = metrics_server(lambda: render(playback), "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

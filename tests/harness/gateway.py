@@ -15,9 +15,10 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 import urllib.error
 import urllib.request
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ COMPLETION = "one two three four five six"
 """The double's answer: these 6 words and its version, 7 completion tokens."""
 FAIL = "FAIL500"
 """A prompt holding this word makes the double answer HTTP 500."""
+SERVED_KEPT = 10_000
+"""Requests whose arrival a Backend remembers (a few minutes of a campaign test's load)."""
 
 
 class Backend(Served):
@@ -59,6 +62,8 @@ class Backend(Served):
         self.version = version
         self.authorizations: Counter[str] = Counter()
         """The Authorization header of each /v1 request, as received (None-keyed as "")."""
+        self.served: deque[float] = deque(maxlen=SERVED_KEPT)
+        """When (time.monotonic()) each of the last SERVED_KEPT requests came: the rate it serves."""
         backend = self
 
         class Handler(JsonHandler):
@@ -68,6 +73,7 @@ class Backend(Served):
             def do_POST(self) -> None:  # noqa: N802 (http.server's names)
                 authorization = self.headers.get("Authorization", "")
                 backend.authorizations[authorization] += 1
+                backend.served.append(time.monotonic())
                 if api_key is not None and self.path.startswith("/v1") and authorization != f"Bearer {api_key}":
                     self.read_body()
                     self.answer(401, {"error": "Unauthorized"})

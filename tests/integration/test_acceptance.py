@@ -16,9 +16,12 @@ The campaign runs first in a child process, killed (SIGKILL) while the partition
 switch reverts the partition at its deadline; the resumed campaign logs the fault it found and runs to its verdict.
 
 The lending controller runs throughout, as the service beside slurmctld does in production: the real `gpuctl flex
-control` against the loopback Slurm cluster, kubectl faked at its command line, reading demand through a real
-Prometheus from the flex tests' playback held at 0 requests waiting (the model server double answers at once: it
-queues nothing), so it decides on data and never sees a peak here; the campaign reads its /metrics.
+control` against the loopback Slurm cluster, kubectl faked at its command line (the flex label kept per node), reading
+demand through a real Prometheus. The model server doubles answer at once and queue nothing, so the demand served is
+the queue the rate they are asked would leave in a pool sized for the peak (tests/harness/demand.py ServedDemand):
+nothing waits under the drills' load, and at the shock's 3x the controller sees a peak and lends a flex node, whose
+preemptible training (the campaign's, on every flex node at each step's start) the lend requeues; the campaign reads
+its /metrics and the verdict finds the lend, the requeue on the flex node (sacct) and inference served in the shock.
 """
 
 import http.client
@@ -41,7 +44,7 @@ import pytest
 from components.monitoring.alerts import lending_stale_s
 from components.scheduling.preemption import team_qos
 from components.site.lending import Lending
-from components.site.site import Site
+from components.site.site import Pool, Site
 from components.site.wellknown import PLATFORM_ACCOUNT
 from runbooks.acceptance.alerts import firing_alerts
 from runbooks.acceptance.campaign import CampaignRunner, Load, Target
@@ -49,6 +52,7 @@ from runbooks.acceptance.faults import Fault, Switches, link_down, run_commands,
 from runbooks.acceptance.lending import ControllerSampler, UnreadableError, http_text, parse
 from runbooks.acceptance.load import (
     Checkpoints,
+    FlexTraining,
     PrometheusSampler,
     QueueWaitSampler,
     TrainingJob,
@@ -61,6 +65,7 @@ from runbooks.acceptance.probes import HotSwapProbe, NodeDaemonProbe, SlurmNodeP
 from runbooks.acceptance.report import write_report
 from runbooks.acceptance.store import PASSED, CampaignStore
 from runbooks.acceptance.verdict import Criterion, Measurements, judge
+from runbooks.flex.lending import flex_nodes
 from runbooks.stack.audit import AuditLog, audit_key
 from runbooks.stack.lock import StackLock
 from tests.builders import copy_project, prod_values, with_changes
@@ -68,7 +73,7 @@ from tests.builders import parse as parse_site
 from tests.harness import netns
 from tests.harness.alerting import ALERTMANAGER, AlertingWorld, scaled_rules
 from tests.harness.daemons import PROMETHEUS, PrometheusServer, free_ports, stop_all, wait_for
-from tests.harness.demand import Playback, serve_demand
+from tests.harness.demand import ServedDemand, serve_demand
 from tests.harness.figures import FIGURES
 from tests.harness.gateway import LITELLM, Backend, EngineService, plan_gateway, running_gateway
 from tests.harness.slurm_cluster import Cluster, slurm_marks
@@ -91,8 +96,12 @@ PINNED = "acceptance-pinned"
 """The job name of the long job pinned to node B, whose requeue the node failure causes."""
 SLURMD_TIMEOUT_S = 5
 """s the test cluster's slurmctld gives a silent slurmd before the node is DOWN (the prod default 300, about scaled)."""
+SHOCK_MINUTES = 25
+"""The shock, 15 s at the scale: the controller sees the peak some 3 s in (its 2 s window of arrivals, a 1 s scrape),
+lends after its peak_s and its next decision (2 s each), and the lend's requeue takes 3 s (tests/integration/
+test_flex.py): the lend must be done, and seen at a look, before the shock ends."""
 ACCEPTANCE: dict[str, Any] = {
-    "time_scale": SCALE, "soak_h": 1, "shock_minutes": 10, "peak_source": "declared", "checkpoint_gib": 1,
+    "time_scale": SCALE, "soak_h": 1, "shock_minutes": SHOCK_MINUTES, "peak_source": "declared", "checkpoint_gib": 1,
     "peak": {"training_jobs_per_h": 360, "inference_rps": 2, "storage_write_mib_s": 3},
     "drills": [
         {"kind": "network_partition", "sop": "network-partition", "alert": "DcgmExporterDown", "hold_s": 1500,
@@ -106,10 +115,11 @@ ACCEPTANCE: dict[str, Any] = {
         {"kind": "model_hot_swap", "sop": "model-hot-swap", "hold_s": 400, "detect_within_s": 400,
          "recover_within_s": 400, "revert_after_s": 1500},
     ]}
-"""The test site's campaign: this machine's peak (declared), a one-hour soak and a ten-minute shock, the drills'
+"""The test site's campaign: this machine's peak (declared), a one-hour soak and a SHOCK_MINUTES shock, the drills'
 alerts as this world raises them (node B's exporter is all of its daemons here)."""
-LENDING = {**SCALED, "interval_s": 2}
-"""The flex tests' lending settings in seconds, deciding every 2 s: down after 10 s without a decision."""
+LENDING = {**SCALED, "interval_s": 2, "peak_s": 1}
+"""The flex tests' lending settings in seconds, deciding every 2 s (down after 10 s without a decision), lending on a
+peak seen at two decisions."""
 
 pytestmark = [*slurm_marks(), pytest.mark.skipif(
     bool(netns.missing() or not PROMETHEUS or not ALERTMANAGER or not LITELLM.exists()),
@@ -201,6 +211,7 @@ def build(world: World, state: Path) -> tuple[CampaignRunner, CampaignStore, lis
     tier = NodeATier(world.ns_a, world.hot_tier)
     storage = storage_load(tier, CHUNK, spec.peak.storage_write_mib_s, spec.max_storage_write_mib_s,
                            checkpoints)
+    flex = flex_nodes(site)
     curl = ("curl", "-fsS", "-X", "PUT", "--data")
     slurm = {"SLURM_CONF": world.slurm_conf}
     targets = {
@@ -231,10 +242,15 @@ def build(world: World, state: Path) -> tuple[CampaignRunner, CampaignStore, lis
                                int(spec.checkpoint_gib * (1 << 30) * spec.time_scale))
     training = training_load(("sbatch", "--chdir=/tmp", "--output=/dev/null"), slurm,
                              [ACCOUNT], team_qos(site), job, 2, spec.peak.training_jobs_per_h, spec.max_training_jobs)
-    loads: list[Load] = [inference, storage, training, QueueWaitSampler(("squeue",), slurm),
+    # Preemptible training on both flex nodes throughout, as the production campaign runs it.
+    flex_training = FlexTraining(("sbatch", "--chdir=/tmp", "--output=/dev/null"), ("squeue",), slurm, ACCOUNT,
+                                 site.slurm.flex_qos[0], TrainingJob.for_site(
+                                     site, TRAINING_JOB_S, job.hot_dir, job.checkpoint_bytes, Pool.FLEX), flex,
+                                 spec.max_training_jobs)
+    loads: list[Load] = [inference, storage, training, flex_training, QueueWaitSampler(("squeue",), slurm),
                          PrometheusSampler("gpu_util_pct", world.prometheus, "avg(DCGM_FI_DEV_GPU_UTIL)"),
                          ControllerSampler(world.lending_metrics, lending_stale_s(Lending.model_validate(LENDING)),
-                                           http_text(world.lending_metrics))]
+                                           http_text(world.lending_metrics), tuple(flex))]
     runner = CampaignRunner(spec, store, AuditLog(state / "failures.jsonl", key),
                       AuditLog(rollout_state / "audit.jsonl", key), Switches(state / "switches"), REPO / "docs" / "sop",
                       lambda: firing_alerts(world.alertmanager), {d.kind: targets[d.kind] for d in spec.drills},
@@ -254,14 +270,27 @@ def agent(*hosts: str, listen: str, directory: Path, gpus: int, pid_file: Path |
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster) -> Iterator[World]:
+def model_servers() -> Iterator[tuple[Backend, Backend]]:
+    """The served model's two versions (the hot swap moves its Service from the first to the second); the lending
+    controller's demand counts what they serve."""
+    old, new = Backend("v1"), Backend("v2")
+    try:
+        yield old, new
+    finally:
+        old.stop()
+        new.stop()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster,
+          model_servers: tuple[Backend, Backend]) -> Iterator[World]:
     site = acceptance_site()
     root = tmp_path_factory.mktemp("acceptance")
     hot = cluster.stack.hot_root / cluster.site.storage.nfs_hot.servers[0] / ACCOUNT / "acceptance"
     hot.mkdir(parents=True, exist_ok=True)
     groups = [(g, [n.name for n in g.nodes]) for g in site.node_groups]
     node_a, node_b = groups[0][1][0], groups[0][1][1]
-    old, new = Backend("v1"), Backend("v2")
+    old, new = model_servers
     # The served model's Service as the plan renders it: the hot swap moves its endpoint (PUT /_endpoint).
     planned = plan_gateway(root / "plan")
     background: list[subprocess.Popen[bytes]] = []
@@ -309,8 +338,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, cluster: Cluster) -> Iterato
                 if process.poll() is None:
                     process.terminate()
                     process.wait(timeout=10)
-            for double in (service, old, new):
-                double.stop()
+            service.stop()
 
 
 def link_state(ns: str, link: str) -> str:
@@ -336,15 +364,28 @@ def acceptance_slurm(slurm: Cluster, world: World) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def lending_controller(acceptance_slurm: Cluster, tmp_path: Path) -> Iterator[str]:
+def lending_controller(acceptance_slurm: Cluster, model_servers: tuple[Backend, Backend], tmp_path: Path
+                       ) -> Iterator[str]:
     """`gpuctl flex control` running for the campaign, live, on the flex tests' world (kubectl faked at its command
-    line, demand played back through a real Prometheus at 0 waiting); its /metrics URL, once it has decided."""
-    for directory in ("demand", "flex-project", "bin"):
+    line, keeping each node's flex label as a file; demand through a real Prometheus from the rate the model servers
+    serve); its /metrics URL, once it has decided. The flex nodes go back to Slurm after."""
+    for directory in ("demand", "flex-project", "bin", "labels"):
         (tmp_path / directory).mkdir()
+    served = ServedDemand([lambda: model_servers[0].served, lambda: model_servers[1].served],
+                          acceptance_site().acceptance.peak.inference_rps)
     demand = PrometheusServer(tmp_path / "demand", [
-        {"job_name": "demand", "static_configs": [{"targets": [f"127.0.0.1:{serve_demand(Playback())}"]}]}])
+        {"job_name": "demand", "static_configs": [{"targets": [f"127.0.0.1:{serve_demand(served)}"]}]}])
     bin_dir = tmp_path / "bin"
-    (bin_dir / "kubectl").write_text("#!/bin/sh\nexit 0\n")  # labels nothing: no flex node is lent here
+    # `kubectl label node <node> <label>=true` / `<label>-` and `kubectl get nodes --selector ... --output name`, as
+    # runbooks/flex/lending.py calls them; every other call (uncordon, drain, patch) succeeds with no output.
+    (bin_dir / "kubectl").write_text(f"""#!/bin/sh
+labels={tmp_path / "labels"}
+case "$1 $2" in
+"label node") case "$4" in *=true) : > "$labels/$3" ;; *-) rm -f "$labels/$3" ;; esac ;;
+"get nodes") for lent in "$labels"/*; do [ -e "$lent" ] && echo "node/${{lent##*/}}"; done ;;
+esac
+exit 0
+""")
     (bin_dir / "kubectl").chmod(0o755)
     project = copy_project(tmp_path / "flex-project", lambda config: config["gpu-cluster:lending"].update(
                                {**LENDING, "prometheus_url": demand.url}))
@@ -371,6 +412,9 @@ def lending_controller(acceptance_slurm: Cluster, tmp_path: Path) -> Iterator[st
     finally:
         stop_all([controller])
         demand.stop()
+        # A node lent at the shock is not reclaimed before the campaign ends: Slurm's again for the next test.
+        for node in flex_nodes(acceptance_slurm.site):
+            acceptance_slurm.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
 
 
 def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_fault(
@@ -435,6 +479,11 @@ def test_should_pass_the_scaled_campaign_after_a_kill_mid_partition_leaving_no_f
     assert campaign.verdict == PASSED, json.dumps([campaign.reason, drills, [f.__dict__ for f in failures]], indent=1)
     lending = next(c for c in steps["verdict"][2]["criteria"] if c["name"] == "lending controller")
     assert lending["passed"] and "decisions: hold/" in lending["measured"], lending
+    # The shock's peak: the controller lent a flex node within it, the preemptible training there yielded (requeued,
+    # as sacct accounts it) and inference was served.
+    yielded = next(c for c in steps["verdict"][2]["criteria"] if c["name"] == "training yields to inference")
+    assert yielded["passed"] and any(f" requeued on {node} at " in yielded["measured"]
+                                     for node in flex_nodes(slurm.site)), yielded
     # The jobs ran on GPUs Slurm allocated through GRES, and wrote their dumps to the platform's hot share.
     gpu = next(c for c in steps["verdict"][2]["criteria"] if c["name"] == "training GPU-seconds")
     assert gpu["passed"], gpu

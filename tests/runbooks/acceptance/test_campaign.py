@@ -8,6 +8,7 @@ criterion."""
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import threading
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from components.scheduling.lending_decision import Owner
 from components.site.acceptance import Acceptance, DrillKind
 from runbooks.acceptance.alerts import AlertmanagerError, FiringAlert, sop_missing
 from runbooks.acceptance.campaign import (
@@ -113,13 +115,22 @@ class Slurm:
     """The training path as the load and the verdict see it: sbatch accepts every job (numbered as submitted), each
     asking 8 GPUs for the 10 s it runs; sacct says each completed on them, except the ones in `ended` (an empty state:
     sacct has no record of it), those in `no_gpu`, run without a GPU allocated, those in `short`, which ran 1 s, and
-    those in `requeued`, whose first run ended in that state as soon as it was submitted."""
+    those in `requeued`, whose first run ended in that state as soon as it was submitted (on node-01), and those a lend
+    stopped (`yielded`: the job running when the lend came, requeued then on the flex node lent)."""
 
     ended: dict[str, str] = field(default_factory=dict)
     no_gpu: set[str] = field(default_factory=set)
     short: set[str] = field(default_factory=set)
     requeued: dict[str, str] = field(default_factory=dict)
     submitted: dict[str, float] = field(default_factory=dict)
+    yielded: dict[str, tuple[float, str]] = field(default_factory=dict)
+    on_flex: bool = True
+
+    def lent(self, at: float, node: str) -> None:
+        """A lend took `node` at `at`: the last job submitted was running there (unless none runs `on_flex`), and is
+        requeued."""
+        if self.submitted and self.on_flex:
+            self.yielded[max(self.submitted, key=self.submitted.__getitem__)] = (at, node)
 
     def sbatch(self, number: int) -> tuple[bool, dict[str, float]]:
         self.submitted[str(number)] = time.time()
@@ -127,27 +138,52 @@ class Slurm:
 
     def sacct(self, jobs: Sequence[str]) -> dict[str, JobRecord]:
         return {job: JobRecord(state, 0 if job in self.no_gpu else 8 * (1.0 if job in self.short else 10.0), 8,
-                               ((self.submitted[job], self.requeued[job]),) if job in self.requeued else ())
+                               (((self.submitted[job], self.requeued[job], "node-01"),) if job in self.requeued else ())
+                               + (((self.yielded[job][0], "REQUEUED", self.yielded[job][1]),)
+                                  if job in self.yielded else ()))
                 for job in jobs if (state := self.ended.get(job, "COMPLETED"))}
 
     def load(self) -> RateLoad:
         return RateLoad("training", 20, 1000, self.sbatch)
 
 
+FLEX_NODE = "flex-01"
+PEAK_FACTOR = 1.5
+"""Inference asked this many times its peak or more is the fake controller's peak: the shock's, never the soak's."""
+
+
 @dataclass
 class LendingController:
     """The lending controller as its /metrics show it (the real renderer, runbooks/flex/metrics.py): a decision at each
-    read, on steady demand, unless `down` (no answer) or hung (its last decision an hour old and staying there)."""
+    read, on the demand `asked` gives (the rate the inference load was last asked, over its peak): at PEAK_FACTOR or
+    more it lends FLEX_NODE (telling `lent` when), under it it takes the node back; unless `down` (no answer), hung (its
+    last decision an hour old and staying there), `paused` (it decides and moves nothing) or `blind` (its demand never
+    peaks)."""
 
     metrics: Metrics = field(default_factory=Metrics)
     down: bool = False
     hung: bool = False
+    paused: bool = False
+    blind: bool = False
+    asked: Callable[[], float] = lambda: 1.0
+    lent: Callable[[float, str], None] = lambda at, node: None
+    lending: bool = False
 
     def read(self) -> str:
         if self.down:
             raise UnreadableError("http://127.0.0.1:1/metrics: connection refused")
         if not self.hung:
-            self.metrics.decisions[("hold", "steady")] += 1
+            peak = not self.blind and self.asked() >= PEAK_FACTOR
+            move = peak != self.lending and not self.paused
+            self.metrics.decisions[("lend" if peak else "hold", "peak" if peak else "steady")] += 1
+            if move:
+                self.lending = peak
+                self.metrics.moves["lend" if peak else "reclaim"] += 1
+                self.metrics.nodes[Owner.LENT] = int(peak)
+                if peak:
+                    self.metrics.observe_lend(0.01)
+                    self.lent(time.time(), FLEX_NODE)
+            self.metrics.paused = self.paused
             self.metrics.last_decision = time.time()
         return self.metrics.render()
 
@@ -155,7 +191,7 @@ class LendingController:
         self.hung, self.metrics.last_decision = True, time.time() - 3600
 
     def sampler(self) -> ControllerSampler:
-        return ControllerSampler("the test's controller", 0.5, self.read, every_s=0.01)
+        return ControllerSampler("the test's controller", 0.5, self.read, (FLEX_NODE,), every_s=0.01)
 
 
 @dataclass
@@ -178,11 +214,16 @@ class World:
         targets = {kind: Target(Fault(kind.value, f"marker {probe.marker.name}", (("touch", str(probe.marker)),),
                                       (("rm", "-f", str(probe.marker)),)), probe)
                    for kind, probe in self.probes.items()}
+        loads = [self.gateway.load(), self.hot_tier.load("storage"), self.slurm.load(),
+                 self.lending.sampler()] if loads is None else loads
+        inference = next((load for load in loads if isinstance(load, RateLoad) and load.name == "inference"), None)
+        # The controller's demand: the rate the inference load was last asked, over its peak (the shock's 3x).
+        self.lending.asked = lambda: max(inference.recent("asked_per_s", 0), default=0) / inference.peak_per_s \
+            if inference is not None else 0.0
+        self.lending.lent = self.slurm.lent
         runner = CampaignRunner(spec, store, AuditLog(self.tmp / "state" / "failures.jsonl", KEY),
                           AuditLog(self.tmp / "rollout" / "audit.jsonl", KEY), Switches(self.tmp / "state" / "sw"),
-                          sop_dir, firing or (lambda: list(self.alerts)), targets,
-                          [self.gateway.load(), self.hot_tier.load("storage"), self.slurm.load(),
-                           self.lending.sampler()] if loads is None else loads,
+                          sop_dir, firing or (lambda: list(self.alerts)), targets, loads,
                           StackLock(self.tmp / "state" / "lock", "gpuctl acceptance"), self.slurm.sacct, poll_s=0.02)
         return runner, store
 
@@ -350,7 +391,8 @@ def test_should_fail_inference_when_the_load_generator_does_nothing(world: World
     assert failing(store, campaign.id) == [
         *(f"soak {name}" for name in INFERENCE), *(f"soak {load} load" for load in LOADS),
         *(f"shock {name}" for name in INFERENCE), *(f"shock {load} load" for load in LOADS),
-        "shock storage p99 latency", "shock lending controller", *(f"campaign {name}" for name in INFERENCE),
+        "shock storage p99 latency", "shock lending controller", "shock training yields to inference",
+        *(f"campaign {name}" for name in INFERENCE),
         "campaign training jobs refused", "campaign training jobs lost", "campaign training GPU-seconds"]
     assert "no request measured" in (campaign.reason or "") and "no job submitted" in (campaign.reason or "")
     assert "shock storage load: never ran (no load)" in (campaign.reason or "")
@@ -435,11 +477,13 @@ def test_should_count_requeues_from_sacct_and_put_them_on_the_timeline(world: Wo
     campaign = runner.run("sha256:deployed", "canary")
     assert campaign.verdict == PASSED, campaign.reason
     lost = next(c for c in store.steps(campaign.id)["verdict"][2]["criteria"] if c["name"] == "training jobs lost")
-    assert lost["measured"].endswith("; 2 requeues (1 PREEMPTED, 3 NODE_FAIL)")
+    # And the job the shock's lend requeued on the flex node.
+    (lent,) = world.slurm.yielded
+    assert lost["measured"].endswith(f"; 3 requeues (1 PREEMPTED, 3 NODE_FAIL, {lent} REQUEUED)")
     timeline = write_report(store, campaign, tmp_path / "report").read_text().split(
         "## Training requeues (sacct)\n\n")[1].split("\n\n")[0].splitlines()
     # Job 1 was the first the first drill's load submitted; job 3 followed within the same step.
-    assert [line.split(" requeued at ")[0] for line in timeline] == ["- job 1", "- job 3"]
+    assert [line.split(" requeued at ")[0] for line in timeline] == ["- job 1", "- job 3", f"- job {lent}"]
     assert timeline[0].endswith(" s (drill:network_partition)")
 
 
@@ -447,9 +491,12 @@ def test_should_fail_the_error_budget_when_every_inference_request_fails(world: 
     world.gateway.fails = True
     runner, store = world.runner()
     campaign = runner.run("sha256:deployed", "canary")
+    # The lend came, training yielded, but inference was not served: inference did not win the peak.
     assert failing(store, campaign.id) == ["soak inference errors", "shock inference errors",
-                                           "campaign inference errors"]
+                                           "shock training yields to inference", "campaign inference errors"]
     assert "100.00 % of" in (campaign.reason or "") and world.rollout_records() == []
+    assert "shock training yields to inference: inference not served (inference errors 100.00 % of " \
+        in (campaign.reason or "")
 
 
 def test_should_fail_the_p95_when_every_inference_request_takes_30_s(world: World) -> None:
@@ -457,7 +504,7 @@ def test_should_fail_the_p95_when_every_inference_request_takes_30_s(world: Worl
     runner, store = world.runner()
     campaign = runner.run("sha256:deployed", "canary")
     assert failing(store, campaign.id) == ["soak inference p95 latency", "shock inference p95 latency",
-                                           "campaign inference p95 latency"]
+                                           "shock training yields to inference", "campaign inference p95 latency"]
     assert "objective p95 <= 2000 ms (inference_p95_ms)" in (campaign.reason or "")
 
 
@@ -508,9 +555,54 @@ def test_should_fail_the_lending_controller_when_it_does_not_decide_through_the_
     break_it(world.lending)
     runner, store = world.runner()
     campaign = runner.run("sha256:deployed", "canary")
-    assert failing(store, campaign.id) == ["shock lending controller"], campaign.reason
+    # Not deciding, it lends nothing: inference does not win the peak either.
+    assert failing(store, campaign.id) == ["shock lending controller", "shock training yields to inference"], \
+        campaign.reason
     assert why in (campaign.reason or "") and "LendingControllerDown's threshold" in (campaign.reason or "")
     assert world.rollout_records() == []
+
+
+@pytest.mark.parametrize(("break_it", "failed"), [
+    pytest.param(lambda w: setattr(w.lending, "blind", True), ["shock training yields to inference"],
+                 id="should fail when the demand never peaks"),
+    pytest.param(lambda w: setattr(w.lending, "paused", True),
+                 ["shock lending controller", "shock training yields to inference"],
+                 id="should fail when the controller is paused"),
+])
+def test_should_fail_training_yields_when_no_lend_takes_a_flex_node_in_the_shock(
+        world: World, break_it: Callable[[World], None], failed: list[str]) -> None:
+    break_it(world)
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == failed, campaign.reason
+    assert "shock training yields to inference: no lend during the shock; no training job of the load requeued on a " \
+           "flex node (flex-01) during the shock - no lend; the shock's inference: inference p95 latency " \
+        in (campaign.reason or "")
+    assert world.rollout_records() == []
+
+
+def test_should_fail_training_yields_when_the_lend_requeues_no_training(world: World) -> None:
+    world.slurm.on_flex = False  # nothing of the load ran on the node lent
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
+    assert failing(store, campaign.id) == ["shock training yields to inference"], campaign.reason
+    assert "no training job of the load requeued on a flex node (flex-01) during the shock - lent at " \
+        in (campaign.reason or "")
+
+
+def test_should_show_the_lend_and_the_yield_in_the_verdict_and_on_the_timeline(world: World, tmp_path: Path) -> None:
+    runner, store = world.runner()
+    campaign = runner.run("sha256:deployed", "canary")
+    assert campaign.verdict == PASSED, campaign.reason
+    criterion = next(c for c in store.steps(campaign.id)["verdict"][2]["criteria"]
+                     if c["name"] == "training yields to inference")
+    (job,) = world.slurm.yielded  # the one lend, at the shock
+    assert re.fullmatch(rf"lent at [\d.]+ s into the shock, job {job} requeued on flex-01 at [\d.]+ s \(REQUEUED\); "
+                        r"the shock's inference: inference p95 latency .*; inference errors 0\.00 % .*",
+                        criterion["measured"])
+    report = write_report(store, campaign, tmp_path / "report").read_text()
+    assert re.search(r"- lend at [\d.]+ s \(shock\)", report) and re.search(
+        rf"- job {job} requeued at [\d.]+ s \(shock\)", report), report
 
 
 # --- a drill reverts on interrupt, before the command exits ---------------------------------------------------------

@@ -40,7 +40,7 @@ class Controller:
         measured = Measurements(
             started_at=0.0, ended_at=SHOCK[1], steps={"shock": (*SHOCK, {"ran_s": SHOCK[1] - SHOCK[0]})},
             samples=self.sampler.drain(), faults=[], alerts=[], failures=[], poll_s=1.0, storage_rate=None,
-            training_states={}, lending=(self.sampler.where, self.sampler.stale_s))
+            training_states={}, lending=(self.sampler.where, self.sampler.stale_s, ()))
         return next(c for c in judge(SPEC, measured) if c.name == "lending controller")
 
 

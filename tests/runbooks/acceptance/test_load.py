@@ -1,12 +1,23 @@
 import os
 import subprocess
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from runbooks.acceptance.load import MIB, NodeTier, TrainingJob, allocated_gpus, job_states
+from components.site.site import Pool
+from runbooks.acceptance.load import (
+    FLEX_IN_FLIGHT,
+    MIB,
+    FlexTraining,
+    NodeTier,
+    TrainingJob,
+    allocated_gpus,
+    job_states,
+)
+from runbooks.flex.lending import flex_nodes
 from tests.builders import parse, prod_values
 
 
@@ -21,6 +32,43 @@ def test_should_request_the_training_partitions_gpus_through_gres() -> None:
     group = next(g for g in site.node_groups if g.pool.value == "slurm")
     assert job.options() == [f"--partition={job.partition}", f"--gres=gpu:{group.gpus_per_node}", "--time=3"]
     assert job.partition.endswith("-train")
+
+
+def test_should_keep_each_flex_node_running_preemptible_training_and_the_next_job_waiting(tmp_path: Path) -> None:
+    """sbatch and squeue stand-ins: sbatch numbers each job, logs its options and adds it to `live`, the ids squeue
+    lists (a job ends when the test takes it out)."""
+    site = parse(prod_values())
+    nodes = flex_nodes(site)
+    job = TrainingJob.for_site(site, 90, Path("/mnt/hot/nfs-a/platform/acceptance"), MIB, Pool.FLEX)
+    counter, calls, live = tmp_path / "counter", tmp_path / "calls", tmp_path / "live"
+    counter.write_text("0")
+    live.write_text("")
+    sbatch = ("sh", "-c", 'n=$(( $(cat "$0") + 1 )); echo "$n" > "$0"; echo "$n" >> "$1"; echo "$*" >> "$2"; echo "$n"',
+              str(counter), str(live), str(calls))
+    load = FlexTraining(sbatch, ("sh", "-c", 'cat "$0"', str(live)), {}, "platform", "train_preemptible", job, nodes,
+                        limit=3 * len(nodes), every_s=0.05)
+
+    def run(seconds: float) -> dict[str, list[tuple[float, float]]]:
+        load.run(1.0, time.time() + seconds, threading.Event())
+        return load.drain()
+
+    # Each look submits until every node has its two, then nothing more while they live.
+    first = run(0.3)
+    assert {n: len(ids) for n, ids in load.placed.items()} == dict.fromkeys(nodes, FLEX_IN_FLIGHT)
+    assert [v for _, v in first["training_error"]] == [0.0] * FLEX_IN_FLIGHT * len(nodes)
+    options = calls.read_text().splitlines()
+    assert all("--qos=train_preemptible" in line and f"--partition={job.partition}" in line for line in options)
+    assert [line.split("--nodelist=")[1].split()[0] for line in options] == [
+        n for n in nodes for _ in range(FLEX_IN_FLIGHT)]
+    # The first node's running job ended: one more for it, and then the limit holds.
+    live.write_text("\n".join(str(n) for n in range(2, 2 * len(nodes) + 1)) + "\n")
+    second = run(0.3)
+    assert [v for _, v in second["training_job"]] == [2 * len(nodes) + 1.0] and load.placed[nodes[0]][-1] == str(
+        2 * len(nodes) + 1)
+    live.write_text("")
+    run(0.3)
+    assert sum(map(len, load.placed.values())) == 3 * len(nodes)
+    assert job.partition.endswith("-flex")
 
 
 def test_should_write_the_checkpoint_burn_until_its_end_and_exit_0(tmp_path: Path) -> None:
@@ -52,17 +100,18 @@ def test_should_count_only_the_gpus_slurm_allocated() -> None:
 
 
 def test_should_read_gpu_seconds_and_requeues_from_sacct_allocation_records(tmp_path: Path) -> None:
-    # sacct -X -D: job 15's first run was preempted and requeued; its runs' GPU-seconds add up.
+    # sacct -X -D: job 15's first run was preempted on flex-09 and requeued; its runs' GPU-seconds add up.
     answer = tmp_path / "sacct.out"
-    answer.write_text("12|COMPLETED|cpu=2,gres/gpu=8,node=1|10|2026-12-03T18:00:10|cpu=2,gres/gpu=8,node=1\n"
-                      "13|CANCELLED by 0|cpu=2,node=1|30|2026-12-03T18:00:30|cpu=2,gres/gpu=8,node=1\n"
-                      "14|PENDING||0|Unknown|gres/gpu=16,node=2\n"
-                      "15|PREEMPTED|gres/gpu=8,node=1|4|2026-12-03T18:00:04|gres/gpu=8,node=1\n"
-                      "15|COMPLETED|gres/gpu=8,node=1|10|2026-12-03T18:02:14|gres/gpu=8,node=1\n")
+    answer.write_text("12|COMPLETED|cpu=2,gres/gpu=8,node=1|10|2026-12-03T18:00:10|cpu=2,gres/gpu=8,node=1|gpu-01\n"
+                      "13|CANCELLED by 0|cpu=2,node=1|30|2026-12-03T18:00:30|cpu=2,gres/gpu=8,node=1|gpu-02\n"
+                      "14|PENDING||0|Unknown|gres/gpu=16,node=2|None assigned\n"
+                      "15|PREEMPTED|gres/gpu=8,node=1|4|2026-12-03T18:00:04|gres/gpu=8,node=1|flex-09\n"
+                      "15|COMPLETED|gres/gpu=8,node=1|10|2026-12-03T18:02:14|gres/gpu=8,node=1|gpu-01\n")
     states = job_states(("sh", "-c", 'cat "$0"', str(answer)), {})(["12", "13", "14", "15"])
     assert {j: (r.state, r.gpu_s, r.requested_gpus, r.requeues) for j, r in states.items()} == {
         "12": ("COMPLETED", 80.0, 8, ()), "13": ("CANCELLED", 0.0, 8, ()), "14": ("PENDING", 0.0, 16, ()),
-        "15": ("COMPLETED", 112.0, 8, ((datetime.fromisoformat("2026-12-03T18:00:04").timestamp(), "PREEMPTED"),))}
+        "15": ("COMPLETED", 112.0, 8, ((datetime.fromisoformat("2026-12-03T18:00:04").timestamp(), "PREEMPTED",
+                                                       "flex-09"),))}
 
 
 def test_should_write_each_chunk_fsynced_on_the_node_and_read_it_back(tmp_path: Path) -> None:

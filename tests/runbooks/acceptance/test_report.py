@@ -16,10 +16,13 @@ def test_should_show_each_lend_and_reclaim_in_the_step_it_fell_in(tmp_path: Path
                              ("soak", 1020.0, 1030.0)):
         store.step_started(campaign.id, step, begin)
         store.step_finished(campaign.id, step, end, {"ran_s": end - begin})
-    # Looks every 2 s: a lend in the shock (a node lent by the next look), the controller restarted in the soak, then a
-    # reclaim.
-    store.add_samples(campaign.id, "lending_lends", [(1008.0, 0), (1012.0, 1), (1014.0, 1), (1022.0, 0), (1024.0, 0)])
-    store.add_samples(campaign.id, "lending_reclaims", [(1022.0, 0), (1026.0, 1)])
+    # Looks every 2 s, each answered: a lend in the shock (a node lent by the next look), the controller restarted in
+    # the soak, then a reclaim. The renderer shows a move counter first when it counts its first move: the lend's
+    # shows at 1012, the restarted controller's at 1022, at 0 (its reclaim counter too, until it reclaims).
+    looks = (1008.0, 1012.0, 1014.0, 1022.0, 1024.0, 1026.0)
+    store.add_samples(campaign.id, "lending_decision_age_s", [(at, 1.0) for at in looks])
+    store.add_samples(campaign.id, "lending_lends", [(1012.0, 1), (1014.0, 1), (1022.0, 0), (1024.0, 0)])
+    store.add_samples(campaign.id, "lending_reclaims", [(1026.0, 1)])
     store.add_samples(campaign.id, "lending_nodes_lent", [(1012.0, 0), (1014.0, 1), (1024.0, 1), (1026.0, 0)])
     report = write_report(store, campaign, tmp_path / "report")
     text = report.read_text()
