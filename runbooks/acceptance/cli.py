@@ -127,13 +127,13 @@ def build(site: Site, context: StackContext, targets: dict[str, Any], environ: d
             found = measured_peak(site.rollout.prometheus_url, spec.peak_window_days, spec.peak)
         if found is not None:
             peak, source = found, f"prometheus, {spec.peak_window_days} days"
-    checkpoints = Checkpoints()
     # Written and read back on the node the storage-jitter drill delays, through its mount of the hot tier: the jitter
     # is on the measured path (from this host it never was).
     jitter = kinds[DrillKind.STORAGE_JITTER].node(read[DrillKind.STORAGE_JITTER])
     tier = NodeTier.shell(ssh_to(site, jitter or ""), directory)
     checkpoint = max(int(spec.checkpoint_gib * (1 << 30) * spec.time_scale), MIB)
     chunk = min(checkpoint, MAX_CHUNK)
+    checkpoints = Checkpoints(window=-(-checkpoint // chunk))  # the tier keeps one dump's chunks, as a run its newest
     inference = inference_load(str(loads_at.get("gateway_url")), key, str(loads_at.get("model")), peak.inference_rps,
                                spec.max_inference_rps)
     storage = storage_load(tier, chunk, peak.storage_write_mib_s, spec.max_storage_write_mib_s, checkpoints)

@@ -44,8 +44,8 @@ class NodeDaemonProbe:
 
 @dataclass
 class StorageJitterProbe:
-    """Writes to the hot tier slower than the injected delay while it holds, faster after; every checkpoint written
-    during the campaign reads back with its sha256."""
+    """Writes to the hot tier slower than the injected delay while it holds, faster after; every checkpoint chunk the
+    storage load wrote during the campaign read back with its sha256 (each verified once, runbooks.acceptance.load)."""
 
     load: RateLoad
     delay_s: float
@@ -63,10 +63,10 @@ class StorageJitterProbe:
         return bool(latest) and all(latency <= self.delay_s for latency in latest)
 
     def reactions(self) -> list[Reaction]:
-        count, bad = intact(self.tier, self.checkpoints)
+        count, bad, names = intact(self.tier, self.checkpoints)
         return [Reaction("checkpoints intact", count > 0 and not bad,
-                         f"{count - len(bad)} of {count} checkpoints read back with their sha256"
-                         + (f"; damaged or gone: {', '.join(bad[:5])}" if bad else ""))]
+                         f"{count - bad} of {count} checkpoints read back with their sha256"
+                         + (f"; damaged or gone: {', '.join(names[:5])}" if bad else ""))]
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """A GPU node's daemons as the campaign sees them, one process: a dcgm-exporter's GPU series on /metrics (what
-DcgmExporterDown and GpuMissing read) and the node's storage path, PUT/GET /hot/<name> (a checkpoint written to the
-hot tier, read back as the NVMe cache would). Standard library only: it runs inside a network namespace the test
-made (tests/harness/netns.py), started with `ip netns exec`. With no HOSTNAME it serves the storage path alone: the hot
-tier's server side, which a node's checkpoint writes reach over its link.
+DcgmExporterDown and GpuMissing read) and the node's storage path, PUT/GET/DELETE /hot/<name> (a checkpoint written to
+the hot tier, read back as the NVMe cache would, deleted once the storage load keeps newer ones). Standard library only:
+it runs inside a network namespace the test made (tests/harness/netns.py), started with `ip netns exec`. With no
+HOSTNAME it serves the storage path alone: the hot tier's server side, which a node's checkpoint writes reach over its
+link.
 
     node_agent.py --listen 10.251.7.2:9400 --directory DIR --gpus 8 --model NAME HOSTNAME...
 """
@@ -68,6 +69,14 @@ def main() -> None:
             body = self.rfile.read(size)
             (args.directory / found.group(1)).write_bytes(body)
             self._answer(201, hashlib.sha256(body).hexdigest().encode())
+
+        def do_DELETE(self) -> None:  # noqa: N802 (http.server's names)
+            found = NAME.match(self.path)
+            if not found:
+                self._answer(400, b"")
+                return
+            (args.directory / found.group(1)).unlink(missing_ok=True)
+            self._answer(200, b"")
 
     host, port = args.listen.rsplit(":", 1)
     ThreadingHTTPServer((host, int(port)), Handler).serve_forever()

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -188,7 +188,9 @@ class NodeATier:
             raise OSError(f"{method} {self.url}/{name}: HTTP {answer.status}")
         return body
 
-    def put(self, name: str, data: bytes) -> None:
+    def put(self, name: str, data: bytes, drop: Sequence[str] = ()) -> None:
+        for old in drop:
+            self._exchange("DELETE", old, None)
         self._exchange("PUT", name, data)
 
     def get(self, name: str) -> bytes:
