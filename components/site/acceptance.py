@@ -7,6 +7,7 @@ duration is multiplied by `time_scale`: 1 is the real 168 h campaign, the tests 
 thousandths of it. The defaults are named here, the one place the acceptance numbers live.
 """
 
+from collections import Counter
 from enum import StrEnum
 from typing import Annotated, Final, Self
 
@@ -190,3 +191,15 @@ class Acceptance(Spec):
     def scaled(self, seconds: float) -> float:
         """A campaign duration in seconds as this campaign runs it."""
         return seconds * self.time_scale
+
+    def named_drills(self) -> list[tuple[str, Drill]]:
+        """Each drill with its name, in the order they run: its kind, or `<kind>#<n>` (the n-th of them) for a kind
+        drilled more than once. The campaign's step (`drill:<name>`), its criterion, its fault records and the rollout
+        gate's holds carry it, so two drills of one kind run and are judged each on its own."""
+        counts = Counter(d.kind for d in self.drills)
+        seen: Counter[str] = Counter()
+        named = []
+        for drill in self.drills:
+            seen[drill.kind] += 1
+            named.append((drill.kind if counts[drill.kind] == 1 else f"{drill.kind}#{seen[drill.kind]}", drill))
+        return named

@@ -1,6 +1,6 @@
 """The acceptance campaign as named, recorded steps: the drills under the peak load, the shock, the rest of the soak.
 
-run:  revert_left, peak, drill:<kind> ..., shock, soak, verdict        -> passed | failed
+run:  revert_left, peak, drill:<name> ..., shock, soak, verdict        -> passed | failed
 
 The lending controller is not the campaign's to run: in production it is the service beside slurmctld, and among the
 loads a ControllerSampler (runbooks.acceptance.lending) reads its /metrics at every look, so the verdict judges
@@ -142,11 +142,11 @@ class CampaignRunner:
         if missing:
             raise CampaignRefusedError("; ".join(missing))
         scale = self.spec.scaled
-        steps = [(f"drill:{d.kind}", scale(d.hold_s + d.recover_within_s),
+        steps = [(f"drill:{name}", scale(d.hold_s + d.recover_within_s),
                   f"{d.kind} on {self.targets[d.kind].fault.where}: "
                   f"{'alert ' + d.alert if d.alert else 'measured'} within {scale(d.detect_within_s):g} s, recovery "
                   f"within {scale(d.recover_within_s):g} s, reverted by the node at {scale(d.revert_after_s):g} s; "
-                  f"SOP docs/sop/{d.sop}.md") for d in self.spec.drills]
+                  f"SOP docs/sop/{d.sop}.md") for name, d in self.spec.named_drills()]
         shock = scale(self.spec.shock_minutes * 60)
         steps.append(("shock", shock, f"every load at {self.spec.shock_factor:g}x the peak"))
         steps.append(("soak", max(scale(self.spec.soak_h * 3600) - shock - sum(s[1] for s in steps[:-1]), 0),
@@ -180,7 +180,7 @@ class CampaignRunner:
             self._log(campaign, "campaign.resume", "resumed", {"after_s": round(self.clock() - campaign.started_at, 1)})
         self._revert_left(campaign)
         steps: list[tuple[str, Callable[[Campaign], dict[str, Any]]]] = [("peak", self._peak)]
-        steps += [(f"drill:{d.kind}", self._drill_step(d)) for d in self.spec.drills]
+        steps += [(f"drill:{name}", self._drill_step(name, d)) for name, d in self.spec.named_drills()]
         steps += [("shock", self._shock), ("soak", self._soak)]
         with self._watching(campaign):
             for name, run in steps:
@@ -236,10 +236,11 @@ class CampaignRunner:
         peak, source = self.peak
         return {"source": source, **peak.model_dump()}
 
-    def _drill_step(self, drill: Drill) -> Callable[[Campaign], dict[str, Any]]:
-        return lambda campaign: self._drill(campaign, drill)
+    def _drill_step(self, name: str, drill: Drill) -> Callable[[Campaign], dict[str, Any]]:
+        return lambda campaign: self._drill(campaign, name, drill)
 
-    def _drill(self, campaign: Campaign, drill: Drill) -> dict[str, Any]:
+    def _drill(self, campaign: Campaign, name: str, drill: Drill) -> dict[str, Any]:
+        """The drill `name` (Acceptance.named_drills): its fault, recorded and logged under that name."""
         target, scale = self.targets[drill.kind], self.spec.scaled
         stop = threading.Event()
         with self._loading(campaign, 1.0, self.clock() + scale(drill.hold_s + drill.recover_within_s) + 60, stop):
@@ -253,19 +254,19 @@ class CampaignRunner:
             started = self.clock()
             # A name of its own: the switch of a killed run's fault may still be watching its old name.
             armed = str(self.switches.directory / f"{campaign.id}-{drill.kind}-{uuid.uuid4().hex[:8]}.json")
-            row = self.store.fault_armed(campaign.id, drill.kind, target.fault.as_record(), armed, started)
+            row = self.store.fault_armed(campaign.id, name, target.fault.as_record(), armed, started)
             try:
                 self.switches.arm(target.fault, Path(armed).stem, started + scale(drill.revert_after_s))
-                self.store.add_failure(campaign.id, f"drill:{drill.kind}:{row}", Failure(
+                self.store.add_failure(campaign.id, f"drill:{name}:{row}", Failure(
                     started, "injected", drill.kind, drill.sop, {"where": target.fault.where}))
-                self._log(campaign, f"drill.{drill.kind}", "inject",
+                self._log(campaign, f"drill.{name}", "inject",
                           {"where": target.fault.where, "armed": armed})
                 injected = self.clock()
                 try:
                     run_commands(target.fault.inject, target.fault.env)
                 except FaultError as error:
                     self._revert(campaign, row, target.fault, armed, "drill")
-                    self._log(campaign, f"drill.{drill.kind}", FAILED, {"error": str(error)})
+                    self._log(campaign, f"drill.{name}", FAILED, {"error": str(error)})
                     return {"verdict": FAILED, "sop": drill.sop, "error": f"the fault could not be injected: {error}"}
                 detected_at = self._until(lambda: self._detected(drill, target),
                                           injected + scale(drill.detect_within_s))
@@ -303,7 +304,7 @@ class CampaignRunner:
             "detect_within_s": scale(drill.detect_within_s), "recover_within_s": scale(drill.recover_within_s),
             "reactions": [r.__dict__ for r in reactions], "alerts_at_end_of_hold": seen,
         }
-        self._log(campaign, f"drill.{drill.kind}", verdict, detail)
+        self._log(campaign, f"drill.{name}", verdict, detail)
         return detail
 
     def _detected(self, drill: Drill, target: Target) -> bool:
@@ -374,12 +375,12 @@ class CampaignRunner:
         for left in self.store.faults(campaign.id, in_place_only=True):
             fault = Fault.from_record(left.fault)
             self.store.add_failure(campaign.id, f"left:{left.rowid}", Failure(
-                self.clock(), "injected", left.drill, self._sop(left.drill),
+                self.clock(), "injected", fault.drill, self._sop(left.drill),
                 {"where": fault.where, "left_by": "a run that died mid-drill"}))
             self._revert(campaign, left.rowid, fault, left.armed, "resume")
 
-    def _sop(self, kind: str) -> str | None:
-        return next((d.sop for d in self.spec.drills if d.kind == kind), None)
+    def _sop(self, name: str) -> str | None:
+        return next((d.sop for n, d in self.spec.named_drills() if n == name), None)
 
     # --- verdict -------------------------------------------------------------------------------
 

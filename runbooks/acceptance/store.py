@@ -79,6 +79,7 @@ class AlertSpan:
 class FaultRecord:
     rowid: int
     drill: str
+    """The drill's name (Acceptance.named_drills: its kind, unless the spec drills the kind more than once)."""
     fault: dict[str, Any]
     armed: str
     """The dead-man's switch armed for it (a path on the node)."""

@@ -151,7 +151,7 @@ def _within(at: float, intervals: Intervals) -> bool:
 
 def _fault_windows(spec: Acceptance, measured: Measurements) -> list[tuple[str, float, float]]:
     """(drill, injected, recovery deadline) of every fault: its injection until its revert plus recover_within_s."""
-    recover = {d.kind: spec.scaled(d.recover_within_s) for d in spec.drills}
+    recover = {name: spec.scaled(d.recover_within_s) for name, d in spec.named_drills()}
     return [(f.drill, f.injected_at, (f.reverted_at or measured.ended_at) + recover.get(f.drill, 0))
             for f in measured.faults]
 

@@ -264,7 +264,7 @@ class RolloutMachine:
         if not isinstance(criteria, list) or not all(isinstance(c, dict) for c in criteria):
             return ["its record holds no verdict criteria (recorded before verdicts were measured)"]
         judged = {f"{c.get('phase')} {c.get('name')}": c.get("passed") is True for c in criteria}
-        needed = [*REQUIRED_CRITERIA, *(f"soak drill:{d.kind}" for d in spec.drills)]
+        needed = [*REQUIRED_CRITERIA, *(f"soak drill:{name}" for name, _ in spec.named_drills())]
         found = [f"{name} not judged" for name in needed if name not in judged]
         found += [f"{name} not passed" for name, passed in judged.items() if not passed]
         measured = _mapping(detail.get("measured"))
@@ -275,8 +275,8 @@ class RolloutMachine:
         if not _at_least(measured.get("shock_s"), shock_s):
             found.append(f"shock {measured.get('shock_s')} s, not the {shock_s} s asked")
         holds = _mapping(measured.get("drill_hold_s"))
-        found += [f"drill {d.kind} held {holds.get(d.kind)} s, not the {d.hold_s} s asked"
-                  for d in spec.drills if not _at_least(holds.get(d.kind), d.hold_s)]
+        found += [f"drill {name} held {holds.get(name)} s, not the {d.hold_s} s asked"
+                  for name, d in spec.named_drills() if not _at_least(holds.get(name), d.hold_s)]
         return found
 
     def status(self) -> Status:

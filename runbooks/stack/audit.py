@@ -48,7 +48,7 @@ ACCEPTANCE_RECORD = "acceptance.campaign"
 """What `gpuctl acceptance` appends to this audit log when a campaign passes; its plan_digest is the deployment it
 judged (StackDeployer.deployment_digest), its detail the campaign, its time scale, every criterion of its verdict
 (runbooks.acceptance.verdict: name, phase, passed, measured, objective, source) and what it measured (`measured`:
-soak_s and shock_s under load, drill_hold_s per drill kind)."""
+soak_s and shock_s under load, drill_hold_s per drill by its name: Acceptance.named_drills)."""
 
 
 class AuditKeyError(Exception):

@@ -60,3 +60,11 @@ def test_should_scale_every_duration_by_the_time_scale() -> None:
 def test_should_refuse_an_acceptance_section_that_proves_nothing(section: dict[str, Any], expected: str) -> None:
     found = problems(with_changes(prod_values(), acceptance=section))
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_should_name_each_drill_by_its_kind_and_number_a_kind_drilled_twice() -> None:
+    listed = drills()
+    acceptance = parse(with_changes(prod_values(), acceptance={"drills": [*listed, listed[0]]})).acceptance
+    assert [name for name, _ in acceptance.named_drills()] == [
+        "node_failure#1", "network_partition", "storage_jitter", "model_hot_swap", "node_failure#2"]
+    assert [name for name, _ in parse(prod_values()).acceptance.named_drills()] == list(DrillKind)

@@ -646,3 +646,26 @@ def test_should_fail_a_drill_whose_undo_does_not_revert(world: World) -> None:
     assert failing(store, campaign.id)[0] == "soak drill:network_partition"
     assert "soak drill:network_partition: failed: not recovered" in (campaign.reason or "")
     world.probes[DrillKind.NETWORK_PARTITION].marker.unlink()
+
+
+def test_should_run_and_judge_two_drills_of_one_kind_each_under_its_own_name(world: World) -> None:
+    again = {"kind": "node_failure", "sop": "node-power-loss", **DRILL, "detect_within_s": 150}
+    twice = Acceptance.model_validate({**SPEC.model_dump(), "drills": [*SPEC.model_dump()["drills"], again]})
+    names = ["network_partition", "node_failure#1", "storage_jitter", "model_hot_swap", "node_failure#2"]
+    assert [name for name, _ in twice.named_drills()] == names
+    runner, store = world.runner(spec=twice)
+    assert [step for step, _, _ in runner.plan()] == [f"drill:{n}" for n in names] + ["shock", "soak"]
+    campaign = runner.run("sha256:deployed", "canary")
+    assert campaign.verdict == PASSED, campaign.reason
+    steps = store.steps(campaign.id)
+    # Each ran, with its own deadlines, its fault recorded and reverted under its name, and judged on its own.
+    assert [n for n in steps if n.startswith("drill:")] == [f"drill:{n}" for n in names]
+    assert (steps["drill:node_failure#1"][2]["detect_within_s"], steps["drill:node_failure#2"][2]["detect_within_s"]
+            ) == (SPEC.scaled(200), SPEC.scaled(150))
+    assert [(f.drill, f.reverted_by) for f in store.faults(campaign.id) if f.drill.startswith("node_failure")] == [
+        ("node_failure#1", "drill"), ("node_failure#2", "drill")]
+    judged = {c["name"] for c in steps["verdict"][2]["criteria"] if c["phase"] == "soak"}
+    assert {f"drill:{n}" for n in names} <= judged
+    # The rollout gate holds each by its name (runbooks.rollout.machine.RolloutMachine.acceptance).
+    (record,) = world.rollout_records()
+    assert set(record["detail"]["measured"]["drill_hold_s"]) == set(names)

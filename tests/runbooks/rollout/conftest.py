@@ -158,11 +158,11 @@ class Harness:
         the gate needs, `failed` ones not passed; the spec's full durations unless `measured` says otherwise): no
         stage is requested without one."""
         spec = self.site.acceptance
-        names = [*REQUIRED_CRITERIA, *(f"soak drill:{d.kind}" for d in spec.drills)]
+        names = [*REQUIRED_CRITERIA, *(f"soak drill:{name}" for name, _ in spec.named_drills())]
         criteria = [{"phase": n.split(" ", 1)[0], "name": n.split(" ", 1)[1], "passed": n not in failed,
                      "measured": "as the test says", "objective": "met", "source": "the test"} for n in names]
         full = {"soak_s": spec.soak_h * 3600.0, "shock_s": spec.shock_minutes * 60.0,
-                "drill_hold_s": {d.kind: float(d.hold_s) for d in spec.drills}}
+                "drill_hold_s": {name: float(d.hold_s) for name, d in spec.named_drills()}}
         self.audit.append(who="gpuctl acceptance", what=ACCEPTANCE_RECORD, decision="passed", stage="canary",
                           plan_digest=self.machine.deployer.deployment_digest(),
                           detail={"campaign": f"campaign-at-{time_scale:g}", "time_scale": time_scale,

@@ -37,7 +37,8 @@ def test_should_not_count_a_rehearsal_at_a_time_scale(gpuctl: Harness) -> None:
 def test_should_not_count_an_hour_long_campaign_with_2_s_drills_at_time_scale_1(gpuctl: Harness) -> None:
     # The case: time_scale 1, so the old gate let it through, though it soaked an hour and drilled for 2 s.
     redeploy(gpuctl)
-    gpuctl.accept(soak_s=3600.0, shock_s=2.0, drill_hold_s={d.kind: 2.0 for d in gpuctl.site.acceptance.drills})
+    holds = {name: 2.0 for name, _ in gpuctl.site.acceptance.named_drills()}
+    gpuctl.accept(soak_s=3600.0, shock_s=2.0, drill_hold_s=holds)
     code, text = run(gpuctl, "request", "half")
     said = " ".join(text.split())
     assert code == 3 and "soak 3600.0 s under load, not the 604800 s asked" in said, said
