@@ -134,61 +134,18 @@ def inference_load(gateway_url: str, key: str, model: str, peak_rps: float, max_
     return RateLoad("inference", peak_rps, max_rps, request)
 
 
-BAD_NAMES_KEPT = 20
-"""Names of damaged or lost chunks the storage load remembers (it counts them all): enough for a report to name some."""
-
-
 @dataclass
 class Checkpoints:
-    """The storage load's chunks, each verified once by its sha256 when read back, and no more of them on the hot tier
-    than `window` verified ones (one checkpoint dump's chunks) besides those in flight: older ones are deleted by the
-    next write, so a 168 h campaign at the peak's MiB/s fills neither the tier nor this record."""
+    """What the storage load wrote: name -> sha256, to prove every checkpoint reads back intact."""
 
-    window: int = 1
-    """Verified chunks the tier keeps, the newest (what a run keeps: its newest dump)."""
-    verified: int = 0
-    """Chunks read back and judged, over the load's life."""
-    damaged: int = 0
-    """Of those, chunks whose bytes differed or could not be read back."""
-    damaged_names: list[str] = field(default_factory=list)
-    """The first BAD_NAMES_KEPT of them."""
-    unread: dict[str, str] = field(default_factory=dict)
-    """Chunks written whose read-back failed (name -> sha256): `intact` reads each once more."""
-    kept: list[str] = field(default_factory=list)
-    """Verified chunks still on the tier, oldest first."""
+    written: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        if self.window < 1:
-            raise ValueError(f"window: {self.window} chunks; the tier keeps 1 at least")
-
-    def judged(self, name: str, whole: bool) -> None:
-        """Records the chunk's one verification."""
-        with self.lock:
-            self.unread.pop(name, None)
-            self.verified += 1
-            if not whole:
-                self.damaged += 1
-                if len(self.damaged_names) < BAD_NAMES_KEPT:
-                    self.damaged_names.append(name)
-            self.kept.append(name)
-
-    def surplus(self) -> list[str]:
-        """The verified chunks beyond the window, oldest first, for the caller to delete (put back if it cannot)."""
-        with self.lock:
-            taken, self.kept = self.kept[:-self.window], self.kept[-self.window:]
-        return taken
-
-    def not_deleted(self, names: Sequence[str]) -> None:
-        with self.lock:
-            self.kept[:0] = names
 
 
 class Tier(Protocol):
-    """Where checkpoints go: `put` deletes the chunks named in `drop` and stores the bytes under a name durably, `get`
-    reads them back; each raises OSError when the tier refuses."""
+    """Where checkpoints go: `put` stores the bytes under a name durably, `get` reads them back."""
 
-    def put(self, name: str, data: bytes, drop: Sequence[str] = ()) -> None: ...
+    def put(self, name: str, data: bytes) -> None: ...
     def get(self, name: str) -> bytes: ...
 
 
@@ -199,9 +156,8 @@ class NodeTier:
     node's storage link, the one the storage-jitter drill delays. Written from the gpuctl host, the jitter was never on
     the measured path (issue 36)."""
 
-    write: Callable[[str, Sequence[str]], Sequence[str]]
-    """(checkpoint name, names to delete first) -> the command, run on the node, that deletes those and stores its
-    stdin under that name durably (exit 0). One command: a deletion costs the load no connection of its own."""
+    write: Callable[[str], Sequence[str]]
+    """Checkpoint name -> the command, run on the node, that stores its stdin under that name durably (exit 0)."""
     read: Callable[[str], Sequence[str]]
     """Checkpoint name -> the command, run on the node, that prints what is stored under that name."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -210,20 +166,17 @@ class NodeTier:
     def shell(cls, on_node: Sequence[str], directory: Path) -> "NodeTier":
         """Through `on_node`, a command prefix that runs one shell command line on the node (`ssh ... user@node --`:
         ssh(1) hands its words to the remote shell): dd into `directory` as the node mounts the hot tier, fsynced, never
-        through a link planted under the checkpoint's name, and dd out of it; rm of a planted link removes the link."""
+        through a link planted under the checkpoint's name, and dd out of it."""
 
         def path(name: str) -> str:
             return shlex.quote(str(directory / name))
 
-        def write(name: str, drop: Sequence[str]) -> tuple[str, ...]:
-            dropped = f"rm -f -- {' '.join(path(n) for n in drop)} && " if drop else ""
-            return (*on_node, f"{dropped}mkdir -p -- {shlex.quote(str(directory))} && dd of={path(name)} bs=1M "
-                              "iflag=fullblock oflag=nofollow conv=fsync status=none")
+        return cls(lambda name: (*on_node, f"mkdir -p -- {shlex.quote(str(directory))} && dd of={path(name)} bs=1M "
+                                           "iflag=fullblock oflag=nofollow conv=fsync status=none"),
+                   lambda name: (*on_node, f"dd if={path(name)} bs=1M iflag=nofollow status=none"))
 
-        return cls(write, lambda name: (*on_node, f"dd if={path(name)} bs=1M iflag=nofollow status=none"))
-
-    def put(self, name: str, data: bytes, drop: Sequence[str] = ()) -> None:
-        self._run(self.write(name, drop), data)
+    def put(self, name: str, data: bytes) -> None:
+        self._run(self.write(name), data)
 
     def get(self, name: str) -> bytes:
         return self._run(self.read(name), b"")
@@ -241,47 +194,34 @@ class NodeTier:
 def storage_load(tier: Tier, chunk_bytes: int, peak_mib_s: float, max_mib_s: float,
                  checkpoints: Checkpoints) -> RateLoad:
     """Checkpoint chunks written to the hot tier at the peak's MiB/s, each read back as a restart (or the NVMe
-    cache's fill) reads it and verified then, once: one sample is the write and the read. The mission's "a training job
-    dumping 300GB" is checkpoint_gib x time_scale of these chunks per dump; each write deletes the verified chunks
-    beyond `checkpoints.window`, in the same command."""
+    cache's fill) reads it: one sample is the write and the read. The mission's "a training job dumping 300GB" is
+    checkpoint_gib x time_scale of these chunks per dump."""
 
     def request(number: int) -> tuple[bool, dict[str, float]]:
         body = os.urandom(chunk_bytes)
         name = f"ckpt-{number:06d}"
-        drop = checkpoints.surplus()
-        try:
-            tier.put(name, body, drop)
-        except OSError:
-            checkpoints.not_deleted(drop)  # perhaps deleted already: the next write's rm -f does not mind
-            raise
+        tier.put(name, body)
         digest = hashlib.sha256(body).hexdigest()
-        try:
-            back = tier.get(name)
-        except OSError:
-            with checkpoints.lock:
-                checkpoints.unread[name] = digest  # not judged yet: intact() reads it once more
-            raise
-        whole = hashlib.sha256(back).hexdigest() == digest
-        checkpoints.judged(name, whole)
-        return whole, {}
+        with checkpoints.lock:
+            checkpoints.written[name] = digest
+        return hashlib.sha256(tier.get(name)).hexdigest() == digest, {}
 
     per_s = MIB / chunk_bytes
     return RateLoad("storage", peak_mib_s * per_s, max_mib_s * per_s, request, unit_size=chunk_bytes / MIB)
 
 
-def intact(tier: Tier, checkpoints: Checkpoints) -> tuple[int, int, list[str]]:
-    """(chunks verified, of them damaged or gone, the first BAD_NAMES_KEPT of those), after reading back once each chunk
-    whose read-back had failed: every chunk is read back once as the load writes it, never all of them again."""
+def intact(tier: Tier, checkpoints: Checkpoints) -> tuple[int, list[str]]:
+    """(checkpoints read back, names whose bytes differ or are gone)."""
     with checkpoints.lock:
-        unread = dict(checkpoints.unread)
-    for name, digest in unread.items():
+        written = dict(checkpoints.written)
+    bad = []
+    for name, digest in written.items():
         try:
-            whole = hashlib.sha256(tier.get(name)).hexdigest() == digest
+            if hashlib.sha256(tier.get(name)).hexdigest() != digest:
+                bad.append(name)
         except OSError:
-            whole = False
-        checkpoints.judged(name, whole)  # deleted, when due, by the load's next write
-    with checkpoints.lock:
-        return checkpoints.verified, checkpoints.damaged, list(checkpoints.damaged_names)
+            bad.append(name)
+    return len(written), bad
 
 
 @dataclass(frozen=True)
@@ -315,7 +255,11 @@ class TrainingJob:
         seconds = max(math.ceil(self.seconds), 1)
         mib = max(self.checkpoint_bytes // MIB, 1)
         # dd's oflag=nofollow: the checkpoint's name is never a link planted in the shared directory. The busy loop
-        # runs at nice 19 so the node's daemons (and, on the test host, the other loads) keep their CPU.
+        # runs at nice 19 so the node's daemons (and, on the test host, the other loads) keep their CPU. On a kernel
+        # with autogroup, nice ranks a thread only within its session's autogroup, each session's group weighing as
+        # much as any other (sched(7), "The autogroup feature"): measured here, a nice 19 loop in a session of its own
+        # (slurmstepd gives each job one) took as much CPU as nice 0 loops. So the loop gets a session of its own and
+        # nices its autogroup to 19 (a process may raise its own /proc/self/autogroup's); no such file, nothing to do.
         return f"""#!/bin/sh
 set -eu
 end=$(( $(date +%s) + {seconds} ))
@@ -327,7 +271,8 @@ timeout {seconds} dd if=/dev/urandom of="$out" bs=1M count={mib} iflag=fullblock
     status=none
 rest=$(( end - $(date +%s) ))
 if [ "$rest" -gt 0 ]; then
-    timeout "$rest" nice -n 19 sh -c 'while :; do :; done' || [ "$?" -eq 124 ]
+    timeout "$rest" setsid -w nice -n 19 sh -c '{{ echo 19 > /proc/self/autogroup; }} 2>/dev/null || :
+        while :; do :; done' || [ "$?" -eq 124 ]
 fi
 """
 
