@@ -134,18 +134,61 @@ def inference_load(gateway_url: str, key: str, model: str, peak_rps: float, max_
     return RateLoad("inference", peak_rps, max_rps, request)
 
 
+BAD_NAMES_KEPT = 20
+"""Names of damaged or lost chunks the storage load remembers (it counts them all): enough for a report to name some."""
+
+
 @dataclass
 class Checkpoints:
-    """What the storage load wrote: name -> sha256, to prove every checkpoint reads back intact."""
+    """The storage load's chunks, each verified once by its sha256 when read back, and no more of them on the hot tier
+    than `window` verified ones (one checkpoint dump's chunks) besides those in flight: older ones are deleted by the
+    next write, so a 168 h campaign at the peak's MiB/s fills neither the tier nor this record."""
 
-    written: dict[str, str] = field(default_factory=dict)
+    window: int = 1
+    """Verified chunks the tier keeps, the newest (what a run keeps: its newest dump)."""
+    verified: int = 0
+    """Chunks read back and judged, over the load's life."""
+    damaged: int = 0
+    """Of those, chunks whose bytes differed or could not be read back."""
+    damaged_names: list[str] = field(default_factory=list)
+    """The first BAD_NAMES_KEPT of them."""
+    unread: dict[str, str] = field(default_factory=dict)
+    """Chunks written whose read-back failed (name -> sha256): `intact` reads each once more."""
+    kept: list[str] = field(default_factory=list)
+    """Verified chunks still on the tier, oldest first."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"window: {self.window} chunks; the tier keeps 1 at least")
+
+    def judged(self, name: str, whole: bool) -> None:
+        """Records the chunk's one verification."""
+        with self.lock:
+            self.unread.pop(name, None)
+            self.verified += 1
+            if not whole:
+                self.damaged += 1
+                if len(self.damaged_names) < BAD_NAMES_KEPT:
+                    self.damaged_names.append(name)
+            self.kept.append(name)
+
+    def surplus(self) -> list[str]:
+        """The verified chunks beyond the window, oldest first, for the caller to delete (put back if it cannot)."""
+        with self.lock:
+            taken, self.kept = self.kept[:-self.window], self.kept[-self.window:]
+        return taken
+
+    def not_deleted(self, names: Sequence[str]) -> None:
+        with self.lock:
+            self.kept[:0] = names
 
 
 class Tier(Protocol):
-    """Where checkpoints go: `put` stores the bytes under a name durably, `get` reads them back."""
+    """Where checkpoints go: `put` deletes the chunks named in `drop` and stores the bytes under a name durably, `get`
+    reads them back; each raises OSError when the tier refuses."""
 
-    def put(self, name: str, data: bytes) -> None: ...
+    def put(self, name: str, data: bytes, drop: Sequence[str] = ()) -> None: ...
     def get(self, name: str) -> bytes: ...
 
 
@@ -156,8 +199,9 @@ class NodeTier:
     node's storage link, the one the storage-jitter drill delays. Written from the gpuctl host, the jitter was never on
     the measured path (issue 36)."""
 
-    write: Callable[[str], Sequence[str]]
-    """Checkpoint name -> the command, run on the node, that stores its stdin under that name durably (exit 0)."""
+    write: Callable[[str, Sequence[str]], Sequence[str]]
+    """(checkpoint name, names to delete first) -> the command, run on the node, that deletes those and stores its
+    stdin under that name durably (exit 0). One command: a deletion costs the load no connection of its own."""
     read: Callable[[str], Sequence[str]]
     """Checkpoint name -> the command, run on the node, that prints what is stored under that name."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -166,17 +210,20 @@ class NodeTier:
     def shell(cls, on_node: Sequence[str], directory: Path) -> "NodeTier":
         """Through `on_node`, a command prefix that runs one shell command line on the node (`ssh ... user@node --`:
         ssh(1) hands its words to the remote shell): dd into `directory` as the node mounts the hot tier, fsynced, never
-        through a link planted under the checkpoint's name, and dd out of it."""
+        through a link planted under the checkpoint's name, and dd out of it; rm of a planted link removes the link."""
 
         def path(name: str) -> str:
             return shlex.quote(str(directory / name))
 
-        return cls(lambda name: (*on_node, f"mkdir -p -- {shlex.quote(str(directory))} && dd of={path(name)} bs=1M "
-                                           "iflag=fullblock oflag=nofollow conv=fsync status=none"),
-                   lambda name: (*on_node, f"dd if={path(name)} bs=1M iflag=nofollow status=none"))
+        def write(name: str, drop: Sequence[str]) -> tuple[str, ...]:
+            dropped = f"rm -f -- {' '.join(path(n) for n in drop)} && " if drop else ""
+            return (*on_node, f"{dropped}mkdir -p -- {shlex.quote(str(directory))} && dd of={path(name)} bs=1M "
+                              "iflag=fullblock oflag=nofollow conv=fsync status=none")
 
-    def put(self, name: str, data: bytes) -> None:
-        self._run(self.write(name), data)
+        return cls(write, lambda name: (*on_node, f"dd if={path(name)} bs=1M iflag=nofollow status=none"))
+
+    def put(self, name: str, data: bytes, drop: Sequence[str] = ()) -> None:
+        self._run(self.write(name, drop), data)
 
     def get(self, name: str) -> bytes:
         return self._run(self.read(name), b"")
@@ -194,34 +241,47 @@ class NodeTier:
 def storage_load(tier: Tier, chunk_bytes: int, peak_mib_s: float, max_mib_s: float,
                  checkpoints: Checkpoints) -> RateLoad:
     """Checkpoint chunks written to the hot tier at the peak's MiB/s, each read back as a restart (or the NVMe
-    cache's fill) reads it: one sample is the write and the read. The mission's "a training job dumping 300GB" is
-    checkpoint_gib x time_scale of these chunks per dump."""
+    cache's fill) reads it and verified then, once: one sample is the write and the read. The mission's "a training job
+    dumping 300GB" is checkpoint_gib x time_scale of these chunks per dump; each write deletes the verified chunks
+    beyond `checkpoints.window`, in the same command."""
 
     def request(number: int) -> tuple[bool, dict[str, float]]:
         body = os.urandom(chunk_bytes)
         name = f"ckpt-{number:06d}"
-        tier.put(name, body)
+        drop = checkpoints.surplus()
+        try:
+            tier.put(name, body, drop)
+        except OSError:
+            checkpoints.not_deleted(drop)  # perhaps deleted already: the next write's rm -f does not mind
+            raise
         digest = hashlib.sha256(body).hexdigest()
-        with checkpoints.lock:
-            checkpoints.written[name] = digest
-        return hashlib.sha256(tier.get(name)).hexdigest() == digest, {}
+        try:
+            back = tier.get(name)
+        except OSError:
+            with checkpoints.lock:
+                checkpoints.unread[name] = digest  # not judged yet: intact() reads it once more
+            raise
+        whole = hashlib.sha256(back).hexdigest() == digest
+        checkpoints.judged(name, whole)
+        return whole, {}
 
     per_s = MIB / chunk_bytes
     return RateLoad("storage", peak_mib_s * per_s, max_mib_s * per_s, request, unit_size=chunk_bytes / MIB)
 
 
-def intact(tier: Tier, checkpoints: Checkpoints) -> tuple[int, list[str]]:
-    """(checkpoints read back, names whose bytes differ or are gone)."""
+def intact(tier: Tier, checkpoints: Checkpoints) -> tuple[int, int, list[str]]:
+    """(chunks verified, of them damaged or gone, the first BAD_NAMES_KEPT of those), after reading back once each chunk
+    whose read-back had failed: every chunk is read back once as the load writes it, never all of them again."""
     with checkpoints.lock:
-        written = dict(checkpoints.written)
-    bad = []
-    for name, digest in written.items():
+        unread = dict(checkpoints.unread)
+    for name, digest in unread.items():
         try:
-            if hashlib.sha256(tier.get(name)).hexdigest() != digest:
-                bad.append(name)
+            whole = hashlib.sha256(tier.get(name)).hexdigest() == digest
         except OSError:
-            bad.append(name)
-    return len(written), bad
+            whole = False
+        checkpoints.judged(name, whole)  # deleted, when due, by the load's next write
+    with checkpoints.lock:
+        return checkpoints.verified, checkpoints.damaged, list(checkpoints.damaged_names)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -11,11 +13,15 @@ from components.site.site import Pool
 from runbooks.acceptance.load import (
     FLEX_IN_FLIGHT,
     MIB,
+    WORKERS,
+    Checkpoints,
     FlexTraining,
     NodeTier,
     TrainingJob,
     allocated_gpus,
+    intact,
     job_states,
+    storage_load,
 )
 from runbooks.flex.lending import flex_nodes
 from tests.builders import parse, prod_values
@@ -185,3 +191,81 @@ def test_should_refuse_a_chunk_whose_name_is_a_planted_link(tmp_path: Path) -> N
     with pytest.raises(OSError):
         tier.get("ckpt-000001")
     assert target.read_text() == "kept"
+
+
+@dataclass
+class CountingTier:
+    """A NodeTier (`sh -c` for ssh) that counts the commands it runs, and answers some reads damaged or refused."""
+
+    tier: NodeTier
+    commands: int = 0
+    reads: list[str] = field(default_factory=list)
+    damaged: set[str] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)
+
+    def put(self, name: str, data: bytes, drop: Sequence[str] = ()) -> None:
+        self.commands += 1
+        self.tier.put(name, data, drop)
+
+    def get(self, name: str) -> bytes:
+        self.commands += 1
+        self.reads.append(name)
+        if name in self.refused:
+            self.refused.discard(name)  # once: the next read gets through
+            raise OSError(f"{name}: connection reset")
+        return b"x" + self.tier.get(name) if name in self.damaged else self.tier.get(name)
+
+
+def test_should_keep_a_window_of_chunks_on_the_tier_each_read_back_once(tmp_path: Path) -> None:
+    hot = tmp_path / "hot"
+    tier = CountingTier(NodeTier.shell(("sh", "-c"), hot))
+    checkpoints = Checkpoints(window=3)
+    load = storage_load(tier, 64 << 10, 4.0, 4.0, checkpoints)  # 64 chunks/s
+    load.run(1.0, time.time() + 1.0, threading.Event())
+    written = [f"ckpt-{v:06d}" for v in range(1, len(load.drain()["storage_error"]) + 1)]
+    assert len(written) > 2 * WORKERS, len(written)
+    # The tier holds the window and what was verified after the last write; each chunk was read once, and deleting
+    # the older ones cost no command of its own.
+    assert 3 <= len(list(hot.iterdir())) <= 3 + WORKERS and sorted(tier.reads) == written
+    assert tier.commands == 2 * len(written)
+    assert intact(tier, checkpoints) == (len(written), 0, []) and tier.commands == 2 * len(written)
+
+
+def test_should_count_a_chunk_damaged_or_gone_and_read_a_failed_read_back_once_more(tmp_path: Path) -> None:
+    tier = CountingTier(NodeTier.shell(("sh", "-c"), tmp_path / "hot"), damaged={"ckpt-000002"},
+                        refused={"ckpt-000003", "ckpt-000004"})
+    checkpoints = Checkpoints(window=10)
+    load = storage_load(tier, 1024, 1.0, 1.0, checkpoints)
+    assert load.request(1) == (True, {}) and load.request(2) == (False, {})
+    for number in (3, 4):
+        with pytest.raises(OSError, match="connection reset"):
+            load.request(number)
+    (tmp_path / "hot" / "ckpt-000004").unlink()  # gone before its second read
+    assert intact(tier, checkpoints) == (4, 2, ["ckpt-000002", "ckpt-000004"])
+    assert tier.reads == ["ckpt-000001", "ckpt-000002", "ckpt-000003", "ckpt-000004", "ckpt-000003", "ckpt-000004"]
+    assert intact(tier, checkpoints) == (4, 2, ["ckpt-000002", "ckpt-000004"]) and len(tier.reads) == 6
+
+
+def test_should_drop_a_planted_link_and_not_what_it_points_to(tmp_path: Path) -> None:
+    hot, target = tmp_path / "hot", tmp_path / "elsewhere"
+    hot.mkdir()
+    target.write_text("kept")
+    (hot / "ckpt-000001").symlink_to(target)
+    NodeTier.shell(("sh", "-c"), hot).put("ckpt-000002", b"x", ["ckpt-000001"])
+    assert [p.name for p in hot.iterdir()] == ["ckpt-000002"] and target.read_text() == "kept"
+
+
+def test_should_drop_with_a_later_write_the_chunks_a_failed_write_did_not(tmp_path: Path) -> None:
+    hot = tmp_path / "hot"
+    tier = NodeTier.shell(("sh", "-c"), hot)
+    checkpoints = Checkpoints(window=1)
+    load = storage_load(tier, 1024, 1.0, 1.0, checkpoints)
+    load.request(1)
+    load.request(2)
+    failing = storage_load(NodeTier(lambda name, drop: ("false",), tier.read), 1024, 1.0, 1.0, checkpoints)
+    with pytest.raises(OSError, match="exited 1"):
+        failing.request(3)
+    load.request(4)
+    assert sorted(p.name for p in hot.iterdir()) == ["ckpt-000002", "ckpt-000004"]
+    load.request(5)
+    assert sorted(p.name for p in hot.iterdir()) == ["ckpt-000004", "ckpt-000005"]
