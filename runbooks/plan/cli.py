@@ -1,6 +1,7 @@
 """`gpuctl plan`: render the stack offline, judge it with the policy pack and the generated files with their
 consumers, and print what the stack would be."""
 
+import gc
 import json
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -133,14 +134,19 @@ def render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_h
                                         helm.ChartSource(site.mirror.charts, plain_http))
     except helm.HelmError as error:
         return ChartsOutcome(error=str(error))
-    streams = helm.streams(releases)  # written by the YAML workers while this thread validates
+    streams = helm.streams(releases)  # helm/*.yaml's texts: strings, which the checks below cannot change
+    # The releases' objects (no cycle among them) live to the end of the run: frozen, Python's cyclic collector stops
+    # passing over them each time validation and the invariants make objects of their own, and at the exit's last
+    # collection (which gc.unfreeze() after the checks brought back: 0.5-1 s of CPU). Prod, three pairs at load 2:
+    # 6.33 -> 5.87 s of CPU, 4.87 -> 4.37 s wall (medians). What was garbage when it froze stays (the run ends soon).
+    gc.freeze()
     by_urn = planning.kubernetes_objects(graph)
     registered = list(by_urn.values())
     deployed = Deployed([o for r in releases for o in r.objects] + registered, registered,
                         planning.host_installs(graph), converge.installs(graph, releases, by_urn),
                         operator_supplied(site), site.mirror.images)
     return ChartsOutcome(releases, helm.validate(releases, site.kubernetes_version), check_invariants(deployed),
-                         list(streams), images_pulled(deployed.objects, site.mirror.images), site.mirror.images)
+                         streams, images_pulled(deployed.objects, site.mirror.images), site.mirror.images)
 
 
 def _charts_valid(charts: ChartsOutcome) -> bool:
