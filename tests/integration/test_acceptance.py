@@ -90,8 +90,11 @@ CHUNK = 1 << 20
 """Bytes per checkpoint chunk: checkpoint_gib 1 at the scale, in 1 MiB writes."""
 AGENT_PORT = 9400
 DELAY_MS = 300
-TRAINING_JOB_S = 8
-"""s each training job of the load runs (--requeue, every third a two-node gang)."""
+TRAINING_JOB_S = 20
+"""s each training job of the load runs (--requeue, every third a two-node gang). The shock's lend drains its flex node
+and then reads the jobs running there: a flex job ending in between leaves the node idle and its pinned successor
+pending, so the lend requeues nothing (1 run in 10 with 8 s jobs). The longer the jobs, the rarer that; the killed
+run's flex jobs (two a node) must still have ended before the resumed run's shock, some 100 s after them."""
 PINNED = "acceptance-pinned"
 """The job name of the long job pinned to node B, whose requeue the node failure causes."""
 SLURMD_TIMEOUT_S = 5
