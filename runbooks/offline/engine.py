@@ -15,7 +15,7 @@ import re
 import runpy
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,14 +142,16 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
     return StackConfig(project, values, frozenset(secret_keys))
 
 
-def run_program(project_dir: Path, stack: str, config: StackConfig | None = None) -> ResourceGraph:
-    """Run the project's `__main__.py` for `stack` under mocks and return what it registered.
+def run_program(project_dir: Path, stack: str, config: StackConfig | None = None,
+                on_register: Callable[[Resource], None] | None = None) -> ResourceGraph:
+    """Run the project's `__main__.py` for `stack` under mocks and return what it registered; on_register is called
+    with each resource as it is recorded (from the SDK's threads), so work on it can start while the program runs.
 
     An error the program raises (a RunError for an invalid spec) becomes a ProgramError carrying
     its message, as the CLI would print it, and what had been registered when it was raised.
     """
     config = config or load_stack_config(project_dir, stack)
-    monitor = _RecordingMonitor(_Mocks())
+    monitor = _RecordingMonitor(_Mocks(), on_register)
     set_all_config(dict(config.values), list(config.secret_keys))
     mocks.set_mocks(monitor.mocks, project=config.project, stack=stack, preview=False, monitor=monitor)
     settings.ROOT.set(None)  # set_mocks made a root Stack already; the program gets its own, as under the CLI
@@ -361,9 +363,10 @@ class _Mocks(mocks.Mocks):
 
 
 class _RecordingMonitor(mocks.MockMonitor):
-    def __init__(self, mocks_: _Mocks) -> None:
+    def __init__(self, mocks_: _Mocks, on_register: Callable[[Resource], None] | None = None) -> None:
         super().__init__(mocks_)
         self._seen = mocks_.seen
+        self._on_register = on_register
         self._lock = threading.Lock()
         self._records: dict[str, Resource] = {}
 
@@ -403,6 +406,8 @@ class _RecordingMonitor(mocks.MockMonitor):
         )
         with self._lock:
             self._records[record.urn] = record
+        if self._on_register is not None:
+            self._on_register(record)
         return response
 
     def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)

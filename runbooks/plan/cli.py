@@ -19,7 +19,7 @@ from components.supplied import operator_supplied
 from runbooks.console import err, out
 from runbooks.exit_codes import ExitCode
 from runbooks.failures import Ending, Endings, exit_on_failure
-from runbooks.offline.engine import ResourceGraph
+from runbooks.offline.engine import Resource, ResourceGraph
 from runbooks.offline.policy_pack import PolicyConfigError, PolicyPackError
 from runbooks.options import StackOption, find_project_dir
 from runbooks.plan import converge, files, helm, report
@@ -63,11 +63,19 @@ def plan(
         if out_dir is not None and chart_mirror is not None and helm.find_helm() is not None:
             # The YAML workers start on the core the site's parsing and the program leave idle (0.1 s of CPU each).
             helm.yaml_workers()
+        renders = _EarlyRenders(chart_mirror, plain_http) if out_dir is not None else None
         with err.status("planning") as status:
-            site, graph = planning.run(project, stack, progress=lambda step: status.update(step))
-            # The charts render while the policy pack judges (0.8 s of wall time on prod), on the cores it leaves.
-            rendering = _in_background(render_charts, site, graph, chart_mirror, plain_http) \
-                if out_dir is not None else None
+            try:
+                site, graph = planning.run(project, stack, progress=lambda step: status.update(step),
+                                           watch=renders.watch if renders else lambda _: None)
+            except BaseException:
+                if renders and renders.started:
+                    renders.started.close()
+                raise
+            # The charts go on rendering while the policy pack judges (0.8 s of wall time on prod), on the cores it
+            # leaves.
+            rendering = _in_background(render_charts, site, graph, chart_mirror, plain_http,
+                                       renders.started if renders else None) if out_dir is not None else None
             result = planning.judge(site, graph, project, policy_config, progress=lambda step: status.update(step))
     summary = planning.summarize(result)
     charts: ChartsOutcome | None = None
@@ -115,6 +123,24 @@ class ChartsOutcome:
     """Why rendering failed: a chart missing from the mirror, Helm failing."""
 
 
+@dataclass
+class _EarlyRenders:
+    """Each release's `helm template` started as the program registers it, on the core the program leaves idle (the
+    program runs on one), where render_charts would render the charts."""
+
+    mirror: Path | None
+    plain_http: bool
+    started: helm.Renders | None = None
+
+    def watch(self, site: Site) -> Callable[[Resource], None] | None:
+        helm_binary = helm.find_helm()
+        if helm_binary is None or (self.mirror is None and site.mirror.charts is None):
+            return None
+        self.started = helm.Renders(self.mirror, site.kubernetes_version, helm_binary,
+                                    helm.ChartSource(site.mirror.charts, self.plain_http))
+        return self.started.start
+
+
 def _in_background(work: Callable[..., ChartsOutcome], *args: Any) -> Future[ChartsOutcome]:
     """work(*args), started in a thread of its own; the process waits for it at exit."""
     thread = ThreadPoolExecutor(1)
@@ -123,7 +149,10 @@ def _in_background(work: Callable[..., ChartsOutcome], *args: Any) -> Future[Cha
     return started
 
 
-def render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_http: bool = False) -> ChartsOutcome:
+def render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_http: bool = False,
+                  renders: helm.Renders | None = None) -> ChartsOutcome:
+    """The releases rendered (by renders, where they were started as the program registered them), validated, and
+    the invariants over them."""
     helm_binary = helm.find_helm()
     if mirror is None and site.mirror.charts is None:
         return ChartsOutcome(skipped="no --chart-mirror given and no mirror.charts in the spec")
@@ -131,9 +160,12 @@ def render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_h
         return ChartsOutcome(skipped="helm is not installed (`make plan` installs it in .venv/bin)")
     try:
         releases = helm.render_releases(graph, mirror, site.kubernetes_version, helm_binary,
-                                        helm.ChartSource(site.mirror.charts, plain_http))
+                                        helm.ChartSource(site.mirror.charts, plain_http), renders)
     except helm.HelmError as error:
         return ChartsOutcome(error=str(error))
+    finally:
+        if renders is not None:  # whatever render_releases did with them: their threads and scratch go now
+            renders.close()
     streams = helm.streams(releases)  # helm/*.yaml's texts: strings, which the checks below cannot change
     # The releases' objects (no cycle among them) live to the end of the run: frozen, Python's cyclic collector stops
     # passing over them each time validation and the invariants make objects of their own, and at the exit's last

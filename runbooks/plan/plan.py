@@ -24,7 +24,7 @@ from components.site.wellknown import (
 )
 from components.slurm.install import installed_files
 from components.validate import parse_site
-from runbooks.offline.engine import STACK_TYPE, ResourceGraph, load_stack_config, run_program
+from runbooks.offline.engine import STACK_TYPE, Resource, ResourceGraph, load_stack_config, run_program
 from runbooks.offline.policy_pack import Finding, PolicyResult, check_policies
 from runbooks.plan.files import is_kubernetes_object, manifest
 
@@ -128,15 +128,16 @@ class Plan:
         return [v for r in self.policies for v in r.violations if v.enforcement_level == "mandatory"]
 
 
-def run(project_dir: Path, stack: str, progress: Progress = lambda _: None) -> tuple[Site, ResourceGraph]:
-    """The site and what the program registers for it. Raises StackConfigError or SiteSpecError before anything is
-    registered."""
+def run(project_dir: Path, stack: str, progress: Progress = lambda _: None,
+        watch: Callable[[Site], Callable[[Resource], None] | None] = lambda _: None) -> tuple[Site, ResourceGraph]:
+    """The site and what the program registers for it; watch(site), where it gives one, is called with each resource
+    as the program registers it. Raises StackConfigError or SiteSpecError before anything is registered."""
     progress(f"reading Pulumi.yaml and Pulumi.{stack}.yaml")
     config = load_stack_config(project_dir, stack)
     progress("validating the site spec")
     site = parse_site(*config.project_values())
     progress("running the program under the offline engine")
-    return site, run_program(project_dir, stack, config)
+    return site, run_program(project_dir, stack, config, watch(site))
 
 
 def judge(site: Site, graph: ResourceGraph, project_dir: Path, policy_config: dict[str, Any] | None = None,

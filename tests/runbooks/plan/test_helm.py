@@ -7,6 +7,7 @@ import dataclasses
 import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,9 +23,17 @@ from components.scheduling.lending_decision import lent_models
 from components.site.wellknown import HPC_JOB_MAPPING_DIR, POOL_TAINT, TEXTFILE_DIR, UNVALIDATED_TAINT
 from components.supplied import operator_supplied
 from runbooks.cli import app
-from runbooks.offline.engine import ResourceGraph, run_program
+from runbooks.offline.engine import Resource, ResourceGraph, run_program
 from runbooks.plan.converge import installs
-from runbooks.plan.helm import RELEASE_TYPE, HelmError, RenderedRelease, find_helm, render_releases, validate
+from runbooks.plan.helm import (
+    RELEASE_TYPE,
+    HelmError,
+    RenderedRelease,
+    Renders,
+    find_helm,
+    render_releases,
+    validate,
+)
 from runbooks.plan.invariants import check_invariants
 from runbooks.plan.plan import host_installs, kubernetes_objects
 from runbooks.plan.producers import Deployed, producers
@@ -90,6 +99,34 @@ def test_should_name_a_chart_the_mirror_lacks(graph: ResourceGraph, tmp_path: Pa
     assert HELM is not None
     with pytest.raises(HelmError, match=r"chart \S+ \S+ is not in the chart mirror .*: `helm pull"):
         render_releases(graph, tmp_path, KUBE_VERSION, HELM)
+
+
+@pytest.mark.expected_s(20)
+def test_should_start_each_release_rendering_while_the_program_still_runs(graph: ResourceGraph, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # `gpuctl plan` hands each release to Helm as the program registers it (the core the program leaves idle), not
+    # once the program is over.
+    program_over = threading.Event()
+    started: dict[str, bool] = {}
+
+    def run_program_then_mark(*args: Any) -> ResourceGraph:
+        ran = run_program(*args)
+        program_over.set()
+        return ran
+
+    def start(renders: Renders, resource: Resource) -> None:
+        if resource.type == RELEASE_TYPE:
+            started.setdefault(resource.urn, not program_over.is_set())
+        real_start(renders, resource)
+
+    real_start = Renders.start
+    monkeypatch.setattr("runbooks.plan.plan.run_program", run_program_then_mark)
+    monkeypatch.setattr(Renders, "start", start)
+    planned = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), "--out", str(tmp_path / "plan"),
+                                       "--chart-mirror", str(MIRROR)])
+    assert planned.exit_code == 0, planned.output
+    assert started == {r.urn: True for r in graph.of_type(RELEASE_TYPE)}
+    assert "13 releases, 0 invalid" in " ".join(planned.output.split())
 
 
 @pytest.mark.expected_s(39)
