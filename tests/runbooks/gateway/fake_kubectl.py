@@ -21,6 +21,9 @@ from types import FrameType
 
 
 def pipe(source: socket.socket, sink: socket.socket) -> None:
+    # The kernel hands a process's SIGTERM to any thread not blocking it; here one blocked in recv would take it and
+    # leave the main thread in accept(), where Python never runs the handler (the stop went unlogged under load).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         while data := source.recv(65536):
             sink.sendall(data)

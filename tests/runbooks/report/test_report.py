@@ -133,6 +133,11 @@ def test_should_report_what_the_cluster_did_against_the_known_input(slurm: Clust
     time.sleep(max(0.0, window_end.timestamp() - time.time()))
     slurm_s = time.monotonic() - began
     baseline, window = Window(baseline_start, window_start), Window(window_start, window_end)
+    # The report reads the window's jobs from accounting by time, once slurmdbd has placed every submitted one there:
+    # under load the last job's record reached it after the window closed (its id missing from the report's jobs).
+    submitted = {j.job_id for j in [*before, *after, running, waiting]}
+    slurm.wait("accounting to place every submitted job in the window", lambda: submitted <= {
+        j.job_id for j in sacct_jobs(baseline.start, window.end)}, timeout_s=15)
 
     # Known history: the window runs busier GPUs, one host's exporter down half the time, a Running inference pod
     # (a Pending one requests GPUs it does not hold), slower and more failing gateway traffic.
