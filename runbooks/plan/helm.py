@@ -8,7 +8,6 @@ creates later (the GPU Operator's DaemonSets from its ClusterPolicy) are not in 
 """
 
 import functools
-import gc
 import json
 import multiprocessing
 import os
@@ -18,28 +17,22 @@ import subprocess
 import sys
 import tempfile
 import threading
-import warnings
 from collections.abc import Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Neither ships types; types-jsonschema would let the first go.
+# No types ship; types-jsonschema would let this go.
 import jsonschema  # type: ignore[import-untyped]
-import referencing
-from kubernetes_validate.utils import (  # type: ignore[import-untyped]
-    VersionNotSupportedError,
-    all_versions,
-    major_minor,
-    schema_contents,
-)
 
 from components.charts import pinned, sha256_of
 from runbooks.children import exit_status, tail
 from runbooks.offline.engine import Resource, ResourceGraph
+from runbooks.plan import yaml_worker
 from runbooks.plan.out_dir import PlanFolder
-from runbooks.plan.yaml_stream import Document, parse
+from runbooks.plan.schemas import CoreVerdict, core_verdict, rejection
+from runbooks.plan.yaml_stream import Document
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 TIMEOUT_S = 120
@@ -75,6 +68,9 @@ class RenderedRelease:
     documents: list[Document] = field(default_factory=list)
     """Each object's document, as helm/<release>.yaml holds it: as Helm printed it, or rewritten where the plan
     changed the object."""
+    verdicts: list[CoreVerdict | None] = field(default_factory=list)
+    """Each object's core verdict as its YAML worker judged it, None for one the plan changed since; validate() judges
+    an object without one itself (all of them where the list is empty)."""
 
 
 @dataclass(frozen=True)
@@ -188,16 +184,17 @@ class Renders:
             # of objects too (prod, parsed as Helm finished: the collector 0.36 -> 0.71 s in a run, 0.65 s of CPU more
             # in the median of 5 runs at load 9-11).
             workers = yaml_workers()
-            parses = {future: workers.submit(parse, future.result()[1])
+            parses = {future: workers.submit(yaml_worker.read, future.result()[1], self._args[1])
                       for future in as_completed(self._started[r.urn] for r in resources) if not future.exception()}
             for resource in resources:
                 helm_run = self._started[resource.urn]
                 archive, _ = helm_run.result()
                 inputs = resource.inputs
-                read = parses[helm_run].result()
+                read, verdicts = parses[helm_run].result()
                 rendered.append(RenderedRelease(inputs.get("name") or resource.name,
                                                 archive.name.removesuffix(".tgz"), inputs["version"],
-                                                inputs.get("namespace", "default"), read.objects, read.documents))
+                                                inputs.get("namespace", "default"), read.objects, read.documents,
+                                                verdicts))
         finally:
             self.close()
         _place_in_release_namespaces(rendered)
@@ -218,18 +215,28 @@ def render_releases(graph: ResourceGraph, mirror: Path | None, kube_version: str
 
 @functools.cache
 def yaml_workers() -> ProcessPoolExecutor:
-    """Processes that parse the charts' YAML beside this one, one per core, started once per run (0.1 s of
-    CPU each): libyaml holds the GIL, so threads of this process would only take turns. All start at the first call,
-    not with the first chart's output; `gpuctl plan` makes it before its program runs.
+    """Processes that parse the charts' YAML and judge their core objects beside this one (yaml_worker.read), one per
+    core, started once per run (0.1 s of CPU each, 0.2 s with the schemas' modules): libyaml and jsonschema hold the
+    GIL, so threads of this process would only take turns. All start at the first call, not with the first chart's
+    output; `gpuctl plan` makes it before its program runs.
 
     They run without Python's cyclic garbage collector: a parse makes millions of objects and no cycle, and the
     collector passed over them again and again as they piled up (and once more as they were pickled back), 40 % of
     the parse: prod's charts parsed and pickled in one process in 1.3 s of CPU with it, 0.8 s without."""
     cores = os.cpu_count() or 1
-    workers = ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn"), initializer=gc.disable)
+    workers = ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=yaml_worker.start)
     for _ in range(cores):  # the pool starts a process for each task it cannot hand to an idle one
         workers.submit(int)
     return workers
+
+
+def release_yaml_workers() -> None:
+    """Let the YAML workers go without waiting for them: they exit while the plan's checks run, where at this
+    process's exit it would wait for them (0.2 s of wall time on prod). A later yaml_workers() starts new ones."""
+    if yaml_workers.cache_info().currsize:
+        yaml_workers().shutdown(wait=False)
+        yaml_workers.cache_clear()
 
 
 def template(release: Resource, mirror: Path | None, kube_version: str, helm: str, scratch: Path,
@@ -280,6 +287,8 @@ def _place_in_release_namespaces(releases: list[RenderedRelease]) -> None:
                 changed = True
             if changed:
                 release.documents[index] = release.documents[index].rewritten(obj)
+                if release.verdicts:
+                    release.verdicts[index] = None
 
 
 def validate(releases: list[RenderedRelease], kube_version: str) -> list[Invalid]:
@@ -287,8 +296,8 @@ def validate(releases: list[RenderedRelease], kube_version: str) -> list[Invalid
     crds = _crd_validators(o for r in releases for o in r.objects)
     invalid = []
     for release in releases:
-        for obj in release.objects:
-            reason = _check(obj, kube_version, crds)
+        for obj, verdict in zip(release.objects, release.verdicts or [None] * len(release.objects), strict=True):
+            reason = _check(obj, kube_version, crds, verdict)
             if reason and (release.chart, obj.get("kind"), (obj.get("metadata") or {}).get("name"),
                            reason) not in KNOWN_DEFECTS:
                 invalid.append(Invalid(release.release, str(obj.get("kind")), _name(obj), reason))
@@ -300,56 +309,23 @@ def _name(obj: dict[str, Any]) -> str:
     return f"{metadata['namespace']}/{metadata.get('name')}" if metadata.get("namespace") else str(metadata.get("name"))
 
 
-def _check(obj: dict[str, Any], kube_version: str, crds: dict[tuple[str, str], Any]) -> str | None:
+def _check(obj: dict[str, Any], kube_version: str, crds: dict[tuple[str, str], Any],
+           verdict: CoreVerdict | None) -> str | None:
+    """What rejects the object: the rendered CRD of its kind where there is one, else its core kind's schema (verdict,
+    where a YAML worker judged it already)."""
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
     validator = crds.get((f"{group}/{version}", str(obj.get("kind"))))
     if validator is not None:
         try:
             validator.validate(_defaulted(_without_nulls(obj), validator.schema))
         except jsonschema.ValidationError as error:
-            return f"{'.'.join(map(str, error.absolute_path)) or '(top)'}: {error.message}"
+            return rejection(error)
         return None
-    validator = _core_validator(kube_version, str(obj["apiVersion"]), str(obj["kind"]))
-    if validator is None:
+    verdict = verdict or core_verdict(obj, kube_version)
+    if not verdict.schema:
         return f"no schema: neither Kubernetes {kube_version} nor a rendered CRD defines {obj.get('apiVersion')} " \
                f"{obj.get('kind')}"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            validator.validate(obj)
-    except jsonschema.ValidationError as error:
-        return f"{'.'.join(map(str, error.absolute_path)) or '(top)'}: {error.message}"
-    return None
-
-
-@functools.cache
-def _core_validator(kube_version: str, api_version: str, kind: str) -> Any | None:
-    """The validator `kubernetes_validate.validate(obj, kube_version, strict=True)` builds for a kind, built once;
-    None where the library has no schema for it.
-
-    The library reads and parses the kind's schema and the 1.2 MB of definitions it shares with every other kind for
-    each object it validates: most of the 3.5 s of CPU that validating prod's 401 rendered objects took (0.6 s with
-    validators built once, the CRDs' included). Here the same files are found the same way (the newest schemas not
-    newer than the site's Kubernetes, the strict ones), with the library's own helpers, and judged by the same Draft
-    2020-12 validator; a test compares the verdicts with the library's on every kind the stack renders."""
-    wanted = major_minor(kube_version.removeprefix("v"))
-    if wanted > all_versions()[-1]:
-        raise VersionNotSupportedError(version=wanted)
-    folder = f"kubernetes-json-schema/v{[v for v in all_versions() if major_minor(v) <= wanted][-1]}-local-strict"
-    api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)  # rbac.authorization.k8s.io/v1 -> rbac-v1
-    try:
-        schema = schema_contents(f"{folder}/{kind.lower()}-{api}.json", kube_version)
-    except FileNotFoundError:
-        return None
-    registry = referencing.Resource.from_contents(_core_definitions(folder, kube_version)) @ (
-        referencing.Resource.from_contents(schema) @ referencing.Registry())
-    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
-
-
-@functools.cache
-def _core_definitions(folder: str, kube_version: str) -> Any:
-    """The definitions every kind's schema refers to, read once."""
-    return schema_contents(f"{folder}/_definitions.json", kube_version)
+    return verdict.reason
 
 
 def _without_nulls(value: Any) -> Any:

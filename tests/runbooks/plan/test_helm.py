@@ -37,6 +37,7 @@ from runbooks.plan.helm import (
 from runbooks.plan.invariants import check_invariants
 from runbooks.plan.plan import host_installs, kubernetes_objects
 from runbooks.plan.producers import Deployed, producers
+from runbooks.plan.schemas import CoreVerdict, core_verdict
 from runbooks.plan.yaml_stream import dump_all
 from tests.builders import REPO, copy_project, parse, prod_values
 from tests.harness.kubectl_refs import commands, namespaces_of, references, unresolved
@@ -69,6 +70,32 @@ def test_should_render_every_release_and_validate_every_object(graph: ResourceGr
     assert set(rendered) == {r.inputs["name"] for r in graph.of_type(RELEASE_TYPE)}
     assert all(r.objects for r in rendered.values())
     assert validate(list(rendered.values()), KUBE_VERSION) == []
+
+
+def test_should_judge_each_core_object_in_its_yaml_worker_as_this_process_judges_it(
+        rendered: dict[str, RenderedRelease]) -> None:
+    # The workers judge each object as they parse it; one the plan changes after (a namespace placed: litellm-helm's
+    # 6 objects and the GPU Operator's hook ServiceAccount on prod) is left to validate() to judge again.
+    unjudged = []
+    for release in rendered.values():
+        assert len(release.verdicts) == len(release.objects), release.release
+        for obj, verdict in zip(release.objects, release.verdicts, strict=True):
+            if verdict is None:
+                unjudged.append(obj)
+                assert obj["metadata"]["namespace"] == release.namespace
+            else:
+                assert verdict == core_verdict(obj, KUBE_VERSION), (release.release, obj["kind"])
+    assert len(unjudged) == 7
+    assert sum(v is not None and v.schema for r in rendered.values() for v in r.verdicts) > 300
+
+
+def test_should_report_what_a_yaml_worker_found(rendered: dict[str, RenderedRelease]) -> None:
+    # validate() reports the worker's verdict and does not judge the object again.
+    release = rendered["csi-driver-nfs"]
+    planted = [CoreVerdict(schema=True, reason="spec: planted") if o["kind"] == "DaemonSet" else v
+               for o, v in zip(release.objects, release.verdicts, strict=True)]
+    found = validate([dataclasses.replace(release, verdicts=planted)], KUBE_VERSION)
+    assert [(i.kind, i.reason) for i in found] == [("DaemonSet", "spec: planted")]
 
 
 def with_object(release: RenderedRelease, obj: dict[str, Any]) -> list[RenderedRelease]:

@@ -7,7 +7,7 @@ import yaml
 from typer.testing import CliRunner
 
 from runbooks.cli import app
-from runbooks.plan.helm import _core_validator
+from runbooks.plan.schemas import core_validator
 from tests.builders import copy_project
 
 KUBERNETES_VERSION = "1.30"
@@ -49,7 +49,7 @@ def test_should_pass_strict_schema_validation(manifests: dict[str, dict[str, obj
             manifest = {k: v for k, v in manifest.items() if k not in ("stringData", "data")}
         if "Patch--" in name:
             # A server-side apply patch names only the fields it sets: each must exist (strict), none is required.
-            validator = _core_validator(KUBERNETES_VERSION, str(manifest["apiVersion"]), str(manifest["kind"]))
+            validator = core_validator(KUBERNETES_VERSION, str(manifest["apiVersion"]), str(manifest["kind"]))
             errors = [e for e in validator.iter_errors(manifest) if e.validator != "required"]
             assert not errors, f"{name}: {errors[0].message} at {list(errors[0].path)}"
         else:
@@ -64,7 +64,7 @@ def test_should_pass_strict_schema_validation(manifests: dict[str, dict[str, obj
 def test_should_reject_an_unknown_field_in_a_patch_so_its_check_can_fail() -> None:
     patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": "y"},
              "spec": {"template": {"spec": {"priorityClassName": "inference", "colour": "red"}}}}
-    errors = [e.message for e in _core_validator(KUBERNETES_VERSION, "apps/v1", "Deployment").iter_errors(patch)
+    errors = [e.message for e in core_validator(KUBERNETES_VERSION, "apps/v1", "Deployment").iter_errors(patch)
               if e.validator != "required"]
     assert errors == ["Additional properties are not allowed ('colour' was unexpected)"]
 
