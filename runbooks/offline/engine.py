@@ -117,9 +117,7 @@ class ResourceGraph:
 
 def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
     project_file = _read_yaml(project_dir / "Pulumi.yaml")
-    project = project_file.get("name")
-    if not isinstance(project, str):
-        raise StackConfigError(f"{project_dir / 'Pulumi.yaml'}: `name` is missing")
+    project = _project_name(project_dir, project_file)
     values: dict[str, str] = {}
     for key, decl in (project_file.get("config") or {}).items():
         full = key if ":" in key else f"{project}:{key}"
@@ -140,6 +138,18 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
         else:
             values[key] = _as_config_string(value)
     return StackConfig(project, values, frozenset(secret_keys))
+
+
+def project_name(project_dir: Path) -> str:
+    """The project's name, as Pulumi.yaml gives it."""
+    return _project_name(project_dir, _read_yaml(project_dir / "Pulumi.yaml"))
+
+
+def _project_name(project_dir: Path, project_file: dict[str, Any]) -> str:
+    project = project_file.get("name")
+    if not isinstance(project, str):
+        raise StackConfigError(f"{project_dir / 'Pulumi.yaml'}: `name` is missing")
+    return project
 
 
 def run_program(project_dir: Path, stack: str, config: StackConfig | None = None,

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,12 +79,46 @@ class PolicyResult:
         return not self.violations
 
 
+class PolicyPack:
+    """The pack's process, started as the CLI starts it; it serves once it has printed its port. Started before the
+    program runs, it loads its modules meanwhile (0.25-0.35 s of wall time here), on the core the program leaves."""
+
+    def __init__(self, policy_dir: Path, project: str, stack: str) -> None:
+        self.project, self.stack = project, stack
+        env = {**os.environ, "PULUMI_PROJECT": project, "PULUMI_STACK": stack, "PULUMI_DRY_RUN": "true"}
+        # stderr goes to a file: a pack that logs a lot must never block on a full pipe.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close(), with the process)
+        self._process = subprocess.Popen([sys.executable, "-m", "pulumi.policy", ENGINE_ADDRESS, str(policy_dir)],
+                                         stdout=subprocess.PIPE, stderr=self._stderr, env=env)
+        self._port: int | None = None
+
+    def port(self) -> int:
+        """The port it serves on, once it says it (PolicyPackError where it dies or stays silent first)."""
+        if self._port is None:
+            self._port = _read_port(self._process, self._stderr)
+        return self._port
+
+    def close(self) -> None:
+        self._process.kill()
+        self._process.wait()
+        assert self._process.stdout is not None
+        self._process.stdout.close()
+        self._stderr.close()
+
+    def __enter__(self) -> "PolicyPack":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
 def check_policies(graph: ResourceGraph, config: dict[str, Any] | None = None,
-                   policy_dir: Path = POLICY_DIR) -> list[PolicyResult]:
-    """Every policy in the pack, judged on the graph, with `config` in the `--policy-pack-config` JSON form."""
+                   policy_dir: Path = POLICY_DIR, pack: PolicyPack | None = None) -> list[PolicyResult]:
+    """Every policy in the pack, judged on the graph, with `config` in the `--policy-pack-config` JSON form: by pack,
+    started for the graph's project and stack (the caller closes it), else by a pack started now."""
     if config is not None and not isinstance(config, dict):
         raise PolicyConfigError(f"policy config must be a JSON object of policy names, got {type(config).__name__}")
-    with _serve(policy_dir, graph) as stub, no_collection():
+    with _serve(policy_dir, graph, pack) as stub, no_collection():
         info = stub.GetAnalyzerInfo(empty_pb2.Empty())
         levels = _levels(info, config or {})
         stub.Configure(proto.ConfigureAnalyzerRequest(policyConfig={
@@ -116,19 +150,11 @@ def check_policies(graph: ResourceGraph, config: dict[str, Any] | None = None,
 
 
 @contextmanager
-def _serve(policy_dir: Path, graph: ResourceGraph) -> Iterator[AnalyzerStub]:
-    env = {**os.environ, "PULUMI_PROJECT": graph.project, "PULUMI_STACK": graph.stack, "PULUMI_DRY_RUN": "true"}
-    with tempfile.TemporaryFile() as stderr:
-        # stderr goes to a file: a pack that logs a lot must never block on a full pipe.
-        process = subprocess.Popen([sys.executable, "-m", "pulumi.policy", ENGINE_ADDRESS, str(policy_dir)],
-                                   stdout=subprocess.PIPE, stderr=stderr, env=env)
-        try:
-            port = _read_port(process, stderr)
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                yield AnalyzerStub(channel)
-        finally:
-            process.kill()
-            process.wait()
+def _serve(policy_dir: Path, graph: ResourceGraph, pack: PolicyPack | None) -> Iterator[AnalyzerStub]:
+    with nullcontext(pack) if pack else PolicyPack(policy_dir, graph.project, graph.stack) as serving:
+        assert (serving.project, serving.stack) == (graph.project, graph.stack), "a pack started for another stack"
+        with grpc.insecure_channel(f"127.0.0.1:{serving.port()}") as channel:
+            yield AnalyzerStub(channel)
 
 
 def _read_port(process: "subprocess.Popen[bytes]", stderr: Any) -> int:

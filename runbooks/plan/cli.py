@@ -58,7 +58,8 @@ def plan(
 ) -> None:
     """Render the stack offline (no cluster, no Pulumi CLI), judge it with the policy pack, summarize it."""
     project = project_dir or find_project_dir(Path.cwd())
-    with exit_on_failure(READING, stack):
+    # The pack starts first: it loads its modules while the program runs.
+    with exit_on_failure(READING, stack), planning.policy_pack(project, stack) as pack:
         policy_config = json.loads(policy_pack_config.read_text()) if policy_pack_config else None
         if out_dir is not None and chart_mirror is not None and helm.find_helm() is not None:
             # The YAML workers start on the core the site's parsing and the program leave idle (0.1 s of CPU each).
@@ -76,7 +77,8 @@ def plan(
             # leaves.
             rendering = _in_background(render_charts, site, graph, chart_mirror, plain_http,
                                        renders.started if renders else None) if out_dir is not None else None
-            result = planning.judge(site, graph, project, policy_config, progress=lambda step: status.update(step))
+            result = planning.judge(site, graph, project, policy_config, progress=lambda step: status.update(step),
+                                    pack=pack)
     summary = planning.summarize(result)
     charts: ChartsOutcome | None = None
     if out_dir is not None:
@@ -166,6 +168,7 @@ def render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_h
     finally:
         if renders is not None:  # whatever render_releases did with them: their threads and scratch go now
             renders.close()
+        helm.release_yaml_workers()  # the one render of the run is over
     streams = helm.streams(releases)  # helm/*.yaml's texts: strings, which the checks below cannot change
     # The releases' objects (no cycle among them) live to the end of the run: frozen, Python's cyclic collector stops
     # passing over them each time validation and the invariants make objects of their own, and at the exit's last

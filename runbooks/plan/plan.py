@@ -24,8 +24,8 @@ from components.site.wellknown import (
 )
 from components.slurm.install import installed_files
 from components.validate import parse_site
-from runbooks.offline.engine import STACK_TYPE, Resource, ResourceGraph, load_stack_config, run_program
-from runbooks.offline.policy_pack import Finding, PolicyResult, check_policies
+from runbooks.offline.engine import STACK_TYPE, Resource, ResourceGraph, load_stack_config, project_name, run_program
+from runbooks.offline.policy_pack import Finding, PolicyPack, PolicyResult, check_policies
 from runbooks.plan.files import is_kubernetes_object, manifest
 
 Progress = Callable[[str], None]
@@ -120,7 +120,8 @@ class Plan:
     graph: ResourceGraph
     policies: list[PolicyResult]
     policy_seconds: float
-    """Wall time of the policy pack run: start, Analyze per resource, AnalyzeStack."""
+    """Wall time of judging: the pack's start where judge() started it (policy_pack() starts it before the program),
+    Analyze per resource, AnalyzeStack."""
 
     @property
     def blocking(self) -> list[Finding]:
@@ -140,12 +141,18 @@ def run(project_dir: Path, stack: str, progress: Progress = lambda _: None,
     return site, run_program(project_dir, stack, config, watch(site))
 
 
+def policy_pack(project_dir: Path, stack: str) -> PolicyPack:
+    """The project's policy pack, started now for the stack, to judge() what the program will register: it loads
+    while the program runs. Raises StackConfigError where Pulumi.yaml names no project."""
+    return PolicyPack(project_dir / "policy", project_name(project_dir), stack)
+
+
 def judge(site: Site, graph: ResourceGraph, project_dir: Path, policy_config: dict[str, Any] | None = None,
-          progress: Progress = lambda _: None) -> Plan:
-    """What the program registered, judged by the policy pack."""
+          progress: Progress = lambda _: None, pack: PolicyPack | None = None) -> Plan:
+    """What the program registered, judged by the policy pack (pack, where policy_pack() started it)."""
     progress("judging the resources with the policy pack (its real gRPC entry point)")
     started = time.monotonic()
-    policies = check_policies(graph, policy_config, project_dir / "policy")
+    policies = check_policies(graph, policy_config, project_dir / "policy", pack)
     return Plan(site, graph, policies, time.monotonic() - started)
 
 

@@ -12,7 +12,15 @@ from pulumi.output import UNKNOWN
 
 from runbooks.offline import policy_pack
 from runbooks.offline.engine import Resource, ResourceGraph, run_program
-from runbooks.offline.policy_pack import Finding, PolicyConfigError, PolicyPackError, PolicyResult, check_policies
+from runbooks.offline.policy_pack import (
+    POLICY_DIR,
+    Finding,
+    PolicyConfigError,
+    PolicyPack,
+    PolicyPackError,
+    PolicyResult,
+    check_policies,
+)
 from tests.builders import REPO, prod_config_at
 
 RACK_A01 = "urn:pulumi:prod::gpu-cluster::gpucluster:cluster:GpuCluster$gpucluster:facility:Facility" \
@@ -52,6 +60,13 @@ def test_should_pass_every_policy_on_prod(prod_results: dict[str, PolicyResult])
     assert {name: r.not_applicable for name, r in prod_results.items() if r.not_applicable} == {
         "secrets-stay-secret": ["Policy does not implement validate"],
         "team-gpus-capped": ["no team namespace in the stack"]}
+
+
+def test_should_judge_with_a_pack_started_before_the_program_ran(prod: ResourceGraph,
+                                                                 prod_results: dict[str, PolicyResult]) -> None:
+    # `gpuctl plan` starts the pack first, so that it loads its modules while the program runs.
+    with PolicyPack(POLICY_DIR, prod.project, prod.stack) as pack:
+        assert by_name(check_policies(prod, pack=pack)) == prod_results
 
 
 def test_should_judge_and_pass_every_policy_once_teams_are_onboarded() -> None:
