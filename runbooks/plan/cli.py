@@ -61,9 +61,6 @@ def plan(
     # The pack starts first: it loads its modules while the program runs.
     with exit_on_failure(READING, stack), planning.policy_pack(project, stack) as pack:
         policy_config = json.loads(policy_pack_config.read_text()) if policy_pack_config else None
-        if out_dir is not None and chart_mirror is not None and helm.find_helm() is not None:
-            # The YAML workers start on the core the site's parsing and the program leave idle (0.1 s of CPU each).
-            helm.yaml_workers()
         renders = _EarlyRenders(chart_mirror, plain_http) if out_dir is not None else None
         with err.status("planning") as status:
             try:

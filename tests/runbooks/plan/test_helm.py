@@ -31,9 +31,12 @@ from runbooks.plan.helm import (
     RenderedRelease,
     Renders,
     find_helm,
+    release_yaml_workers,
     render_releases,
     validate,
+    yaml_workers,
 )
+from runbooks.plan.helm import template as helm_template
 from runbooks.plan.invariants import check_invariants
 from runbooks.plan.plan import host_installs, kubernetes_objects
 from runbooks.plan.producers import Deployed, producers
@@ -154,6 +157,22 @@ def test_should_start_each_release_rendering_while_the_program_still_runs(graph:
     assert planned.exit_code == 0, planned.output
     assert started == {r.urn: True for r in graph.of_type(RELEASE_TYPE)}
     assert "13 releases, 0 invalid" in " ".join(planned.output.split())
+
+
+def test_should_fork_the_yaml_workers_before_the_first_helm_run(graph: ResourceGraph,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker forked while a Helm run's pipe is open would hold its write end, and that run's reader would wait
+    # until the worker exits.
+    release_yaml_workers()
+    workers_at_run: list[int] = []
+
+    def counted(*args: Any) -> tuple[Path, str]:
+        workers_at_run.append(yaml_workers.cache_info().currsize)
+        return helm_template(*args)
+
+    monkeypatch.setattr("runbooks.plan.helm.template", counted)
+    assert len(render_releases(graph, MIRROR, KUBE_VERSION, HELM)) == len(graph.of_type(RELEASE_TYPE))
+    assert workers_at_run == [1] * len(graph.of_type(RELEASE_TYPE))
 
 
 @pytest.mark.expected_s(39)
