@@ -163,6 +163,7 @@ def test_should_fork_the_yaml_workers_before_the_first_helm_run(graph: ResourceG
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     # A worker forked while a Helm run's pipe is open would hold its write end, and that run's reader would wait
     # until the worker exits.
+    assert HELM is not None
     release_yaml_workers()
     workers_at_run: list[int] = []
 
