@@ -1,6 +1,6 @@
 """The core kinds' schemas: what Kubernetes' own API accepts of an object, judged as kubernetes-validate judges it
-(strict: an unknown field fails) for the site's Kubernetes version. Imports nothing of the project, so the plan's
-YAML workers judge the core objects of the chart they parsed without loading the program's modules."""
+(strict: an unknown field fails) for the site's Kubernetes version: in the plan's YAML workers, for the objects of the
+chart each parsed (runbooks/plan/yaml_worker.py), and in this process for any other."""
 
 import functools
 import re

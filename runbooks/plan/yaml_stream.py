@@ -1,6 +1,5 @@
 """Helm's output read with libyaml, and the YAML the plan writes itself written with it: the objects and the bytes
-PyYAML's pure-Python loader and emitter give, at libyaml's speed. Imports nothing of the project, so the plan's worker
-processes start in 0.1 s."""
+PyYAML's pure-Python loader and emitter give, at libyaml's speed. Imports nothing of the project."""
 
 import io
 import re

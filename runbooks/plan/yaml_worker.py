@@ -1,6 +1,6 @@
 """What a YAML worker process of `gpuctl plan` does with a chart's render: reads what `helm template` printed and
 judges each object of a core kind by its schema, beside the main process, which judges the custom kinds once every
-release's CRDs are in. Imports nothing of the project but the reader and the core schemas."""
+release's CRDs are in."""
 
 import gc
 
