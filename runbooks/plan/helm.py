@@ -218,7 +218,8 @@ def render_releases(graph: ResourceGraph, mirror: Path | None, kube_version: str
 def yaml_workers() -> ProcessPoolExecutor:
     """Processes that parse the charts' YAML and judge their core objects beside this one (yaml_worker.read), one per
     core, started once per run: libyaml and jsonschema hold the GIL, so threads of this process would only take turns.
-    All start at the first call, not with the first chart's output; `gpuctl plan` makes it before its program runs.
+    All start at the first call, not with the first chart's output: Renders makes it, `gpuctl plan`'s before its
+    program runs.
 
     They are forked: each has the modules this process imported, where a spawned one started a fresh interpreter and
     imported the reader and the schemas' modules (prod, 6 paired rounds: 4.0 -> 3.5 s wall, 6.3 -> 5.4 s of CPU,

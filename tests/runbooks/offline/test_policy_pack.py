@@ -69,6 +69,12 @@ def test_should_judge_with_a_pack_started_before_the_program_ran(prod: ResourceG
         assert by_name(check_policies(prod, pack=pack)) == prod_results
 
 
+def test_should_judge_by_the_started_pack_not_a_new_one(prod: ResourceGraph, tmp_path: Path) -> None:
+    (tmp_path / "__main__.py").write_text("raise SystemExit('broken pack')\n")
+    with PolicyPack(tmp_path, prod.project, prod.stack) as broken, pytest.raises(PolicyPackError, match="broken pack"):
+        check_policies(prod, policy_dir=POLICY_DIR, pack=broken)
+
+
 def test_should_judge_and_pass_every_policy_once_teams_are_onboarded() -> None:
     results = by_name(check_policies(run_program(REPO, "prod", prod_config_at("canary"))))
     assert {name: r.violations for name, r in results.items() if not r.passed} == {}
