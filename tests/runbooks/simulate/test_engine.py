@@ -3,6 +3,7 @@
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -296,7 +297,8 @@ def test_a_kubernetes_pass_stops_walking_a_class_and_team_blocked_at_one_gpu(mon
     walked = 0
     until = engine._until
 
-    def counted(runs: list[Run], key: tuple[str, str], done: dict[tuple[str, str], bool] | None) -> Iterator[Run]:
+    def counted(runs: Iterable[Run], key: tuple[str, str], done: dict[tuple[str, str], bool] | None
+                ) -> Iterator[Run]:
         nonlocal walked
         for run in until(runs, key, done):
             walked += 1
@@ -318,9 +320,9 @@ def test_a_static_slurm_pass_walks_only_the_slices_whose_jobs_changed(monkeypatc
     walked: dict[str | None, int] = {}
     easy = Simulation._easy
 
-    def counted(self: Simulation, team: str | None, runs: Iterable[Run]) -> None:
+    def counted(self: Simulation, team: str | None, rank: Any) -> None:
         walked[team] = walked.get(team, 0) + 1
-        easy(self, team, runs)
+        easy(self, team, rank)
 
     monkeypatch.setattr(Simulation, "_easy", counted)
     jobs = [job(0, "b", 0, 4, 10), *(job(i + 1, "a", i / 20, 4, 1 / 30) for i in range(200))]
@@ -329,3 +331,65 @@ def test_a_static_slurm_pass_walks_only_the_slices_whose_jobs_changed(monkeypatc
     assert walked["b"] <= 2 and walked["a"] >= 200
     assert all(r.first_start is not None for r in outcome.runs)
     conserved(outcome)
+
+
+def test_a_slurm_pass_stops_walking_jobs_as_wide_as_a_blocked_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """a's two 4-GPU jobs fill the node, one for 10 h and one for 5 h, while 400 8-GPU jobs of a arrive from 1 h, one a
+    minute (on the half minute), and two 2-GPU 1-h jobs at 2 h. At 5 h the first 8-GPU job waiting holds the
+    reservation for 10 h; every later one finds 4 GPUs free, so none can start in that pass or any before 10 h: each
+    pass walks at most one of them past it, not every waiting one at every pass (a sum of 1 to 400). The narrower jobs
+    are still walked to the end, and both backfill at 5 h; the wide ones start from 10 h."""
+    walked = 0
+    narrower = engine._narrower
+
+    def counted(runs: list[Run], key: tuple[str, str], gpus: int, blocked: dict[tuple[str, str], int]
+                ) -> Iterator[Run]:
+        nonlocal walked
+        for run in narrower(runs, key, gpus, blocked):
+            walked += 1
+            yield run
+
+    monkeypatch.setattr(engine, "_narrower", counted)
+    wide = [job(i + 4, "a", 1 + (i + 0.5) / 60, 8, 0.5) for i in range(400)]
+    narrow = [job(2, "a", 2, 2, 1), job(3, "a", 2, 2, 1)]
+    workload = Workload([job(0, "a", 0, 4, 10), job(1, "a", 0, 4, 5), *narrow, *wide], [], 48 * HOUR, 1.0, 0.0)
+    outcome = simulate(small_site(ONE_NODE), workload, Policy.STACK, Lending(), 1800, StaticSlices({}, {}, {}))
+    assert walked <= 4 * len(wide)
+    waits = waits_h(outcome)
+    assert (waits[2], waits[3]) == (3.0, 3.0)
+    assert min(r.first_start for r in outcome.runs if r.job.id > 3 and r.first_start is not None) == 10 * HOUR
+    conserved(outcome)
+
+
+def test_a_slurm_pass_that_walks_every_job_to_the_end_gives_the_same_figures(
+        prod_site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two days of Alibaba's pods on prod at training load 2, the Slurm passes' walks cut short at a blocked width
+    (as simulate runs) and walked to the end: the same start, end and lost work for every job. Walks were cut short
+    (else the comparison would prove nothing)."""
+    model = site_model(prod_site)
+    workload = build(prod_site, model.teams, TRACES, Mapping(Trace.ALIBABA, days=2, training_load=2.0))
+    cut = 0
+    narrower = engine._narrower
+
+    def counted(runs: list[Run], key: tuple[str, str], gpus: int, blocked: dict[tuple[str, str], int]
+                ) -> Iterator[Run]:
+        nonlocal cut
+        yielded = 0
+        for run in narrower(runs, key, gpus, blocked):
+            yielded += 1
+            yield run
+        cut += yielded < len(runs)
+
+    def to_the_end(runs: list[Run], key: tuple[str, str], gpus: int, blocked: dict[tuple[str, str], int]
+                   ) -> Iterator[Run]:
+        yield from runs
+
+    outcomes = []
+    for walk in (counted, to_the_end):
+        monkeypatch.setattr(engine, "_narrower", walk)
+        outcomes.append(simulate(model, workload, Policy.STACK, prod_site.lending, 1800,
+                                 static_slices(model, prod_site)))
+    assert cut > 0
+    fast, full = ([(r.job.id, r.first_start, r.finished, r.lost_gpu_s) for r in o.runs] for o in outcomes)
+    assert fast == full
+    assert outcomes[0].allocated_gpu_s == outcomes[1].allocated_gpu_s
