@@ -527,7 +527,8 @@ class Simulation:
         """The side's waiting jobs (of one team, or all), lazily, by rank((QoS or class, team)) and then arrival; each
         list is copied, so jobs may start (and leave their list) while the pass walks them. A (QoS or class, team)
         the caller marks in `done` yields no more of its jobs; one it marks in `blocked` with a width, no more jobs at
-        least as wide."""
+        least as wide, but for one per width already taken from its list (the merge holds one of each list), which
+        the caller skips."""
         groups = sorted(((rank(key), key, sizes) for key, sizes in self.queue[side].items()
                          if team in (None, key[1]) and any(sizes.values())), key=lambda g: g[0])
         for _, same in itertools.groupby(groups, key=lambda g: g[0]):
@@ -557,7 +558,8 @@ class Simulation:
         Once the first blocked job holds its reservation nothing is preempted, so the free GPUs only shrink as jobs
         start: a job that finds too few free blocks every later job of its QoS and team at least as wide, and the pass
         walks those no more. At 8,192 GPUs the queue of thousands, most waiting for more GPUs than are free or for
-        nodes their QoS may not use, was walked in full at every event (30 days of philly-gavel: 113 -> 36 s)."""
+        nodes their QoS may not use, was walked in full at every event (30 days of philly-gavel, the stack: 113.5 ->
+        37.9 s)."""
         now = self.env.now
         shadow: float | None = None
         extra = 0
@@ -580,7 +582,12 @@ class Simulation:
                     self._start(run, self._place(run.gpus, flex))
                     extra -= 0 if ends_before else run.gpus
             else:
-                blocked[run.qos, run.team] = run.gpus
+                self._block(blocked, run)
+
+    @staticmethod
+    def _block(blocked: dict[tuple[str, str], int], run: Run) -> None:
+        """No later job of the run's QoS and team at least as wide can start in this pass (_easy says why)."""
+        blocked[run.qos, run.team] = run.gpus
 
     def _shadow(self, team: str | None, need: int, free: int, flex: bool) -> tuple[float, int]:
         """When the first blocked job can start as running jobs end (their remaining run time is known here; Slurm
