@@ -52,9 +52,13 @@ class GpuCluster(pulumi.ComponentResource):
         # Served models wait for their priority class and NVMe prefetch; teams' gateway keys for their namespaces.
         # Model servers schedule only on validated nodes (components/inference/values.py, _placement), which the
         # node checks' NodePatches label: the inference path waits for admission, or its release would wait on
-        # pods no node can take yet.
+        # pods no node can take yet. It names the NodePatches (each comes after its node's check and copy), not the
+        # Facility: the SDK expands a component named in depends_on into every resource under it, for each resource
+        # that names it, copying the dependency set at each one added (pulumi/runtime/resource_cycle_breaker.py),
+        # which at 8,192 GPUs was 4,394 resources for each of the path's and a quarter of the program's CPU.
         self.inference = InferencePath(f"{name}-inference", site, gateway_master_key,
                                        {t.plan_name: t for t in self.teams},
-                                       after(self, self.monitoring, self.scheduling, self.storage, self.facility))
+                                       after(self, self.monitoring, self.scheduling, self.storage,
+                                             *self.facility.admissions))
         self.gpu_count = self.facility.gpu_count
         self.register_outputs({"gpu_count": self.gpu_count, "stage": site.stage})

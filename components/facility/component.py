@@ -49,6 +49,9 @@ class NodeAdmission:
 class GpuNode(pulumi.ComponentResource):
     verdict: pulumi.Output[Verdict]
     """The node check's verdict: Kubernetes labels and taints follow it, and Slurm drains a failed node."""
+    admission: kubernetes.core.v1.NodePatch
+    """The verdict's labels and taints on the Kubernetes node: what work that schedules on validated nodes waits for
+    (it comes after the node's check and the check's copy)."""
 
     def __init__(self, load: NodeLoad, admission: NodeAdmission, opts: pulumi.ResourceOptions) -> None:
         facts: dict[str, Any] = {
@@ -63,7 +66,7 @@ class GpuNode(pulumi.ComponentResource):
         super().__init__(GPU_NODE_TYPE, load.name, facts, opts)
         self.node_name = load.name
         self.verdict = verdict = self._run_node_check(load, admission)
-        kubernetes.core.v1.NodePatch(
+        self.admission = kubernetes.core.v1.NodePatch(
             f"{load.name}-admission",
             metadata=kubernetes.meta.v1.ObjectMetaPatchArgs(
                 name=load.name,
@@ -133,6 +136,7 @@ class Facility(pulumi.ComponentResource):
         plans = plan_racks(admission.site)
         self.racks = [Rack(plan, admission, child) for plan in plans]
         self.nodes = [node for rack in self.racks for node in rack.nodes]
+        self.admissions = [node.admission for node in self.nodes]
         self.gpu_count = sum(p.gpu_count for p in plans)
         self.it_load_kw = _kw(sum(p.it_load_kw for p in plans))
         self.register_outputs({"gpu_count": self.gpu_count, "it_load_kw": self.it_load_kw})
