@@ -23,6 +23,7 @@ from components.site.wellknown import (
     TEAM_TYPE,
 )
 from runbooks.offline.engine import ProgramError, Resource, ResourceGraph, Secret, StackConfig, run_program
+from runbooks.plan.converge import waits_for
 from runbooks.plan.helm import RELEASE_TYPE
 from tests.builders import REPO, encode, parse, prod_config, prod_config_at, prod_values, with_changes
 
@@ -117,25 +118,15 @@ def test_should_create_the_metric_volumes_class_before_the_monitoring_stack(grap
 
 def test_should_create_the_inference_path_after_every_resource_of_the_facility(graph: ResourceGraph) -> None:
     """The path names the nodes' NodePatches alone (components/cluster.py says why); each comes after its node's check,
-    and the check after its copy, so every node's admission still comes first, through them."""
-
-    def before(urn: str) -> set[str]:
-        seen: set[str] = set()
-        todo = list(graph.resources[urn].dependencies)
-        while todo:
-            dep = todo.pop()
-            if dep not in seen:
-                seen.add(dep)
-                todo.extend(graph.resources[dep].dependencies)
-        return seen
-
+    and the check after its copy, so every node's admission still comes first, through them, as the plan's converge
+    check reads the order."""
     facility = {r.urn for r in graph.resources.values()
                 if r.custom and any(a.type == FACILITY_TYPE for a in graph.ancestors(r.urn))}
     path = [r for r in graph.resources.values() if r.custom and any(a.type == INFERENCE_TYPE
                                                                     for a in graph.ancestors(r.urn))]
     assert len(facility) == 3 * len(graph.of_type(GPU_NODE_TYPE)) and path
     for resource in path:
-        assert facility <= before(resource.urn), resource.name
+        assert facility <= waits_for(graph, resource.urn), resource.name
 
 
 def test_should_start_model_servers_only_on_admitted_nodes_and_wait_for_their_startup(graph: ResourceGraph) -> None:

@@ -171,6 +171,7 @@ def render_charts(site: Site, graph: ResourceGraph, mirror: Path | None, plain_h
     # passing over them each time validation and the invariants make objects of their own, and at the exit's last
     # collection (which gc.unfreeze() after the checks brought back: 0.5-1 s of CPU). Prod, three pairs at load 2:
     # 6.33 -> 5.87 s of CPU, 4.87 -> 4.37 s wall (medians). What was garbage when it froze stays (the run ends soon).
+    # gpuctl now freezes everything as a command ends (runbooks/gpuctl.py), which spares the exit alone.
     gc.freeze()
     by_urn = planning.kubernetes_objects(graph)
     registered = list(by_urn.values())

@@ -55,17 +55,17 @@ def installs(graph: ResourceGraph, releases: Iterable[RenderedRelease],
             inputs = resource.inputs
             rendered = by_release.get((inputs.get("name") or resource.name, inputs.get("namespace", "default")))
             wait = None if inputs.get("skipAwait") else int(inputs.get("timeout", RELEASE_WAIT_S))
-            made.append(Install(urn, rendered.objects if rendered else [], wait, _waits_for(graph, urn)))
+            made.append(Install(urn, rendered.objects if rendered else [], wait, waits_for(graph, urn)))
         elif urn in registered:
-            made.append(Install(urn, [registered[urn]], None, _waits_for(graph, urn)))
+            made.append(Install(urn, [registered[urn]], None, waits_for(graph, urn)))
         elif resource.type == NODE_PATCH_TYPE:
             # Labels and taints on a node that exists: what pods that select on those labels wait for.
             made.append(Install(urn, [{"apiVersion": "v1", "kind": "Node", **resource.inputs}], None,
-                                _waits_for(graph, urn)))
+                                waits_for(graph, urn)))
     return tuple(made)
 
 
-def _waits_for(graph: ResourceGraph, urn: str) -> frozenset[str]:
+def waits_for(graph: ResourceGraph, urn: str) -> frozenset[str]:
     """Every resource `urn` is created after: its dependencies and a custom parent, transitively. A component's
     dependencies do not hold back its children (pulumi/pulumi#8721), and a dependency on a component is one on each
     custom resource inside it."""
