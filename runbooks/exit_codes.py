@@ -16,4 +16,4 @@ class ExitCode(IntEnum):
     """A check holds it: a mandatory policy (plan), the soak, gates or approvals (rollout), nodes not drained or
     pods not evicted yet (flex). The output says which; run it again once that has changed."""
     ENDED = 4
-    """The rollout ended without advancing: rejected, failed or rolled back."""
+    """The rollout ended without advancing: rejected, failed or rolled back; or the acceptance campaign failed."""

@@ -57,6 +57,10 @@ def plan(
     ] = False,
 ) -> None:
     """Render the stack offline (no cluster, no Pulumi CLI), judge it with the policy pack, summarize it."""
+    if out_dir is None and (chart_mirror is not None or plain_http):
+        # The charts are rendered into --out's helm/ folder: without it these options would do nothing.
+        raise typer.BadParameter("needs --out DIR: the charts are rendered into DIR/helm/ and validated there",
+                                 param_hint="'--chart-mirror'" if chart_mirror is not None else "'--plain-http'")
     project = project_dir or find_project_dir(Path.cwd())
     # The pack starts first: it loads its modules while the program runs.
     with exit_on_failure(READING, stack), planning.policy_pack(project, stack) as pack:

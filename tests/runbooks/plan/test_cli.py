@@ -275,6 +275,15 @@ def test_should_exit_2_on_a_missing_stack(tmp_path: Path) -> None:
     assert "no stack file Pulumi.staging.yaml" in result.output
 
 
+@pytest.mark.parametrize("option", [["--chart-mirror", "charts"], ["--plain-http"]])
+def test_should_exit_2_on_a_chart_option_without_out_and_run_nothing(option: list[str]) -> None:
+    # The charts are rendered into --out's helm/: without --out the option would silently do nothing.
+    result = CliRunner().invoke(app, ["plan", "--project-dir", str(REPO), *option])
+    assert result.exit_code == 2, result.output
+    assert "needs --out DIR" in " ".join(result.output.split())
+    assert "policy pack" not in result.output
+
+
 def test_should_exit_1_when_the_program_itself_fails(tmp_path: Path) -> None:
     project = copy_project(tmp_path)
     (project / "__main__.py").write_text("raise RuntimeError('boom')\n")
