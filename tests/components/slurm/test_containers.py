@@ -69,15 +69,21 @@ def test_should_point_slurm_containers_and_the_node_check_at_the_driver_root_and
 def test_should_hand_the_toolkit_the_driver_root_before_the_arguments_enroots_hook_passes(
         tmp_path: Path, prod: dict[str, Any]) -> None:
     wrapper = node_files(parse(prod))[CONTAINER_CLI][0]
+    toolkit_cli = shlex.split(wrapper.splitlines()[-1])[1]
+    assert toolkit_cli.startswith("/usr/local/")
     toolkit = tmp_path / "nvidia-container-cli"
     toolkit.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {tmp_path}/argv\n")
     toolkit.chmod(0o755)
     script = tmp_path / "wrapper"
-    script.write_text(wrapper.replace("/usr/local/nvidia/toolkit/nvidia-container-cli", str(toolkit)))
+    script.write_text(wrapper)
     # enroot conf/hooks/98-nvidia.sh: exec nvidia-container-cli --user configure "${cli_args[@]}" "${ENROOT_ROOTFS}"
     hook = ["--user", "configure", "--no-cgroups", "--ldconfig=@/sbin/ldconfig", "--device=0,1", "--compute",
             "--utility", "/run/enroot/user-1000/job 42"]
-    subprocess.run(["sh", str(script), *hook], check=True, timeout=10)
+    # The wrapper as shipped execs the toolkit where the operator installs it: in a private mount namespace, an empty
+    # /usr/local holds the stand-in there.
+    subprocess.run(["unshare", "--mount", "--", "sh", "-c", 'mount -t tmpfs tmpfs /usr/local && mkdir -p "${1%/*}" && '
+                    'cp "$0" "$1" && shift && exec sh "$@"', str(toolkit), toolkit_cli, str(script), *hook],
+                   check=True, timeout=10)
     assert (tmp_path / "argv").read_text().splitlines() == ["--root=/run/nvidia/driver", *hook]
 
 

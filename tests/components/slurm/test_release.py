@@ -16,7 +16,7 @@ import pytest
 
 from components.site.site import Site
 from components.slurm.health_unit import HEALTH_UNIT
-from components.slurm.install import installed_files
+from components.slurm.install import SYSTEMD_UNIT_DIR, installed_files
 from components.slurm.release import INSTALLED_MARKER, PACKAGES, PROJECT_DIR, release, release_command
 from components.slurm.scripts import LENDING_UNIT
 from runbooks.flex.controller import PAUSED
@@ -48,7 +48,8 @@ def controller_site(project_dir: Path) -> Site:
 
 
 def deploy(tmp_path: Path, site: Site, stack: str = "prod") -> subprocess.CompletedProcess[str]:
-    """Runs the release command as the controller would, with the unit directory and systemctl redirected."""
+    """Runs the release command as the controller would, with the unit directory and systemctl redirected (the
+    command's own bytes: the directory by a bind mount, systemctl by PATH)."""
     shipped = release(stack)
     bin_dir, log_dir, unit_dir = tmp_path / "bin", tmp_path / "log", tmp_path / "units"
     for directory in (bin_dir, log_dir, unit_dir):
@@ -57,11 +58,12 @@ def deploy(tmp_path: Path, site: Site, stack: str = "prod") -> subprocess.Comple
     (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$@" >> {log_dir}/systemctl.log\n')
     for shim in bin_dir.iterdir():
         shim.chmod(0o755)
-    script = release_command(site, stack, shipped.digest).replace("/etc/systemd/system", str(unit_dir))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG_DIR": str(log_dir),
            "TEST_PYTHON": sys.executable}
-    return subprocess.run(["bash", "-c", script], input=shipped.archive, env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    # The command as shipped writes its units to SYSTEMD_UNIT_DIR: in a private mount namespace unit_dir is there.
+    return subprocess.run(["unshare", "--mount", "--", "sh", "-c", 'mount --bind "$0" "$1" && exec bash -c "$2"',
+                           str(unit_dir), SYSTEMD_UNIT_DIR, release_command(site, stack, shipped.digest)],
+                          input=shipped.archive, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_the_unit_starts_the_current_release_for_the_stack() -> None:
