@@ -20,6 +20,7 @@ from components.monitoring.alertmanager import (
     render_alertmanager_config,
     team_receiver,
 )
+from runbooks.plan.files import artifacts
 from tests.builders import parse, prod_values
 
 AMTOOL = shutil.which("amtool")
@@ -33,7 +34,7 @@ SITE = parse(prod_values())
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
     path = tmp_path / "alertmanager.yml"
-    path.write_text(yaml.safe_dump(render_alertmanager_config(SITE), sort_keys=False))
+    path.write_text(artifacts(SITE)["alertmanager/alertmanager.yml"])  # the bytes `gpuctl plan --out` writes
     return path
 
 

@@ -25,6 +25,7 @@ from components.monitoring.alerts import (
 )
 from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
 from components.site.site import Site
+from runbooks.plan.files import artifacts
 from tests.builders import REPO, parse, prod_values, with_changes
 
 PROMTOOL = shutil.which("promtool")
@@ -58,6 +59,10 @@ class Case:
     """(labels besides severity, summary) of every alert expected to fire."""
 
 
+RULES = "prometheus/rules.yaml"
+"""The rules as `gpuctl plan --out` writes them (runbooks/plan/files.py artifacts), for promtool."""
+
+
 def site() -> Site:
     return parse(prod_values())
 
@@ -82,7 +87,7 @@ def alert_test(s: Site, case: Case) -> dict[str, Any]:
 
 def promtool_test(rules_site: Site, tests: list[dict[str, Any]], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(render_rule_groups(rules_site), sort_keys=False))
+    (tmp_path / "rules.yaml").write_text(artifacts(rules_site)[RULES])
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
     return subprocess.run([PROMTOOL, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True,
@@ -299,7 +304,7 @@ def node_ready(node: str, values: str) -> dict[str, str]:
 def test_should_pass_promtool_check_rules(tmp_path: Path) -> None:
     assert PROMTOOL is not None
     path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump(render_rule_groups(site()), sort_keys=False))
+    path.write_text(artifacts(site())[RULES])
     result = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 
