@@ -8,7 +8,7 @@ from files under `alerting.secrets_dir`, never written into the config.
 
 from typing import Any
 
-from components.monitoring.alerts import Severity
+from components.monitoring.alerts import Severity, duration
 from components.site.site import Site
 
 ONCALL = "oncall"
@@ -114,7 +114,7 @@ def render_alertmanager_config(site: Site) -> dict[str, Any]:
         "route": {
             "receiver": PLATFORM,
             "group_by": ["alertname", "Hostname", "team"],
-            "group_wait": "30s",
+            "group_wait": duration(site.alerting.group_wait_s),
             "group_interval": "5m",
             "repeat_interval": "4h",
             "routes": routes(site),

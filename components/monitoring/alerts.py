@@ -31,7 +31,6 @@ Source metrics, and where their names come from:
 """
 
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -65,18 +64,9 @@ XID_APPLICATION_WINDOW = "15m"
 NVLINK_ERROR_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Prometheus durations of the rule file; the live test shortens them to seconds, production keeps these."""
-
-    evaluation_interval: str = "1m"
-    """Prometheus duration between evaluations of every group (default 1m: every alert here acts on minutes)."""
-    overheat_for: str = "2m"
-    """Prometheus duration a GPU or its HBM must stay over its incident temperature before it pages (default 2m:
-    a load spike passes, a cooling fault stays)."""
-
-
-PRODUCTION_TIMING = Timing()
+def duration(seconds: int) -> str:
+    """A Prometheus duration of whole seconds, in minutes where it is whole minutes (`2m`, `90s`, `0s`)."""
+    return f"{seconds // 60}m" if seconds and seconds % 60 == 0 else f"{seconds}s"
 
 
 class Severity(StrEnum):
@@ -194,8 +184,9 @@ WHERE = "GPU {{ $labels.gpu }} on {{ $labels.Hostname }}"
 VALUE = '{{ $value | printf "%.1f" }}'
 
 
-def gpu_alerts(site: Site, timing: Timing) -> list[dict[str, Any]]:
+def gpu_alerts(site: Site) -> list[dict[str, Any]]:
     mon, alerting = site.monitoring, site.alerting
+    overheat_for = duration(alerting.overheat_for_s)
     window = f"{mon.gpu_util_low_window_h}h"
     hardware = _alternatives([str(x) for x in alerting.xid_hardware])
     # `offset` keeps GPUs younger than the window out: no sample a full window ago, no verdict.
@@ -221,10 +212,10 @@ def gpu_alerts(site: Site, timing: Timing) -> list[dict[str, Any]]:
                f"{WHERE} averaged {VALUE} % utilization over {window} "
                f"(under {mon.gpu_util_low_pct:g} %)"),
         _alert(site, "GpuTemperatureHigh", f"{Record.GPU_TEMP} > {mon.gpu_temp_incident_c:g}", Severity.CRITICAL,
-               f"{WHERE} is at {VALUE} C (over {mon.gpu_temp_incident_c:g} C)", timing.overheat_for),
+               f"{WHERE} is at {VALUE} C (over {mon.gpu_temp_incident_c:g} C)", overheat_for),
         _alert(site, "GpuHbmTemperatureHigh", f"{Record.MEMORY_TEMP} > {alerting.hbm_temp_incident_c:g}",
                Severity.CRITICAL, f"HBM of {WHERE} is at {VALUE} C (over {alerting.hbm_temp_incident_c:g} C)",
-               timing.overheat_for),
+               overheat_for),
         _alert(site, "GpuThermalThrottling", throttled, Severity.WARNING,
                f"{WHERE} was thermally throttled {VALUE} % of the last {THERMAL_WINDOW}", "5m"),
         _alert(site, "GpuXidHardwareError", f'{Record.XID_BY_CODE}{{xid=~"{hardware}"}}', Severity.CRITICAL,
@@ -430,13 +421,13 @@ def llm_cost_rules(site: Site) -> list[dict[str, Any]]:
 
 
 @once_per_site
-def render_rule_groups(site: Site, timing: Timing = PRODUCTION_TIMING) -> dict[str, Any]:
+def render_rule_groups(site: Site) -> dict[str, Any]:
     """The rule file as promtool and Prometheus read it."""
-    every = timing.evaluation_interval
+    every = duration(site.monitoring.rule_evaluation_interval_s)
     return {"groups": [
         # One group: rules in a group run in order, so alerts read this evaluation's per-GPU series, not
         # the last one's (groups run independently), and a `for: 2m` means 2 m.
-        {"name": "gpu", "interval": every, "rules": gpu_recording_rules(site) + gpu_alerts(site, timing)},
+        {"name": "gpu", "interval": every, "rules": gpu_recording_rules(site) + gpu_alerts(site)},
         {"name": "pool-alerts", "interval": every, "rules": pool_alerts(site)},
         {"name": "storage-alerts", "interval": every, "rules": storage_alerts(site)},
         {"name": "inference-alerts", "interval": every, "rules": inference_alerts(site)},

@@ -93,6 +93,16 @@ HBM_TEMP_INCIDENT_C: Final = 95.0
 THERMAL_THROTTLE_PCT: Final = 10.0
 """% of the last 10 minutes a GPU may spend clocked down for heat before a warning."""
 
+OVERHEAT_FOR_S: Final = 120
+"""s a GPU or its HBM must stay over its incident temperature before it pages: a load spike passes, a cooling fault
+stays."""
+
+GROUP_WAIT_S: Final = 30
+"""s Alertmanager waits after a group's first alert for others to send them together (its own default)."""
+
+RULE_EVALUATION_INTERVAL_S: Final = 60
+"""s between evaluations of every rule group: every alert here acts on minutes."""
+
 # --- storage --------------------------------------------------------------------------------
 
 HOT_CHECKPOINT_KEEP: Final = 3

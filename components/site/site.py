@@ -247,6 +247,8 @@ class Monitoring(Spec):
     """hours the utilization average spans."""
     gpu_temp_incident_c: Temperature = defaults.GPU_TEMP_INCIDENT_C
     """C; GPU temperature that raises an incident."""
+    rule_evaluation_interval_s: Annotated[Int, Field(gt=0, le=600)] = defaults.RULE_EVALUATION_INTERVAL_S
+    """s between evaluations of the stack's rule groups (each group's `interval`)."""
     storage_class: Annotated[str, Field(min_length=1)] = defaults.METRICS_STORAGE_CLASS
     """StorageClass of the hot and cold tiers' volumes, sized from retention and ingest (components.monitoring.
     prometheus); default the replicated CephFS class, so a tier outlives its pod and its node."""
@@ -453,6 +455,10 @@ class Alerting(Spec):
     95 C in `nvidia-smi -q -d TEMPERATURE`)."""
     thermal_throttle_pct: Percent = defaults.THERMAL_THROTTLE_PCT
     """% of the last 10 minutes a GPU may spend clocked down for heat before a warning."""
+    overheat_for_s: Annotated[Int, Field(ge=0, le=3600)] = defaults.OVERHEAT_FOR_S
+    """s a GPU or its HBM must stay over its incident temperature before it pages (the alerts' `for`)."""
+    group_wait_s: Annotated[Int, Field(ge=0, le=600)] = defaults.GROUP_WAIT_S
+    """s Alertmanager's route waits after a group's first alert before it notifies (`route.group_wait`)."""
     # Alternatives of the alert's PromQL regex; NVIDIA's XID catalog ends below 200.
     xid_hardware: Annotated[tuple[Annotated[Int, Field(gt=0, le=999)], ...], Field(min_length=1)] = (
         48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)

@@ -1,6 +1,7 @@
 """The stack's alert rules live, with their durations scaled: a real Prometheus evaluating
-render_rule_groups(site) every second, each `for:` multiplied by a campaign's time_scale, sending to a real
-Alertmanager whose API (/api/v2/alerts) the acceptance campaign reads. Both on 127.0.0.1, stopped by PID."""
+render_rule_groups(site) for a site whose groups evaluate every second, each `for:` multiplied by a campaign's
+time_scale, sending to a real Alertmanager whose API (/api/v2/alerts) the acceptance campaign reads. Both on
+127.0.0.1, stopped by PID."""
 
 import json
 import re
@@ -12,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from components.monitoring.alerts import Timing, render_rule_groups
+from components.monitoring.alerts import render_rule_groups
 from components.site.site import Site
 from tests.harness.daemons import PROMETHEUS, free_ports, stop_all, wait_for
 
@@ -27,7 +28,8 @@ def scaled(duration: str, scale: float) -> str:
 
 
 def scaled_rules(site: Site, scale: float, extra: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
-    groups = render_rule_groups(site, Timing(evaluation_interval="1s"))
+    assert site.monitoring.rule_evaluation_interval_s == 1, "a site whose rules evaluate every second"
+    groups = render_rule_groups(site)
     for group in groups["groups"]:
         for rule in group["rules"]:
             if "for" in rule:

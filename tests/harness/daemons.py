@@ -53,12 +53,12 @@ class PrometheusServer:
     """The Debian `prometheus` binary on 127.0.0.1 with a 1 s scrape and evaluation interval."""
 
     def __init__(self, directory: Path, scrape_configs: list[dict[str, Any]],
-                 rule_groups: dict[str, Any] | None = None) -> None:
+                 rules: str | None = None) -> None:
         assert PROMETHEUS is not None, "the prometheus binary is needed (apt-get install prometheus)"
         config: dict[str, Any] = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                                   "scrape_configs": scrape_configs}
-        if rule_groups is not None:
-            (directory / "rules.yaml").write_text(yaml.safe_dump(rule_groups, sort_keys=False))
+        if rules is not None:  # the rule file's text, as `gpuctl plan --out` writes it (runbooks/plan/files.py)
+            (directory / "rules.yaml").write_text(rules)
             config["rule_files"] = [str(directory / "rules.yaml")]
         (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
         (self.port,) = free_ports(1)

@@ -25,11 +25,12 @@ import pytest
 
 from components.inference.access import engine_key
 from components.inference.values import gateway_service_monitor
-from components.monitoring.alerts import Record, Timing, render_rule_groups
+from components.monitoring.alerts import Record
 from components.monitoring.dashboards import LLM_COST_UID, as_sent, render_dashboards, targets
 from components.site.site import Gates, Site
+from runbooks.plan.files import artifacts
 from runbooks.rollout.gates import PrometheusGates, Verdict
-from tests.builders import parse, prod_values
+from tests.builders import parse, prod_values, with_changes
 from tests.harness import netns
 from tests.harness.daemons import PrometheusServer, wait_for
 from tests.harness.figures import FIGURES
@@ -62,7 +63,8 @@ COMPLETION_TOKENS = 7
 
 @pytest.fixture(scope="module")
 def site() -> Site:
-    return parse(prod_values())
+    """Prod, its rules evaluated every second (every minute in prod: too slow for a bounded test)."""
+    return parse(with_changes(prod_values(), monitoring={"rule_evaluation_interval_s": 1}))
 
 
 @dataclass
@@ -88,7 +90,7 @@ def world(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worl
         endpoint = gateway_service_monitor()["spec"]["endpoints"][0]
         scrape = {"job_name": "llm-gateway", "metrics_path": endpoint["path"],
                   "static_configs": [{"targets": [urllib.parse.urlsplit(gateway.url).netloc]}]}
-        prometheus = PrometheusServer(directory, [scrape], render_rule_groups(site, Timing(evaluation_interval="1s")))
+        prometheus = PrometheusServer(directory, [scrape], artifacts(site)["prometheus/rules.yaml"])
         try:
             prometheus.wait_ready()
             yield World(gateway.url, prometheus, service, planned, backend, key)

@@ -2,13 +2,13 @@
 VictoriaMetrics 1.79 on 127.0.0.1.
 
 A fake dcgm-exporter (prometheus-client, in this process) reports two GPUs of a prod node. Prometheus
-scrapes it every second, evaluates the rules `render_rule_groups` renders with `LIVE_TIMING`, sends
-alerts to an Alertmanager running `render_alertmanager_config`, and remote-writes to VictoriaMetrics
+scrapes it every second, evaluates the rules the plan writes for a site whose minutes are seconds, sends
+alerts to an Alertmanager running the config the plan writes for it, and remote-writes to VictoriaMetrics
 at the path of `COLD_WRITE_URL`; each daemon gets the retention the stack renders for it.
 
 Receivers and routes stay the production ones: the spec's on-call URL and secrets_dir point at a local
-recorder of POSTs, and the Slack URL file there holds the recorder's address too. The one rewrite of
-the rendered Alertmanager config is route.group_wait (30s -> 1s). Every daemon is a child process
+recorder of POSTs, and the Slack URL file there holds the recorder's address too. Neither file is
+edited after the plan writes it. Every daemon is a child process
 stopped by its PID when the module ends, pass or fail; every wait is bounded. See
 ../shared/notes/observability-tools.md.
 """
@@ -31,10 +31,11 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from components.monitoring.alertmanager import ONCALL_TOKEN_FILE, SLACK_API_URL_FILE, render_alertmanager_config
-from components.monitoring.alerts import Record, Severity, Timing, render_rule_groups, runbook_url
+from components.monitoring.alertmanager import ONCALL_TOKEN_FILE, SLACK_API_URL_FILE
+from components.monitoring.alerts import Record, Severity, runbook_url
 from components.monitoring.prometheus import COLD_WRITE_URL, cold_tier_values, prometheus_values
 from components.site.site import Site
+from runbooks.plan.files import artifacts
 from tests.builders import parse, prod_values, with_changes
 from tests.harness.daemons import free_ports, stop_all, wait_for
 from tests.harness.figures import FIGURES
@@ -50,11 +51,10 @@ pytestmark = [pytest.mark.monitoring, pytest.mark.skipif(
 )]
 
 OVERHEAT_FOR_S = 5
-LIVE_TIMING = Timing(evaluation_interval="1s", overheat_for=f"{OVERHEAT_FOR_S}s")
-"""Production's rules with minutes made seconds, so an alert fires within the test."""
+"""s an overheated GPU waits before it pages (alerting.overheat_for_s; production: 120 s)."""
 SCRAPE_INTERVAL = "1s"
 GROUP_WAIT_S = 1
-"""s Alertmanager waits before a group's first notification (production: 30 s)."""
+"""s Alertmanager waits before a group's first notification (alerting.group_wait_s; production: 30 s)."""
 QUIET_HOLD_S = OVERHEAT_FOR_S + GROUP_WAIT_S + 3
 """s a GPU at 80 C is watched: overheat_for, group_wait and a few evaluations, time to page had the rule matched."""
 START_TIMEOUT_S = 20
@@ -199,17 +199,12 @@ class Stack:
 
 
 def live_site(recorder: Recorder, secrets_dir: Path) -> Site:
-    """The prod site with its on-call bridge and notification secrets on this machine."""
+    """The prod site with its on-call bridge and notification secrets on this machine, and its minutes made seconds
+    (rule evaluation, the overheat alerts' `for`, Alertmanager's group_wait) so that an alert pages within the test."""
     values = prod_values()
     alerting = {**values.get("alerting", {}), "oncall_webhook_url": recorder.url("/oncall"),
-                "secrets_dir": str(secrets_dir)}
-    return parse(with_changes(values, alerting=alerting))
-
-
-def alertmanager_config(site: Site) -> dict[str, Any]:
-    config = render_alertmanager_config(site)
-    config["route"]["group_wait"] = f"{GROUP_WAIT_S}s"
-    return config
+                "secrets_dir": str(secrets_dir), "overheat_for_s": OVERHEAT_FOR_S, "group_wait_s": GROUP_WAIT_S}
+    return parse(with_changes(values, alerting=alerting, monitoring={"rule_evaluation_interval_s": 1}))
 
 
 def prometheus_config(exporter: FakeDcgmExporter, ports: dict[str, int]) -> dict[str, Any]:
@@ -242,10 +237,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         (secrets / ONCALL_TOKEN_FILE).write_text(ONCALL_TOKEN)
         site = live_site(recorder, secrets)
         ports = dict(zip((PROMETHEUS, ALERTMANAGER, VICTORIA_METRICS), free_ports(3), strict=True))
-        for name, content in [("rules.yaml", render_rule_groups(site, LIVE_TIMING)),
-                              ("alertmanager.yaml", alertmanager_config(site)),
-                              ("prometheus.yaml", prometheus_config(exporter, ports))]:
-            (root / name).write_text(yaml.safe_dump(content, sort_keys=False))
+        # The rules and Alertmanager's config as `gpuctl plan --out` writes them; Prometheus' own config is the
+        # operator's (kube-prometheus-stack) in the cluster, here one that reaches the local daemons.
+        planned = artifacts(site)
+        (root / "rules.yaml").write_text(planned["prometheus/rules.yaml"])
+        (root / "alertmanager.yaml").write_text(planned["alertmanager/alertmanager.yml"])
+        (root / "prometheus.yaml").write_text(yaml.safe_dump(prometheus_config(exporter, ports), sort_keys=False))
 
         s = Stack(site, exporter, recorder, root, ports)
         cleanup.callback(s.stop)

@@ -21,7 +21,7 @@ from components.monitoring.alertmanager import (
     team_receiver,
 )
 from runbooks.plan.files import artifacts
-from tests.builders import parse, prod_values
+from tests.builders import parse, prod_values, with_changes
 
 AMTOOL = shutil.which("amtool")
 needs_amtool = pytest.mark.skipif(
@@ -45,6 +45,12 @@ def routes_test(config_file: Path, receivers: list[str], labels: dict[str, str])
          f"--verify.receivers={','.join(receivers)}", *(f"{k}={v}" for k, v in labels.items())],
         capture_output=True, text=True, timeout=60,
     )
+
+
+def test_should_wait_for_a_groups_other_alerts_as_long_as_the_site_says() -> None:
+    assert yaml.safe_load(artifacts(SITE)["alertmanager/alertmanager.yml"])["route"]["group_wait"] == "30s"
+    quick = parse(with_changes(prod_values(), alerting__group_wait_s=5))
+    assert yaml.safe_load(artifacts(quick)["alertmanager/alertmanager.yml"])["route"]["group_wait"] == "5s"
 
 
 @needs_amtool

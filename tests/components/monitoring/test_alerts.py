@@ -300,6 +300,18 @@ def node_ready(node: str, values: str) -> dict[str, str]:
     return series("kube_node_status_condition", ready_labels(node), values)
 
 
+@pytest.mark.parametrize(("changes", "interval", "overheat_for"), [
+    ({}, "1m", "2m"),  # prod: the rule file as it always was
+    ({"monitoring": {"rule_evaluation_interval_s": 15}, "alerting__overheat_for_s": 90}, "15s", "90s"),
+])
+def test_should_evaluate_and_hold_the_overheat_alerts_as_the_site_says(changes: dict[str, Any], interval: str,
+                                                                       overheat_for: str) -> None:
+    groups = yaml.safe_load(artifacts(parse(with_changes(prod_values(), **changes)))[RULES])["groups"]
+    assert {group["interval"] for group in groups} == {interval}
+    fors = {rule["alert"]: rule.get("for") for group in groups for rule in group["rules"] if "alert" in rule}
+    assert (fors["GpuTemperatureHigh"], fors["GpuHbmTemperatureHigh"]) == (overheat_for, overheat_for)
+
+
 @needs_promtool
 def test_should_pass_promtool_check_rules(tmp_path: Path) -> None:
     assert PROMTOOL is not None
