@@ -140,7 +140,7 @@ def prometheus_values(site: Site) -> dict[str, Any]:
 
 def slurm_scrape_config(site: Site) -> dict[str, Any]:
     """Prometheus scrape_config for the Slurm exporter on the controller (hosts/slurm_exporter.py)."""
-    return {"job_name": SLURM_SCRAPE_JOB, "scrape_interval": f"{defaults.SLURM_EXPORTER_INTERVAL_S}s",
+    return {"job_name": SLURM_SCRAPE_JOB, "scrape_interval": f"{site.slurm.exporter_interval_s}s",
             "static_configs": [{"targets": [f"{site.slurm.controller_host}:{site.slurm.exporter_port}"]}]}
 
 

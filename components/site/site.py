@@ -555,6 +555,9 @@ class SlurmSettings(Spec):
     a power loss goes unseen by Slurm (the node-failure drill must be given at least this long to detect it)."""
     exporter_port: Port = defaults.SLURM_EXPORTER_PORT
     """TCP port of the Slurm exporter (hosts/slurm_exporter.py) on the controller; Prometheus scrapes it."""
+    exporter_interval_s: Annotated[Int, Field(gt=0, le=300)] = defaults.SLURM_EXPORTER_INTERVAL_S
+    """s between the Slurm exporter's polls of sinfo and sacct, and Prometheus' scrape interval of it (each scrape
+    sees news)."""
     exporter_address: ListenAddress = "127.0.0.1"
     """The address the Slurm exporter's /metrics binds to on the controller (one interface, never all): loopback by
     default. Prometheus scrapes controller_host at exporter_port, so a site sets the address that name resolves to;

@@ -7,7 +7,6 @@ slurm.conf points slurmd at the prolog and epilog).
 
 import shlex
 
-from components.site import defaults
 from components.site.site import Site
 from components.site.wellknown import MOVER_LOCK
 from components.storage.tiers import mover_args, mover_stop_after_s
@@ -188,7 +187,7 @@ def render_exporter_unit(site: Site) -> str:
         "Wants=network-online.target", "After=network-online.target slurmctld.service", "",
         "[Service]",
         f"ExecStart=/usr/bin/python3 {exporter_path(site)} --listen {site.slurm.exporter_address} "
-        f"--port {site.slurm.exporter_port} --interval {defaults.SLURM_EXPORTER_INTERVAL_S}",
+        f"--port {site.slurm.exporter_port} --interval {site.slurm.exporter_interval_s}",
         "DynamicUser=yes", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
         "Restart=always", "RestartSec=10", "",
         "[Install]", "WantedBy=multi-user.target", "",

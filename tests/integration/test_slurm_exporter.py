@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from components.monitoring.prometheus import slurm_scrape_config
+from components.site.site import Site
 from hosts import SLURM_EXPORTER
 from hosts.slurm_exporter import METRICS, Exporter, job_accounts, job_starts, node_states
 from runbooks.rollout.gates import GateResult, PrometheusGates, Verdict
+from tests.builders import parse, with_changes
 from tests.harness.daemons import PROMETHEUS, PrometheusServer, free_ports, stop_all, wait_for
 from tests.harness.slurm_cluster import Cluster, slurm_marks
 
@@ -141,14 +143,21 @@ def scrape(url: str) -> str:
         return str(response.read().decode())
 
 
+def exporter_site(slurm: Cluster, port: int) -> Site:
+    """The session cluster's stack with its exporter on `port`, polled and scraped every second."""
+    return parse(with_changes(slurm.values, slurm__exporter_port=port, slurm__exporter_interval_s=1))
+
+
 @pytest.fixture
 def exporter_url(slurm: Cluster) -> Iterator[str]:
     """The exporter as its service runs it, on 127.0.0.1, polling the session cluster every second."""
     (port,) = free_ports(1)
+    site = exporter_site(slurm, port)
     env = {**os.environ, "SLURM_CONF": str(slurm.conf_dir / "slurm.conf")}
     log = (slurm.stack.log_dir / "slurm-exporter.log").open("a")
-    process = subprocess.Popen([sys.executable, str(EXPORTER), "--listen", "127.0.0.1", "--port", str(port),
-                                "--interval", "1"], env=env, stdout=log, stderr=log)
+    process = subprocess.Popen([sys.executable, str(EXPORTER), "--listen", "127.0.0.1", "--port",
+                                str(site.slurm.exporter_port), "--interval", str(site.slurm.exporter_interval_s)],
+                               env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_for("the exporter's first poll", lambda: _polled_at(url) > 0, timeout_s=10)
@@ -222,11 +231,10 @@ class TestOnRealSlurm:
     @pytest.mark.skipif(PROMETHEUS is None, reason="needs prometheus: apt-get install prometheus")
     def test_should_feed_the_rollouts_queue_gate_through_prometheus(self, slurm: Cluster, exporter_url: str,
                                                                     tmp_path: Path) -> None:
-        # Prometheus scrapes the exporter with the stack's own scrape config (target and interval made local).
-        site = slurm.site
-        scrape = {**slurm_scrape_config(site), "scrape_interval": "1s",
-                  "static_configs": [{"targets": [exporter_url.split("/")[2]]}]}
-        prometheus = PrometheusServer(tmp_path, [scrape])
+        # Prometheus scrapes the exporter with the scrape config the stack renders for it (at controller_host, here
+        # localhost, and the exporter's port; every second).
+        site = exporter_site(slurm, int(urllib.parse.urlsplit(exporter_url).port or 0))
+        prometheus = PrometheusServer(tmp_path, [slurm_scrape_config(site)])
         try:
             prometheus.wait_ready()
             # rate() sees an increase only between two scrapes of one series: the second start must come after
