@@ -43,7 +43,8 @@ def prod_values() -> dict[str, Any]:
 
 
 def with_changes(values: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    """A copy with each path set (`racks__0__power_budget_kw=20` sets racks[0].power_budget_kw)."""
+    """A copy with each path set (`racks__0__power_budget_kw=20` sets racks[0].power_budget_kw; a section the values
+    leave out is added)."""
     changed = copy.deepcopy(values)
     for path, value in changes.items():
         set_path(changed, path.replace("__", "."), value)
@@ -53,7 +54,7 @@ def with_changes(values: dict[str, Any], **changes: Any) -> dict[str, Any]:
 def set_path(data: Any, path: str, value: Any) -> None:
     parts = [int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", path) if p]
     for part in parts[:-1]:
-        data = data[part]
+        data = data.setdefault(part, {}) if isinstance(data, dict) else data[part]
     data[parts[-1]] = value
 
 

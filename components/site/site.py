@@ -247,7 +247,9 @@ class Monitoring(Spec):
     """hours the utilization average spans."""
     gpu_temp_incident_c: Temperature = defaults.GPU_TEMP_INCIDENT_C
     """C; GPU temperature that raises an incident."""
-    rule_evaluation_interval_s: Annotated[Int, Field(gt=0, le=600)] = defaults.RULE_EVALUATION_INTERVAL_S
+    # The alerts' shortest rate() windows are 10 minutes over recorded series, which get one sample per evaluation:
+    # at most 2 minutes keeps several in each window, and every recorded series inside Prometheus' 5-minute lookback.
+    rule_evaluation_interval_s: Annotated[Int, Field(gt=0, le=120)] = defaults.RULE_EVALUATION_INTERVAL_S
     """s between evaluations of the stack's rule groups (each group's `interval`)."""
     storage_class: Annotated[str, Field(min_length=1)] = defaults.METRICS_STORAGE_CLASS
     """StorageClass of the hot and cold tiers' volumes, sized from retention and ingest (components.monitoring.
@@ -555,7 +557,8 @@ class SlurmSettings(Spec):
     a power loss goes unseen by Slurm (the node-failure drill must be given at least this long to detect it)."""
     exporter_port: Port = defaults.SLURM_EXPORTER_PORT
     """TCP port of the Slurm exporter (hosts/slurm_exporter.py) on the controller; Prometheus scrapes it."""
-    exporter_interval_s: Annotated[Int, Field(gt=0, le=300)] = defaults.SLURM_EXPORTER_INTERVAL_S
+    # At most 2 minutes: an instant query (SlurmNodesUnavailable) sees a series only within 5 minutes of its scrape.
+    exporter_interval_s: Annotated[Int, Field(gt=0, le=120)] = defaults.SLURM_EXPORTER_INTERVAL_S
     """s between the Slurm exporter's polls of sinfo and sacct, and Prometheus' scrape interval of it (each scrape
     sees news)."""
     exporter_address: ListenAddress = "127.0.0.1"

@@ -1,5 +1,5 @@
-"""The stack's alert rules live, with their durations scaled: a real Prometheus evaluating
-render_rule_groups(site) for a site whose groups evaluate every second, each `for:` multiplied by a campaign's
+"""The stack's alert rules live, with their durations scaled: a real Prometheus evaluating the rule file the plan
+writes for a site whose groups evaluate every second, each `for:` multiplied by a campaign's
 time_scale, sending to a real Alertmanager whose API (/api/v2/alerts) the acceptance campaign reads. Both on
 127.0.0.1, stopped by PID."""
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from components.monitoring.alerts import render_rule_groups
 from components.site.site import Site
+from runbooks.plan.files import artifacts
 from tests.harness.daemons import PROMETHEUS, free_ports, stop_all, wait_for
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager")
@@ -28,8 +28,9 @@ def scaled(duration: str, scale: float) -> str:
 
 
 def scaled_rules(site: Site, scale: float, extra: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
+    """The rule file `gpuctl plan --out` writes for the site, each `for:` scaled: a campaign's minutes in seconds."""
     assert site.monitoring.rule_evaluation_interval_s == 1, "a site whose rules evaluate every second"
-    groups = render_rule_groups(site)
+    groups: dict[str, Any] = yaml.safe_load(artifacts(site)["prometheus/rules.yaml"])
     for group in groups["groups"]:
         for rule in group["rules"]:
             if "for" in rule:

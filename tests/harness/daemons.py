@@ -50,7 +50,8 @@ PROMETHEUS_STARTUP_TIMEOUT_S = 20.0
 
 
 class PrometheusServer:
-    """The Debian `prometheus` binary on 127.0.0.1 with a 1 s scrape and evaluation interval."""
+    """The Debian `prometheus` binary on 127.0.0.1 with a 1 s scrape interval (and evaluation interval, for groups
+    that set none)."""
 
     def __init__(self, directory: Path, scrape_configs: list[dict[str, Any]],
                  rules: str | None = None) -> None:

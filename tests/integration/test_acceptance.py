@@ -163,7 +163,7 @@ class World:
 
 def acceptance_site() -> Site:
     return parse_site(with_changes(prod_values(), acceptance=ACCEPTANCE, slurm__slurmd_timeout_s=SLURMD_TIMEOUT_S,
-                                   monitoring={"rule_evaluation_interval_s": 1}))
+                                   monitoring__rule_evaluation_interval_s=1))
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ COMPLETION_TOKENS = 7
 @pytest.fixture(scope="module")
 def site() -> Site:
     """Prod, its rules evaluated every second (every minute in prod: too slow for a bounded test)."""
-    return parse(with_changes(prod_values(), monitoring={"rule_evaluation_interval_s": 1}))
+    return parse(with_changes(prod_values(), monitoring__rule_evaluation_interval_s=1))
 
 
 @dataclass

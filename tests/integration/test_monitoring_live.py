@@ -204,7 +204,7 @@ def live_site(recorder: Recorder, secrets_dir: Path) -> Site:
     values = prod_values()
     alerting = {**values.get("alerting", {}), "oncall_webhook_url": recorder.url("/oncall"),
                 "secrets_dir": str(secrets_dir), "overheat_for_s": OVERHEAT_FOR_S, "group_wait_s": GROUP_WAIT_S}
-    return parse(with_changes(values, alerting=alerting, monitoring={"rule_evaluation_interval_s": 1}))
+    return parse(with_changes(values, alerting=alerting, monitoring__rule_evaluation_interval_s=1))
 
 
 def prometheus_config(exporter: FakeDcgmExporter, ports: dict[str, int]) -> dict[str, Any]:

@@ -302,7 +302,7 @@ def node_ready(node: str, values: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(("changes", "interval", "overheat_for"), [
     ({}, "1m", "2m"),  # prod: the rule file as it always was
-    ({"monitoring": {"rule_evaluation_interval_s": 15}, "alerting__overheat_for_s": 90}, "15s", "90s"),
+    ({"monitoring__rule_evaluation_interval_s": 15, "alerting__overheat_for_s": 90}, "15s", "90s"),
 ])
 def test_should_evaluate_and_hold_the_overheat_alerts_as_the_site_says(changes: dict[str, Any], interval: str,
                                                                        overheat_for: str) -> None:

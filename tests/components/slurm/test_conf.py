@@ -3,6 +3,7 @@
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from components.monitoring.prometheus import slurm_scrape_config
 from components.site.site import Site
 from components.site.wellknown import HPC_JOB_MAPPING_DIR
 from components.slurm.conf import (
@@ -390,6 +392,12 @@ def test_should_run_the_exporter_unprivileged_on_the_spec_address_and_port(prod:
     unit = render_exporter_unit(parse(with_changes(prod, slurm__exporter_address="10.20.0.5")))
     assert "slurm_exporter.py --listen 10.20.0.5 --port" in unit
     assert "DynamicUser=yes" in unit and "ProtectSystem=strict" in unit
+
+
+def test_should_poll_slurm_as_often_as_prometheus_scrapes_the_exporter(prod: dict[str, Any]) -> None:
+    site = parse(with_changes(prod, slurm__exporter_interval_s=7))
+    assert shlex.split(render_exporter_unit(site).split("ExecStart=")[1].splitlines()[0])[-2:] == ["--interval", "7"]
+    assert slurm_scrape_config(site)["scrape_interval"] == "7s"
 
 
 @pytest.mark.parametrize(

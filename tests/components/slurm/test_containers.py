@@ -2,6 +2,7 @@
 pointed at the driver root and toolkit the GPU Operator really uses, as the real Helm renders its ClusterPolicy."""
 
 import json
+import os
 import shlex
 import shutil
 import stat
@@ -66,6 +67,7 @@ def test_should_point_slurm_containers_and_the_node_check_at_the_driver_root_and
     assert argv[argv.index("--toolkit-cli") + 1] == toolkit_cli
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a private mount namespace (unshare --mount)")
 def test_should_hand_the_toolkit_the_driver_root_before_the_arguments_enroots_hook_passes(
         tmp_path: Path, prod: dict[str, Any]) -> None:
     wrapper = node_files(parse(prod))[CONTAINER_CLI][0]

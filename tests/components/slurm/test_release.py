@@ -40,6 +40,11 @@ chmod 755 "$3/bin/pip" "$3/bin/gpuctl"
 """
 
 
+needs_mount_namespace = pytest.mark.skipif(
+    os.geteuid() != 0 or not Path(SYSTEMD_UNIT_DIR).is_dir(),
+    reason=f"deploy() runs the command in a private mount namespace over {SYSTEMD_UNIT_DIR}: needs root and it")
+
+
 def controller_site(project_dir: Path) -> Site:
     values = prod_values()
     values["lending"] = {**values.get("lending", {}), "project_dir": str(project_dir),
@@ -72,6 +77,7 @@ def test_the_unit_starts_the_current_release_for_the_stack() -> None:
             "--stack prod control --port 9342") in files[f"/etc/systemd/system/{LENDING_UNIT}"].splitlines()
 
 
+@needs_mount_namespace
 def test_the_archive_holds_every_module_of_the_packages_and_the_stack_file(tmp_path: Path) -> None:
     shipped = release("prod")
     site = controller_site(tmp_path / "opt")
@@ -98,6 +104,7 @@ def test_the_same_tree_gives_the_same_digest_and_a_changed_file_another(tmp_path
     assert release("prod", copy).digest != first.digest
 
 
+@needs_mount_namespace
 def test_the_unit_runs_gpuctl_from_the_installed_release_reading_the_stack_there(tmp_path: Path) -> None:
     site = controller_site(tmp_path / "opt")
     done = deploy(tmp_path, site)
@@ -124,6 +131,7 @@ def test_the_unit_runs_gpuctl_from_the_installed_release_reading_the_stack_there
     assert "release test" in (tmp_path / "state" / PAUSED).read_text()
 
 
+@needs_mount_namespace
 def test_a_second_deploy_of_the_same_release_reinstalls_nothing_and_a_new_one_removes_the_old(tmp_path: Path) -> None:
     site = controller_site(tmp_path / "opt")
     assert deploy(tmp_path, site).returncode == 0
@@ -136,6 +144,7 @@ def test_a_second_deploy_of_the_same_release_reinstalls_nothing_and_a_new_one_re
     assert [p.name for p in (tmp_path / "opt" / "releases").iterdir()] == [release("prod").digest]
 
 
+@needs_mount_namespace
 def test_an_install_that_fails_leaves_the_running_release_in_place(tmp_path: Path) -> None:
     site = controller_site(tmp_path / "opt")
     running = tmp_path / "opt" / "releases" / "0123456789abcdef"

@@ -60,8 +60,8 @@ class FakeClock:
 
 
 def rollout_site(prometheus_url: str = "http://127.0.0.1:9", **changes: Any) -> Site:
-    values = with_changes(prod_values(), **changes)
-    values["monitoring"] = {"rule_evaluation_interval_s": 1, **values.get("monitoring", {})}  # a bounded gate test
+    # Rules evaluated every second: a bounded gate test.
+    values = with_changes(prod_values(), **{"monitoring__rule_evaluation_interval_s": 1, **changes})
     values["rollout"] = {"prometheus_url": prometheus_url, "gate_window_minutes": GATE_WINDOW_MINUTES,
                          **values.get("rollout", {})}
     return parse(values)
