@@ -23,13 +23,16 @@ from runbooks.offline.engine import STACK_TYPE, ResourceGraph, Secret
 from runbooks.plan.out_dir import PlanFolder
 from runbooks.plan.yaml_stream import dump_all
 
+RULES_FILE = "prometheus/rules.yaml"
+ALERTMANAGER_FILE = "alertmanager/alertmanager.yml"
+
 
 def artifacts(site: Site) -> dict[str, str]:
     """Generated configuration, as its consumer reads it (promtool, amtool, Grafana, ...), by path."""
     files = {
         # libyaml, with PyYAML's bytes (runbooks/plan/yaml_stream.py): prod's YAML files in 0.05 s of CPU, not 0.12.
-        "prometheus/rules.yaml": dump_all([render_rule_groups(site)]),
-        "alertmanager/alertmanager.yml": dump_all([render_alertmanager_config(site)]),
+        RULES_FILE: dump_all([render_rule_groups(site)]),
+        ALERTMANAGER_FILE: dump_all([render_alertmanager_config(site)]),
         "dcgm-exporter/dcgm-metrics.csv": render_counters_csv(),
     }
     for uid, board in render_dashboards(site).items():

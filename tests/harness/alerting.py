@@ -14,8 +14,7 @@ from typing import Any
 import yaml
 
 from components.site.site import Site
-from runbooks.plan.files import artifacts
-from tests.harness.daemons import PROMETHEUS, free_ports, stop_all, wait_for
+from tests.harness.daemons import PROMETHEUS, free_ports, rules_every_second, stop_all, wait_for
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager")
 UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -29,8 +28,7 @@ def scaled(duration: str, scale: float) -> str:
 
 def scaled_rules(site: Site, scale: float, extra: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
     """The rule file `gpuctl plan --out` writes for the site, each `for:` scaled: a campaign's minutes in seconds."""
-    assert site.monitoring.rule_evaluation_interval_s == 1, "a site whose rules evaluate every second"
-    groups: dict[str, Any] = yaml.safe_load(artifacts(site)["prometheus/rules.yaml"])
+    groups: dict[str, Any] = yaml.safe_load(rules_every_second(site))
     for group in groups["groups"]:
         for rule in group["rules"]:
             if "for" in rule:

@@ -12,6 +12,9 @@ from typing import Any
 
 import yaml
 
+from components.site.site import Site
+from runbooks.plan.files import RULES_FILE, artifacts
+
 
 def free_ports(count: int) -> list[int]:
     """`count` distinct ports free on 127.0.0.1 now (held open together so none is handed out twice)."""
@@ -47,6 +50,13 @@ def stop_all(processes: "Sequence[subprocess.Popen[bytes] | subprocess.Popen[str
 
 PROMETHEUS = shutil.which("prometheus")
 PROMETHEUS_STARTUP_TIMEOUT_S = 20.0
+
+
+def rules_every_second(site: Site) -> str:
+    """The rule file `gpuctl plan --out` writes for a site whose groups evaluate every second (prod's evaluate every
+    minute: too slow for a bounded test)."""
+    assert site.monitoring.rule_evaluation_interval_s == 1, "a site whose rules evaluate every second"
+    return artifacts(site)[RULES_FILE]
 
 
 class PrometheusServer:

@@ -12,8 +12,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from components.site.site import Site
-from runbooks.plan.files import artifacts
-from tests.harness.daemons import PrometheusServer
+from tests.harness.daemons import PrometheusServer, rules_every_second
 
 
 @dataclass(frozen=True)
@@ -80,11 +79,9 @@ class PrometheusWorld:
     def __init__(self, site: Site, health: Health, directory: Path) -> None:
         self.exporter = Exporter(health)
         directory.mkdir(parents=True, exist_ok=True)
-        # The plan's rule file; prod's groups evaluate every minute, too slow for a bounded test.
-        assert site.monitoring.rule_evaluation_interval_s == 1, "a site whose rules evaluate every second"
         self.prometheus = PrometheusServer(
             directory, [{"job_name": "fake", "static_configs": [{"targets": [self.exporter.target]}]}],
-            artifacts(site)["prometheus/rules.yaml"])
+            rules_every_second(site))
         self.url = self.prometheus.url
 
     def wait_ready(self) -> None:

@@ -28,11 +28,10 @@ from components.inference.values import gateway_service_monitor
 from components.monitoring.alerts import Record
 from components.monitoring.dashboards import LLM_COST_UID, as_sent, render_dashboards, targets
 from components.site.site import Gates, Site
-from runbooks.plan.files import artifacts
 from runbooks.rollout.gates import PrometheusGates, Verdict
 from tests.builders import parse, prod_values, with_changes
 from tests.harness import netns
-from tests.harness.daemons import PrometheusServer, wait_for
+from tests.harness.daemons import PrometheusServer, rules_every_second, wait_for
 from tests.harness.figures import FIGURES
 from tests.harness.gateway import (
     FAIL,
@@ -63,7 +62,7 @@ COMPLETION_TOKENS = 7
 
 @pytest.fixture(scope="module")
 def site() -> Site:
-    """Prod, its rules evaluated every second (every minute in prod: too slow for a bounded test)."""
+    """Prod, its rules evaluated every second (rules_every_second)."""
     return parse(with_changes(prod_values(), monitoring__rule_evaluation_interval_s=1))
 
 
@@ -90,7 +89,7 @@ def world(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worl
         endpoint = gateway_service_monitor()["spec"]["endpoints"][0]
         scrape = {"job_name": "llm-gateway", "metrics_path": endpoint["path"],
                   "static_configs": [{"targets": [urllib.parse.urlsplit(gateway.url).netloc]}]}
-        prometheus = PrometheusServer(directory, [scrape], artifacts(site)["prometheus/rules.yaml"])
+        prometheus = PrometheusServer(directory, [scrape], rules_every_second(site))
         try:
             prometheus.wait_ready()
             yield World(gateway.url, prometheus, service, planned, backend, key)

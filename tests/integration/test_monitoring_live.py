@@ -35,7 +35,7 @@ from components.monitoring.alertmanager import ONCALL_TOKEN_FILE, SLACK_API_URL_
 from components.monitoring.alerts import Record, Severity, runbook_url
 from components.monitoring.prometheus import COLD_WRITE_URL, cold_tier_values, prometheus_values
 from components.site.site import Site
-from runbooks.plan.files import artifacts
+from runbooks.plan.files import ALERTMANAGER_FILE, RULES_FILE, artifacts
 from tests.builders import parse, prod_values, with_changes
 from tests.harness.daemons import free_ports, stop_all, wait_for
 from tests.harness.figures import FIGURES
@@ -201,10 +201,9 @@ class Stack:
 def live_site(recorder: Recorder, secrets_dir: Path) -> Site:
     """The prod site with its on-call bridge and notification secrets on this machine, and its minutes made seconds
     (rule evaluation, the overheat alerts' `for`, Alertmanager's group_wait) so that an alert pages within the test."""
-    values = prod_values()
-    alerting = {**values.get("alerting", {}), "oncall_webhook_url": recorder.url("/oncall"),
-                "secrets_dir": str(secrets_dir), "overheat_for_s": OVERHEAT_FOR_S, "group_wait_s": GROUP_WAIT_S}
-    return parse(with_changes(values, alerting=alerting, monitoring__rule_evaluation_interval_s=1))
+    return parse(with_changes(prod_values(), alerting__oncall_webhook_url=recorder.url("/oncall"),
+                              alerting__secrets_dir=str(secrets_dir), alerting__overheat_for_s=OVERHEAT_FOR_S,
+                              alerting__group_wait_s=GROUP_WAIT_S, monitoring__rule_evaluation_interval_s=1))
 
 
 def prometheus_config(exporter: FakeDcgmExporter, ports: dict[str, int]) -> dict[str, Any]:
@@ -240,8 +239,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # The rules and Alertmanager's config as `gpuctl plan --out` writes them; Prometheus' own config is the
         # operator's (kube-prometheus-stack) in the cluster, here one that reaches the local daemons.
         planned = artifacts(site)
-        (root / "rules.yaml").write_text(planned["prometheus/rules.yaml"])
-        (root / "alertmanager.yaml").write_text(planned["alertmanager/alertmanager.yml"])
+        (root / "rules.yaml").write_text(planned[RULES_FILE])
+        (root / "alertmanager.yaml").write_text(planned[ALERTMANAGER_FILE])
         (root / "prometheus.yaml").write_text(yaml.safe_dump(prometheus_config(exporter, ports), sort_keys=False))
 
         s = Stack(site, exporter, recorder, root, ports)

@@ -20,7 +20,7 @@ from components.monitoring.alertmanager import (
     render_alertmanager_config,
     team_receiver,
 )
-from runbooks.plan.files import artifacts
+from runbooks.plan.files import ALERTMANAGER_FILE, artifacts
 from tests.builders import parse, prod_values, with_changes
 
 AMTOOL = shutil.which("amtool")
@@ -34,7 +34,7 @@ SITE = parse(prod_values())
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
     path = tmp_path / "alertmanager.yml"
-    path.write_text(artifacts(SITE)["alertmanager/alertmanager.yml"])  # the bytes `gpuctl plan --out` writes
+    path.write_text(artifacts(SITE)[ALERTMANAGER_FILE])  # the bytes `gpuctl plan --out` writes
     return path
 
 
@@ -48,9 +48,9 @@ def routes_test(config_file: Path, receivers: list[str], labels: dict[str, str])
 
 
 def test_should_wait_for_a_groups_other_alerts_as_long_as_the_site_says() -> None:
-    assert yaml.safe_load(artifacts(SITE)["alertmanager/alertmanager.yml"])["route"]["group_wait"] == "30s"
+    assert yaml.safe_load(artifacts(SITE)[ALERTMANAGER_FILE])["route"]["group_wait"] == "30s"
     quick = parse(with_changes(prod_values(), alerting__group_wait_s=5))
-    assert yaml.safe_load(artifacts(quick)["alertmanager/alertmanager.yml"])["route"]["group_wait"] == "5s"
+    assert yaml.safe_load(artifacts(quick)[ALERTMANAGER_FILE])["route"]["group_wait"] == "5s"
 
 
 @needs_amtool

@@ -25,7 +25,7 @@ from components.monitoring.alerts import (
 )
 from components.monitoring.lending_metrics import LAST_DECISION, MOVES, NODES
 from components.site.site import Site
-from runbooks.plan.files import artifacts
+from runbooks.plan.files import RULES_FILE, artifacts
 from tests.builders import REPO, parse, prod_values, with_changes
 
 PROMTOOL = shutil.which("promtool")
@@ -59,10 +59,6 @@ class Case:
     """(labels besides severity, summary) of every alert expected to fire."""
 
 
-RULES = "prometheus/rules.yaml"
-"""The rules as `gpuctl plan --out` writes them (runbooks/plan/files.py artifacts), for promtool."""
-
-
 def site() -> Site:
     return parse(prod_values())
 
@@ -87,7 +83,7 @@ def alert_test(s: Site, case: Case) -> dict[str, Any]:
 
 def promtool_test(rules_site: Site, tests: list[dict[str, Any]], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
-    (tmp_path / "rules.yaml").write_text(artifacts(rules_site)[RULES])
+    (tmp_path / "rules.yaml").write_text(artifacts(rules_site)[RULES_FILE])
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
     return subprocess.run([PROMTOOL, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True,
@@ -306,7 +302,7 @@ def node_ready(node: str, values: str) -> dict[str, str]:
 ])
 def test_should_evaluate_and_hold_the_overheat_alerts_as_the_site_says(changes: dict[str, Any], interval: str,
                                                                        overheat_for: str) -> None:
-    groups = yaml.safe_load(artifacts(parse(with_changes(prod_values(), **changes)))[RULES])["groups"]
+    groups = yaml.safe_load(artifacts(parse(with_changes(prod_values(), **changes)))[RULES_FILE])["groups"]
     assert {group["interval"] for group in groups} == {interval}
     fors = {rule["alert"]: rule.get("for") for group in groups for rule in group["rules"] if "alert" in rule}
     assert (fors["GpuTemperatureHigh"], fors["GpuHbmTemperatureHigh"]) == (overheat_for, overheat_for)
@@ -316,7 +312,7 @@ def test_should_evaluate_and_hold_the_overheat_alerts_as_the_site_says(changes: 
 def test_should_pass_promtool_check_rules(tmp_path: Path) -> None:
     assert PROMTOOL is not None
     path = tmp_path / "rules.yaml"
-    path.write_text(artifacts(site())[RULES])
+    path.write_text(artifacts(site())[RULES_FILE])
     result = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 
